@@ -1,0 +1,510 @@
+//! The `MirrorFlow` custom resource: one source→target replication flow.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::ResourceRequirements;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::defaults;
+
+/// A Kafka cross-cluster replication flow: records from topics on `source` are mirrored to
+/// `target`, with offset validation (DataLoss / TopicReset detection) and offset syncs so that
+/// consumer groups can fail over (see OffsetCheckpoint).
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "mirrorflow.io",
+    version = "v1alpha1",
+    kind = "MirrorFlow",
+    plural = "mirrorflows",
+    namespaced,
+    status = "MirrorFlowStatus",
+    shortname = "mf",
+    shortname = "mflow",
+    category = "kafka",
+    derive = "PartialEq",
+    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
+    printcolumn(name = "Workers", type_ = "string", json_path = ".status.workersSummary", description = "ready/desired workers"),
+    printcolumn(name = "Failed", type_ = "integer", json_path = ".status.failedPartitions", description = "partitions stopped by DataLoss or TopicReset"),
+    printcolumn(name = "Lag", type_ = "integer", json_path = ".status.replicationLag.records", description = "records not yet replicated"),
+    printcolumn(name = "Reason", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].reason", priority = 1),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[x_kube(validation = Rule::new("self.source.alias != self.target.alias").message("source.alias and target.alias must differ"))]
+#[serde(rename_all = "camelCase")]
+pub struct MirrorFlowSpec {
+    /// The cluster records are read from.
+    pub source: ClusterSpec,
+    /// The cluster records are written to; progress, offset syncs and checkpoints live here.
+    pub target: ClusterSpec,
+    /// Which source topics are replicated.
+    #[serde(default)]
+    pub topics: TopicSelector,
+    /// How target topic names are derived from source topic names.
+    #[serde(default)]
+    pub replication_policy: ReplicationPolicy,
+    /// Where a partition that was never replicated before starts.
+    #[serde(default)]
+    pub start_from: StartFrom,
+    /// Detection of records lost to retention (DataLoss) and recreated topics (TopicReset).
+    #[serde(default)]
+    pub offset_validation: OffsetValidation,
+    /// Delivery guarantee on the target.
+    #[serde(default)]
+    pub delivery: Delivery,
+    /// Offset-sync emission (the upstream→downstream offset map used for checkpoints).
+    #[serde(default)]
+    pub offset_syncs: OffsetSyncs,
+    /// Copy topic configs (retention, cleanup.policy, ...) from source topics to target topics.
+    #[serde(default = "defaults::true_")]
+    pub sync_topic_configs: bool,
+    /// Stop consuming without losing position.
+    #[serde(default)]
+    pub paused: bool,
+    /// The worker pods.
+    #[serde(default)]
+    pub workers: WorkersSpec,
+    /// Patch this to clear DataLoss / TopicReset failures. A new `id` is a new request; an id
+    /// that was already applied is a no-op.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reset: Option<ResetRequest>,
+}
+
+/// Connection to one Kafka cluster. Secrets are always referenced, never inline.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterSpec {
+    /// Short cluster name used in topic names (e.g. `dc1` → `dc1.orders`); a DNS-1123 label.
+    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
+    pub alias: String,
+    /// Comma-separated `host:port` list.
+    #[schemars(length(min = 1))]
+    pub bootstrap_servers: String,
+    /// TLS settings; absent means plaintext.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsSpec>,
+    /// SASL authentication; absent means none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sasl: Option<SaslSpec>,
+    /// Extra librdkafka client properties. Properties mirrorflow owns (group.id,
+    /// enable.auto.commit, auto.offset.reset, isolation.level, transactional.id,
+    /// bootstrap.servers, security.*, ssl.*, sasl.*) are rejected.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub config: BTreeMap<String, String>,
+}
+
+/// TLS to the brokers. Certificates come from Secrets in the flow's namespace.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsSpec {
+    /// CA bundle (PEM) to verify the brokers; absent means the system trust store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca: Option<SecretKeyRef>,
+    /// Client certificate for mutual TLS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_cert: Option<ClientCertRef>,
+}
+
+/// A key in a Secret.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretKeyRef {
+    /// Secret name (same namespace).
+    #[schemars(length(min = 1, max = 253))]
+    pub secret_name: String,
+    /// Key inside the Secret.
+    #[schemars(length(min = 1))]
+    pub key: String,
+}
+
+/// A client certificate and key (PEM) in one Secret.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ClientCertRef {
+    /// Secret name (same namespace), e.g. a `kubernetes.io/tls` Secret.
+    #[schemars(length(min = 1, max = 253))]
+    pub secret_name: String,
+    /// Key holding the certificate.
+    #[serde(default = "defaults::tls_crt")]
+    pub cert_key: String,
+    /// Key holding the private key.
+    #[serde(default = "defaults::tls_key")]
+    pub key_key: String,
+}
+
+/// SASL authentication with credentials from a Secret.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SaslSpec {
+    /// SASL mechanism.
+    pub mechanism: SaslMechanism,
+    /// Secret holding the username and password.
+    pub credentials: CredentialsRef,
+}
+
+/// SASL mechanisms supported.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SaslMechanism {
+    #[serde(rename = "PLAIN")]
+    Plain,
+    #[serde(rename = "SCRAM-SHA-256")]
+    ScramSha256,
+    #[serde(rename = "SCRAM-SHA-512")]
+    ScramSha512,
+}
+
+impl SaslMechanism {
+    /// The librdkafka `sasl.mechanism` value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Plain => "PLAIN",
+            Self::ScramSha256 => "SCRAM-SHA-256",
+            Self::ScramSha512 => "SCRAM-SHA-512",
+        }
+    }
+}
+
+/// Username and password keys in a Secret.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CredentialsRef {
+    /// Secret name (same namespace).
+    #[schemars(length(min = 1, max = 253))]
+    pub secret_name: String,
+    /// Key holding the username.
+    #[serde(default = "defaults::username")]
+    pub username_key: String,
+    /// Key holding the password.
+    #[serde(default = "defaults::password")]
+    pub password_key: String,
+}
+
+/// Topic selection by regular expressions (full match, Rust `regex` syntax).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct TopicSelector {
+    /// A topic is replicated when it matches one of these...
+    #[serde(default = "defaults::include_all")]
+    pub include: Vec<String>,
+    /// ...and none of these. Defaults exclude internal topics as MirrorMaker 2 does.
+    #[serde(default = "defaults::topic_excludes")]
+    pub exclude: Vec<String>,
+    /// How often the source is scanned for new topics and partitions.
+    #[serde(default = "defaults::topic_refresh_seconds")]
+    #[schemars(range(min = 1, max = 3600))]
+    pub refresh_interval_seconds: i32,
+}
+
+impl Default for TopicSelector {
+    fn default() -> Self {
+        Self {
+            include: defaults::include_all(),
+            exclude: defaults::topic_excludes(),
+            refresh_interval_seconds: defaults::topic_refresh_seconds(),
+        }
+    }
+}
+
+/// Target topic naming.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicationPolicy {
+    /// `Prefix`: `<sourceAlias><separator><topic>` (prevents cycles). `Identity`: same name.
+    #[serde(rename = "type", default)]
+    pub type_: ReplicationPolicyType,
+    /// Separator for `Prefix`.
+    #[serde(default = "defaults::separator")]
+    #[schemars(length(min = 1, max = 8), regex(pattern = r"^[a-zA-Z0-9._-]+$"))]
+    pub separator: String,
+}
+
+impl Default for ReplicationPolicy {
+    fn default() -> Self {
+        Self {
+            type_: ReplicationPolicyType::default(),
+            separator: defaults::separator(),
+        }
+    }
+}
+
+/// Replication policy kinds.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ReplicationPolicyType {
+    #[default]
+    Prefix,
+    Identity,
+}
+
+/// Start position for partitions with no stored progress.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum StartFrom {
+    #[default]
+    Earliest,
+    Latest,
+}
+
+/// Offset validation settings.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct OffsetValidation {
+    /// When true (default), a known position that is out of range stops that partition with a
+    /// DataLoss or TopicReset failure instead of silently jumping. When false, the worker
+    /// behaves like MirrorMaker 2 (resets to the earliest offset without reporting).
+    #[serde(default = "defaults::true_")]
+    pub enabled: bool,
+}
+
+impl Default for OffsetValidation {
+    fn default() -> Self {
+        Self { enabled: true }
+    }
+}
+
+/// Delivery guarantees.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Delivery {
+    /// Records and progress commit in one transaction: no loss, no duplicates. Needs a target
+    /// that supports transactions.
+    #[default]
+    ExactlyOnce,
+    /// No loss; duplicates after a crash are bounded by one batch.
+    AtLeastOnce,
+}
+
+/// Offset sync emission.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct OffsetSyncs {
+    /// Emit an offset sync at least every this many records per partition
+    /// (MirrorMaker 2's `offset.lag.max`).
+    #[serde(default = "defaults::offset_lag_max")]
+    #[schemars(range(min = 1))]
+    pub lag_max: i64,
+}
+
+impl Default for OffsetSyncs {
+    fn default() -> Self {
+        Self {
+            lag_max: defaults::offset_lag_max(),
+        }
+    }
+}
+
+/// Worker pods.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkersSpec {
+    /// Number of workers; partitions are split deterministically between them.
+    #[serde(default = "defaults::replicas")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub replicas: i32,
+    /// Compute resources of each worker container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+    /// Worker image; defaults to the controller's own image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub image: Option<String>,
+}
+
+impl Default for WorkersSpec {
+    fn default() -> Self {
+        Self {
+            replicas: defaults::replicas(),
+            resources: None,
+            image: None,
+        }
+    }
+}
+
+/// A request to clear partition failures.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ResetRequest {
+    /// Any string; a new value is a new request. Applied at most once.
+    #[schemars(length(min = 1, max = 128))]
+    pub id: String,
+    /// What to do with the failed partitions.
+    pub strategy: ResetStrategy,
+    /// Partitions to reset; default: every partition currently failed. Naming a healthy
+    /// partition refuses the whole request.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Atomic)]
+    pub partitions: Vec<TopicPartitionRef>,
+}
+
+/// How a failed partition resumes.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResetStrategy {
+    /// Accept the gap: resume from the source partition's current log start (DataLoss).
+    ResumeFromLogStart,
+    /// Replicate the recreated source topic again from its beginning (TopicReset). Records
+    /// already mirrored stay on the target; the new records are appended after them.
+    RestartFromEarliest,
+    /// Skip everything up to the source's current end; replicate only new records.
+    SkipToLatest,
+}
+
+/// One partition of a source topic.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[serde(rename_all = "camelCase")]
+pub struct TopicPartitionRef {
+    /// Source topic name.
+    #[schemars(length(min = 1, max = 249))]
+    pub topic: String,
+    /// Partition number.
+    #[schemars(range(min = 0))]
+    pub partition: i32,
+}
+
+/// Observed state of a MirrorFlow.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct MirrorFlowStatus {
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Ready` (summary), `Replicating`, `DataLoss`, `TopicReset`, `InvalidSpec`.
+    #[serde(default)]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+    /// One entry per worker, written by the worker itself.
+    #[serde(default)]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["id".into()]))]
+    pub workers: Vec<WorkerStatus>,
+    /// `ready/desired` workers, for `kubectl get`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workers_summary: Option<String>,
+    /// Number of partitions stopped by a failure.
+    #[serde(default)]
+    pub failed_partitions: i32,
+    /// Partition failures (bounded to the first 100).
+    #[serde(default)]
+    #[schemars(length(max = 100))]
+    pub failures: Vec<PartitionFailure>,
+    /// The last reset request handled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_applied_reset: Option<AppliedReset>,
+    /// Records and time not yet replicated, over all partitions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replication_lag: Option<ReplicationLag>,
+}
+
+/// A worker's own report.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkerStatus {
+    /// Worker id (`<flow>-<index>`).
+    pub id: String,
+    /// Partitions this worker owns.
+    #[serde(default)]
+    pub partitions: i32,
+    /// Worker state.
+    pub state: WorkerState,
+    /// When the worker last reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_heartbeat_time: Option<Time>,
+    /// Human-readable detail, e.g. why the worker is failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The flow generation the worker is running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Partition failures seen by this worker (bounded).
+    #[serde(default)]
+    #[schemars(length(max = 100))]
+    pub failures: Vec<PartitionFailure>,
+    /// Lag of this worker's partitions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replication_lag: Option<ReplicationLag>,
+    /// The last reset this worker handled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_applied_reset: Option<AppliedReset>,
+}
+
+/// Worker lifecycle states.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum WorkerState {
+    #[default]
+    Starting,
+    Running,
+    Paused,
+    /// Some partitions failed; the rest replicate.
+    Degraded,
+    /// The worker cannot replicate at all (e.g. target refuses transactions).
+    Failed,
+    Stopped,
+}
+
+/// A partition stopped by offset validation.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PartitionFailure {
+    /// `DataLoss` or `TopicReset`.
+    #[serde(rename = "type")]
+    pub type_: FailureType,
+    /// Source topic.
+    pub topic: String,
+    /// Source partition.
+    pub partition: i32,
+    /// The position the worker asked for.
+    pub requested_offset: i64,
+    /// The partition's log start offset when detected (absent if the lookup failed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_start_offset: Option<i64>,
+    /// Records deleted before replication, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub records_lost: Option<i64>,
+    /// When the failure was detected.
+    pub detected_at: Time,
+    /// What happened and how to clear it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// Failure kinds.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FailureType {
+    /// Records were deleted on the source before they were replicated.
+    DataLoss,
+    /// The source topic was deleted and recreated.
+    TopicReset,
+}
+
+/// Outcome of a reset request.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct AppliedReset {
+    /// The request id.
+    pub id: String,
+    /// When it was handled.
+    pub time: Time,
+    /// `Applied`, `Refused` or `Failed`.
+    pub outcome: ResetOutcome,
+    /// Details: partitions reset, or why it was refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Partitions that were reset.
+    #[serde(default)]
+    pub partitions: Vec<TopicPartitionRef>,
+}
+
+/// Reset outcomes.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResetOutcome {
+    Applied,
+    Refused,
+    Failed,
+}
+
+/// Replication lag.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicationLag {
+    /// Records on the source not yet on the target.
+    pub records: i64,
+    /// Age of the oldest unreplicated record, in seconds (source timestamp → now).
+    pub seconds: i64,
+}

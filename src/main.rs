@@ -1,0 +1,3 @@
+fn main() {
+    print!("{}", mirrorflow::api::crds_yaml());
+}
