@@ -28,7 +28,7 @@ use super::defaults;
     printcolumn(name = "OldestAge", type_ = "integer", json_path = ".status.oldestCheckpointAgeSeconds", description = "seconds since the oldest group checkpoint (RPO)"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
-#[x_kube(validation = Rule::new("self.syncGroupOffsets || self.emitCheckpointsTopic").message("at least one of syncGroupOffsets and emitCheckpointsTopic must be true"))]
+#[x_kube(cel, validation = Rule::new("self.syncGroupOffsets || self.emitCheckpointsTopic").message("at least one of syncGroupOffsets and emitCheckpointsTopic must be true"))]
 #[serde(rename_all = "camelCase")]
 pub struct OffsetCheckpointSpec {
     /// The MirrorFlow (same namespace) whose clusters and offset syncs are used.

@@ -32,7 +32,7 @@ use super::defaults;
     printcolumn(name = "Reason", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].reason", priority = 1),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
-#[x_kube(validation = Rule::new("self.source.alias != self.target.alias").message("source.alias and target.alias must differ"))]
+#[x_kube(cel, validation = Rule::new("self.source.alias != self.target.alias").message("source.alias and target.alias must differ"))]
 #[serde(rename_all = "camelCase")]
 pub struct MirrorFlowSpec {
     /// The cluster records are read from.

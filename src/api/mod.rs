@@ -4,9 +4,16 @@
 pub mod checkpoint;
 pub mod defaults;
 pub mod flow;
+pub mod load;
+pub mod validate;
+
+#[cfg(test)]
+mod tests;
 
 pub use checkpoint::*;
 pub use flow::*;
+pub use load::{load_flow_file, parse_flow_file, FlowFile, LoadError};
+pub use validate::{validate_checkpoint, validate_flow, FieldError, ValidationErrors};
 
 use kube::CustomResourceExt;
 

@@ -1,0 +1,2 @@
+//! Metrics, logging and the HTTP endpoints.
+pub mod logging;
