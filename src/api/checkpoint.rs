@@ -1,5 +1,8 @@
 //! The `OffsetCheckpoint` custom resource: which consumer groups a flow checkpoints.
 
+// kube's derive repeats `printcolumn(...)` keys, which clippy mistakes for duplicates.
+#![allow(clippy::duplicated_attributes)]
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
@@ -23,10 +26,27 @@ use super::defaults;
     category = "kafka",
     derive = "PartialEq",
     printcolumn(name = "Flow", type_ = "string", json_path = ".spec.flowRef.name"),
-    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
-    printcolumn(name = "Groups", type_ = "integer", json_path = ".status.groupsCheckpointed"),
-    printcolumn(name = "OldestAge", type_ = "integer", json_path = ".status.oldestCheckpointAgeSeconds", description = "seconds since the oldest group checkpoint (RPO)"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Groups",
+        type_ = "integer",
+        json_path = ".status.groupsCheckpointed"
+    ),
+    printcolumn(
+        name = "OldestAge",
+        type_ = "integer",
+        json_path = ".status.oldestCheckpointAgeSeconds",
+        description = "seconds since the oldest group checkpoint (RPO)"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[x_kube(cel, validation = Rule::new("self.syncGroupOffsets || self.emitCheckpointsTopic").message("at least one of syncGroupOffsets and emitCheckpointsTopic must be true"))]
 #[serde(rename_all = "camelCase")]

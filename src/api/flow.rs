@@ -1,5 +1,8 @@
 //! The `MirrorFlow` custom resource: one source→target replication flow.
 
+// kube's derive repeats `printcolumn(...)` keys, which clippy mistakes for duplicates.
+#![allow(clippy::duplicated_attributes)]
+
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::ResourceRequirements;
@@ -25,12 +28,40 @@ use super::defaults;
     shortname = "mflow",
     category = "kafka",
     derive = "PartialEq",
-    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
-    printcolumn(name = "Workers", type_ = "string", json_path = ".status.workersSummary", description = "ready/desired workers"),
-    printcolumn(name = "Failed", type_ = "integer", json_path = ".status.failedPartitions", description = "partitions stopped by DataLoss or TopicReset"),
-    printcolumn(name = "Lag", type_ = "integer", json_path = ".status.replicationLag.records", description = "records not yet replicated"),
-    printcolumn(name = "Reason", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].reason", priority = 1),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Workers",
+        type_ = "string",
+        json_path = ".status.workersSummary",
+        description = "ready/desired workers"
+    ),
+    printcolumn(
+        name = "Failed",
+        type_ = "integer",
+        json_path = ".status.failedPartitions",
+        description = "partitions stopped by DataLoss or TopicReset"
+    ),
+    printcolumn(
+        name = "Lag",
+        type_ = "integer",
+        json_path = ".status.replicationLag.records",
+        description = "records not yet replicated"
+    ),
+    printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].reason",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[x_kube(cel, validation = Rule::new("self.source.alias != self.target.alias").message("source.alias and target.alias must differ"))]
 #[serde(rename_all = "camelCase")]
@@ -77,7 +108,10 @@ pub struct MirrorFlowSpec {
 #[serde(rename_all = "camelCase")]
 pub struct ClusterSpec {
     /// Short cluster name used in topic names (e.g. `dc1` → `dc1.orders`); a DNS-1123 label.
-    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
+    #[schemars(
+        length(min = 1, max = 63),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    )]
     pub alias: String,
     /// Comma-separated `host:port` list.
     #[schemars(length(min = 1))]
@@ -348,7 +382,9 @@ pub enum ResetStrategy {
 }
 
 /// One partition of a source topic.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash,
+)]
 #[serde(rename_all = "camelCase")]
 pub struct TopicPartitionRef {
     /// Source topic name.

@@ -28,8 +28,14 @@ pub enum LoadError {
     },
     #[error("document {doc}: invalid YAML: {message}")]
     Yaml { doc: usize, message: String },
-    #[error("document {doc}: unknown field {field} (check the spelling; see `kubectl explain {kind}`)")]
-    UnknownField { doc: usize, kind: String, field: String },
+    #[error(
+        "document {doc}: unknown field {field} (check the spelling; see `kubectl explain {kind}`)"
+    )]
+    UnknownField {
+        doc: usize,
+        kind: String,
+        field: String,
+    },
     #[error("document {doc}: apiVersion {found:?} is not supported; use \"{GROUP}/{VERSION}\"")]
     ApiVersion { doc: usize, found: String },
     #[error("document {doc}: kind {found:?} is not supported; use MirrorFlow or OffsetCheckpoint")]
@@ -64,7 +70,10 @@ pub fn parse_flow_file(text: &str) -> Result<FlowFile, LoadError> {
         if value.is_null() {
             continue; // empty document, e.g. a trailing `---`
         }
-        let api_version = value.get("apiVersion").and_then(|v| v.as_str()).unwrap_or("");
+        let api_version = value
+            .get("apiVersion")
+            .and_then(|v| v.as_str())
+            .unwrap_or("");
         if api_version != format!("{GROUP}/{VERSION}") {
             return Err(LoadError::ApiVersion {
                 doc,
@@ -102,7 +111,11 @@ pub fn parse_flow_file(text: &str) -> Result<FlowFile, LoadError> {
     }
     let flow = match flows.len() {
         1 => flows.pop().expect("one flow"),
-        0 => return Err(LoadError::Structure("the file holds no MirrorFlow document".into())),
+        0 => {
+            return Err(LoadError::Structure(
+                "the file holds no MirrorFlow document".into(),
+            ))
+        }
         n => {
             return Err(LoadError::Structure(format!(
                 "the file holds {n} MirrorFlow documents; a worker runs exactly one flow"
@@ -110,7 +123,9 @@ pub fn parse_flow_file(text: &str) -> Result<FlowFile, LoadError> {
         }
     };
     let Some(flow_name) = flow.metadata.name.clone().filter(|n| !n.is_empty()) else {
-        return Err(LoadError::Structure("MirrorFlow: metadata.name is required".into()));
+        return Err(LoadError::Structure(
+            "MirrorFlow: metadata.name is required".into(),
+        ));
     };
     for cp in &checkpoints {
         if cp.spec.flow_ref.name != flow_name {
@@ -143,7 +158,11 @@ impl DeserializeDoc for serde_yaml::Value {
 }
 
 /// Deserialize, turning any ignored (unknown) field into an error naming its path.
-fn strict<T: DeserializeOwned>(value: serde_yaml::Value, doc: usize, kind: &str) -> Result<T, LoadError> {
+fn strict<T: DeserializeOwned>(
+    value: serde_yaml::Value,
+    doc: usize,
+    kind: &str,
+) -> Result<T, LoadError> {
     let mut unknown = Vec::new();
     let out: T = serde_ignored::deserialize(value, |path| {
         let p = path.to_string();

@@ -35,7 +35,10 @@ fn with(mut v: serde_json::Value, pointer: &str, value: serde_json::Value) -> Mi
 fn flow_defaults() {
     let s = minimal_spec();
     assert_eq!(s.topics.include, vec![".*"]);
-    assert_eq!(s.topics.exclude, vec![r".*[\-\.]internal", r".*\.replica", r"__.*"]);
+    assert_eq!(
+        s.topics.exclude,
+        vec![r".*[\-\.]internal", r".*\.replica", r"__.*"]
+    );
     assert_eq!(s.topics.refresh_interval_seconds, 10);
     assert_eq!(s.replication_policy.type_, ReplicationPolicyType::Prefix);
     assert_eq!(s.replication_policy.separator, ".");
@@ -61,21 +64,43 @@ fn nested_defaults() {
         json!({"mechanism": "PLAIN", "credentials": {"secretName": "creds"}}),
     );
     let c = &s.source.sasl.as_ref().unwrap().credentials;
-    assert_eq!((c.username_key.as_str(), c.password_key.as_str()), ("username", "password"));
-    let s = with(minimal_flow_json(), "/source/tls", json!({"clientCert": {"secretName": "cert"}}));
+    assert_eq!(
+        (c.username_key.as_str(), c.password_key.as_str()),
+        ("username", "password")
+    );
+    let s = with(
+        minimal_flow_json(),
+        "/source/tls",
+        json!({"clientCert": {"secretName": "cert"}}),
+    );
     let cc = s.source.tls.as_ref().unwrap().client_cert.as_ref().unwrap();
-    assert_eq!((cc.cert_key.as_str(), cc.key_key.as_str()), ("tls.crt", "tls.key"));
-    let s = with(minimal_flow_json(), "/replicationPolicy", json!({"type": "Identity"}));
+    assert_eq!(
+        (cc.cert_key.as_str(), cc.key_key.as_str()),
+        ("tls.crt", "tls.key")
+    );
+    let s = with(
+        minimal_flow_json(),
+        "/replicationPolicy",
+        json!({"type": "Identity"}),
+    );
     assert_eq!(s.replication_policy.separator, ".");
     let s = with(minimal_flow_json(), "/topics", json!({"include": ["a"]}));
-    assert_eq!(s.topics.exclude.len(), 3, "exclude keeps its default when only include is set");
+    assert_eq!(
+        s.topics.exclude.len(),
+        3,
+        "exclude keeps its default when only include is set"
+    );
 }
 
 #[test]
 fn checkpoint_defaults() {
-    let s: OffsetCheckpointSpec = serde_json::from_value(json!({"flowRef": {"name": "f"}})).unwrap();
+    let s: OffsetCheckpointSpec =
+        serde_json::from_value(json!({"flowRef": {"name": "f"}})).unwrap();
     assert_eq!(s.groups.include, vec![".*"]);
-    assert_eq!(s.groups.exclude, vec!["console-consumer-.*", "connect-.*", "__.*"]);
+    assert_eq!(
+        s.groups.exclude,
+        vec!["console-consumer-.*", "connect-.*", "__.*"]
+    );
     assert_eq!(s.groups.refresh_interval_seconds, 30);
     assert_eq!(s.interval_seconds, 5);
     assert!(s.sync_group_offsets);
@@ -86,23 +111,74 @@ fn checkpoint_defaults() {
 #[test]
 fn enums_round_trip_with_their_wire_names() {
     let cases: Vec<(serde_json::Value, serde_json::Value)> = vec![
-        (serde_json::to_value(SaslMechanism::Plain).unwrap(), json!("PLAIN")),
-        (serde_json::to_value(SaslMechanism::ScramSha256).unwrap(), json!("SCRAM-SHA-256")),
-        (serde_json::to_value(SaslMechanism::ScramSha512).unwrap(), json!("SCRAM-SHA-512")),
-        (serde_json::to_value(ReplicationPolicyType::Prefix).unwrap(), json!("Prefix")),
-        (serde_json::to_value(ReplicationPolicyType::Identity).unwrap(), json!("Identity")),
-        (serde_json::to_value(StartFrom::Earliest).unwrap(), json!("Earliest")),
-        (serde_json::to_value(StartFrom::Latest).unwrap(), json!("Latest")),
-        (serde_json::to_value(Delivery::ExactlyOnce).unwrap(), json!("ExactlyOnce")),
-        (serde_json::to_value(Delivery::AtLeastOnce).unwrap(), json!("AtLeastOnce")),
-        (serde_json::to_value(ResetStrategy::ResumeFromLogStart).unwrap(), json!("ResumeFromLogStart")),
-        (serde_json::to_value(ResetStrategy::RestartFromEarliest).unwrap(), json!("RestartFromEarliest")),
-        (serde_json::to_value(ResetStrategy::SkipToLatest).unwrap(), json!("SkipToLatest")),
-        (serde_json::to_value(FailureType::DataLoss).unwrap(), json!("DataLoss")),
-        (serde_json::to_value(FailureType::TopicReset).unwrap(), json!("TopicReset")),
-        (serde_json::to_value(WorkerState::Degraded).unwrap(), json!("Degraded")),
-        (serde_json::to_value(ResetOutcome::Refused).unwrap(), json!("Refused")),
-        (serde_json::to_value(GroupFailureReason::ActiveOnTarget).unwrap(), json!("ActiveOnTarget")),
+        (
+            serde_json::to_value(SaslMechanism::Plain).unwrap(),
+            json!("PLAIN"),
+        ),
+        (
+            serde_json::to_value(SaslMechanism::ScramSha256).unwrap(),
+            json!("SCRAM-SHA-256"),
+        ),
+        (
+            serde_json::to_value(SaslMechanism::ScramSha512).unwrap(),
+            json!("SCRAM-SHA-512"),
+        ),
+        (
+            serde_json::to_value(ReplicationPolicyType::Prefix).unwrap(),
+            json!("Prefix"),
+        ),
+        (
+            serde_json::to_value(ReplicationPolicyType::Identity).unwrap(),
+            json!("Identity"),
+        ),
+        (
+            serde_json::to_value(StartFrom::Earliest).unwrap(),
+            json!("Earliest"),
+        ),
+        (
+            serde_json::to_value(StartFrom::Latest).unwrap(),
+            json!("Latest"),
+        ),
+        (
+            serde_json::to_value(Delivery::ExactlyOnce).unwrap(),
+            json!("ExactlyOnce"),
+        ),
+        (
+            serde_json::to_value(Delivery::AtLeastOnce).unwrap(),
+            json!("AtLeastOnce"),
+        ),
+        (
+            serde_json::to_value(ResetStrategy::ResumeFromLogStart).unwrap(),
+            json!("ResumeFromLogStart"),
+        ),
+        (
+            serde_json::to_value(ResetStrategy::RestartFromEarliest).unwrap(),
+            json!("RestartFromEarliest"),
+        ),
+        (
+            serde_json::to_value(ResetStrategy::SkipToLatest).unwrap(),
+            json!("SkipToLatest"),
+        ),
+        (
+            serde_json::to_value(FailureType::DataLoss).unwrap(),
+            json!("DataLoss"),
+        ),
+        (
+            serde_json::to_value(FailureType::TopicReset).unwrap(),
+            json!("TopicReset"),
+        ),
+        (
+            serde_json::to_value(WorkerState::Degraded).unwrap(),
+            json!("Degraded"),
+        ),
+        (
+            serde_json::to_value(ResetOutcome::Refused).unwrap(),
+            json!("Refused"),
+        ),
+        (
+            serde_json::to_value(GroupFailureReason::ActiveOnTarget).unwrap(),
+            json!("ActiveOnTarget"),
+        ),
     ];
     for (got, want) in cases {
         assert_eq!(got, want);
@@ -116,7 +192,10 @@ fn enums_round_trip_with_their_wire_names() {
     }))
     .unwrap_err()
     .to_string();
-    assert!(err.contains("Maybe") && err.contains("ExactlyOnce"), "{err}");
+    assert!(
+        err.contains("Maybe") && err.contains("ExactlyOnce"),
+        "{err}"
+    );
 }
 
 /// (description, pointer, value, expected failing field or None when valid)
@@ -124,55 +203,290 @@ fn enums_round_trip_with_their_wire_names() {
 fn flow_validation_table() {
     let rows: Vec<(&str, &str, serde_json::Value, Option<&str>)> = vec![
         ("alias ok", "/source/alias", json!("dc-1"), None),
-        ("alias uppercase", "/source/alias", json!("DC1"), Some("spec.source.alias")),
-        ("alias leading dash", "/target/alias", json!("-dc"), Some("spec.target.alias")),
-        ("alias trailing dash", "/target/alias", json!("dc-"), Some("spec.target.alias")),
-        ("alias dot", "/source/alias", json!("dc.1"), Some("spec.source.alias")),
-        ("alias too long", "/source/alias", json!("a".repeat(64)), Some("spec.source.alias")),
-        ("alias empty", "/source/alias", json!(""), Some("spec.source.alias")),
-        ("aliases equal", "/target/alias", json!("dc1"), Some("spec.target.alias")),
-        ("servers list ok", "/source/bootstrapServers", json!("a:1, b.c:9092,[::1]:9093"), None),
-        ("servers empty", "/source/bootstrapServers", json!(" "), Some("spec.source.bootstrapServers")),
-        ("servers no port", "/source/bootstrapServers", json!("a"), Some("spec.source.bootstrapServers")),
-        ("servers bad port", "/target/bootstrapServers", json!("a:99999"), Some("spec.target.bootstrapServers")),
-        ("servers port 0", "/target/bootstrapServers", json!("a:0"), Some("spec.target.bootstrapServers")),
-        ("config ok", "/source/config", json!({"fetch.max.bytes": "1"}), None),
-        ("config group.id", "/source/config", json!({"group.id": "x"}), Some("spec.source.config[\"group.id\"]")),
-        ("config auto commit", "/source/config", json!({"enable.auto.commit": "true"}), Some("spec.source.config[\"enable.auto.commit\"]")),
-        ("config reset", "/source/config", json!({"auto.offset.reset": "earliest"}), Some("spec.source.config[\"auto.offset.reset\"]")),
-        ("config isolation", "/source/config", json!({"isolation.level": "read_uncommitted"}), Some("spec.source.config[\"isolation.level\"]")),
-        ("config txn id", "/target/config", json!({"transactional.id": "t"}), Some("spec.target.config[\"transactional.id\"]")),
-        ("config idempotence", "/target/config", json!({"enable.idempotence": "false"}), Some("spec.target.config[\"enable.idempotence\"]")),
-        ("config bootstrap", "/target/config", json!({"bootstrap.servers": "x:1"}), Some("spec.target.config[\"bootstrap.servers\"]")),
-        ("config security", "/target/config", json!({"security.protocol": "SSL"}), Some("spec.target.config[\"security.protocol\"]")),
-        ("config sasl.*", "/target/config", json!({"sasl.password": "hunter2"}), Some("spec.target.config[\"sasl.password\"]")),
-        ("config ssl.*", "/target/config", json!({"ssl.key.location": "/k"}), Some("spec.target.config[\"ssl.key.location\"]")),
-        ("config case-insensitive", "/target/config", json!({"Group.Id": "x"}), Some("spec.target.config[\"Group.Id\"]")),
-        ("include regex bad", "/topics/include", json!(["ok", "(unclosed"]), Some("spec.topics.include[1]")),
-        ("exclude regex bad", "/topics/exclude", json!(["[z-a]"]), Some("spec.topics.exclude[0]")),
-        ("include empty", "/topics/include", json!([]), Some("spec.topics.include")),
-        ("refresh 0", "/topics/refreshIntervalSeconds", json!(0), Some("spec.topics.refreshIntervalSeconds")),
-        ("refresh too big", "/topics/refreshIntervalSeconds", json!(3601), Some("spec.topics.refreshIntervalSeconds")),
-        ("separator ok", "/replicationPolicy", json!({"type": "Prefix", "separator": "_"}), None),
-        ("separator bad char", "/replicationPolicy", json!({"type": "Prefix", "separator": "/"}), Some("spec.replicationPolicy.separator")),
-        ("separator empty", "/replicationPolicy", json!({"type": "Prefix", "separator": ""}), Some("spec.replicationPolicy.separator")),
-        ("separator ignored for identity", "/replicationPolicy", json!({"type": "Identity", "separator": "/"}), None),
-        ("lagMax 0", "/offsetSyncs/lagMax", json!(0), Some("spec.offsetSyncs.lagMax")),
+        (
+            "alias uppercase",
+            "/source/alias",
+            json!("DC1"),
+            Some("spec.source.alias"),
+        ),
+        (
+            "alias leading dash",
+            "/target/alias",
+            json!("-dc"),
+            Some("spec.target.alias"),
+        ),
+        (
+            "alias trailing dash",
+            "/target/alias",
+            json!("dc-"),
+            Some("spec.target.alias"),
+        ),
+        (
+            "alias dot",
+            "/source/alias",
+            json!("dc.1"),
+            Some("spec.source.alias"),
+        ),
+        (
+            "alias too long",
+            "/source/alias",
+            json!("a".repeat(64)),
+            Some("spec.source.alias"),
+        ),
+        (
+            "alias empty",
+            "/source/alias",
+            json!(""),
+            Some("spec.source.alias"),
+        ),
+        (
+            "aliases equal",
+            "/target/alias",
+            json!("dc1"),
+            Some("spec.target.alias"),
+        ),
+        (
+            "servers list ok",
+            "/source/bootstrapServers",
+            json!("a:1, b.c:9092,[::1]:9093"),
+            None,
+        ),
+        (
+            "servers empty",
+            "/source/bootstrapServers",
+            json!(" "),
+            Some("spec.source.bootstrapServers"),
+        ),
+        (
+            "servers no port",
+            "/source/bootstrapServers",
+            json!("a"),
+            Some("spec.source.bootstrapServers"),
+        ),
+        (
+            "servers bad port",
+            "/target/bootstrapServers",
+            json!("a:99999"),
+            Some("spec.target.bootstrapServers"),
+        ),
+        (
+            "servers port 0",
+            "/target/bootstrapServers",
+            json!("a:0"),
+            Some("spec.target.bootstrapServers"),
+        ),
+        (
+            "config ok",
+            "/source/config",
+            json!({"fetch.max.bytes": "1"}),
+            None,
+        ),
+        (
+            "config group.id",
+            "/source/config",
+            json!({"group.id": "x"}),
+            Some("spec.source.config[\"group.id\"]"),
+        ),
+        (
+            "config auto commit",
+            "/source/config",
+            json!({"enable.auto.commit": "true"}),
+            Some("spec.source.config[\"enable.auto.commit\"]"),
+        ),
+        (
+            "config reset",
+            "/source/config",
+            json!({"auto.offset.reset": "earliest"}),
+            Some("spec.source.config[\"auto.offset.reset\"]"),
+        ),
+        (
+            "config isolation",
+            "/source/config",
+            json!({"isolation.level": "read_uncommitted"}),
+            Some("spec.source.config[\"isolation.level\"]"),
+        ),
+        (
+            "config txn id",
+            "/target/config",
+            json!({"transactional.id": "t"}),
+            Some("spec.target.config[\"transactional.id\"]"),
+        ),
+        (
+            "config idempotence",
+            "/target/config",
+            json!({"enable.idempotence": "false"}),
+            Some("spec.target.config[\"enable.idempotence\"]"),
+        ),
+        (
+            "config bootstrap",
+            "/target/config",
+            json!({"bootstrap.servers": "x:1"}),
+            Some("spec.target.config[\"bootstrap.servers\"]"),
+        ),
+        (
+            "config security",
+            "/target/config",
+            json!({"security.protocol": "SSL"}),
+            Some("spec.target.config[\"security.protocol\"]"),
+        ),
+        (
+            "config sasl.*",
+            "/target/config",
+            json!({"sasl.password": "hunter2"}),
+            Some("spec.target.config[\"sasl.password\"]"),
+        ),
+        (
+            "config ssl.*",
+            "/target/config",
+            json!({"ssl.key.location": "/k"}),
+            Some("spec.target.config[\"ssl.key.location\"]"),
+        ),
+        (
+            "config case-insensitive",
+            "/target/config",
+            json!({"Group.Id": "x"}),
+            Some("spec.target.config[\"Group.Id\"]"),
+        ),
+        (
+            "include regex bad",
+            "/topics/include",
+            json!(["ok", "(unclosed"]),
+            Some("spec.topics.include[1]"),
+        ),
+        (
+            "exclude regex bad",
+            "/topics/exclude",
+            json!(["[z-a]"]),
+            Some("spec.topics.exclude[0]"),
+        ),
+        (
+            "include empty",
+            "/topics/include",
+            json!([]),
+            Some("spec.topics.include"),
+        ),
+        (
+            "refresh 0",
+            "/topics/refreshIntervalSeconds",
+            json!(0),
+            Some("spec.topics.refreshIntervalSeconds"),
+        ),
+        (
+            "refresh too big",
+            "/topics/refreshIntervalSeconds",
+            json!(3601),
+            Some("spec.topics.refreshIntervalSeconds"),
+        ),
+        (
+            "separator ok",
+            "/replicationPolicy",
+            json!({"type": "Prefix", "separator": "_"}),
+            None,
+        ),
+        (
+            "separator bad char",
+            "/replicationPolicy",
+            json!({"type": "Prefix", "separator": "/"}),
+            Some("spec.replicationPolicy.separator"),
+        ),
+        (
+            "separator empty",
+            "/replicationPolicy",
+            json!({"type": "Prefix", "separator": ""}),
+            Some("spec.replicationPolicy.separator"),
+        ),
+        (
+            "separator ignored for identity",
+            "/replicationPolicy",
+            json!({"type": "Identity", "separator": "/"}),
+            None,
+        ),
+        (
+            "lagMax 0",
+            "/offsetSyncs/lagMax",
+            json!(0),
+            Some("spec.offsetSyncs.lagMax"),
+        ),
         ("lagMax 1", "/offsetSyncs/lagMax", json!(1), None),
-        ("replicas 0", "/workers/replicas", json!(0), Some("spec.workers.replicas")),
-        ("replicas 1001", "/workers/replicas", json!(1001), Some("spec.workers.replicas")),
+        (
+            "replicas 0",
+            "/workers/replicas",
+            json!(0),
+            Some("spec.workers.replicas"),
+        ),
+        (
+            "replicas 1001",
+            "/workers/replicas",
+            json!(1001),
+            Some("spec.workers.replicas"),
+        ),
         ("replicas 5", "/workers/replicas", json!(5), None),
-        ("image blank", "/workers/image", json!(" "), Some("spec.workers.image")),
-        ("image ok", "/workers/image", json!("ghcr.io/x/mirrorflow:1.0"), None),
-        ("reset ok", "/reset", json!({"id": "r1", "strategy": "SkipToLatest"}), None),
-        ("reset empty id", "/reset", json!({"id": "", "strategy": "SkipToLatest"}), Some("spec.reset.id")),
-        ("reset bad topic", "/reset", json!({"id": "r", "strategy": "SkipToLatest", "partitions": [{"topic": "a/b", "partition": 0}]}), Some("spec.reset.partitions[0].topic")),
-        ("reset negative partition", "/reset", json!({"id": "r", "strategy": "SkipToLatest", "partitions": [{"topic": "a", "partition": -1}]}), Some("spec.reset.partitions[0].partition")),
-        ("reset duplicate", "/reset", json!({"id": "r", "strategy": "SkipToLatest", "partitions": [{"topic": "a", "partition": 1}, {"topic": "a", "partition": 1}]}), Some("spec.reset.partitions[1]")),
-        ("tls ca ok", "/source/tls", json!({"ca": {"secretName": "ca", "key": "ca.crt"}}), None),
-        ("tls ca bad secret", "/source/tls", json!({"ca": {"secretName": "Bad_Name", "key": "ca.crt"}}), Some("spec.source.tls.ca.secretName")),
-        ("tls cert bad key", "/source/tls", json!({"clientCert": {"secretName": "c", "keyKey": "../x"}}), Some("spec.source.tls.clientCert.keyKey")),
-        ("sasl bad secret", "/target/sasl", json!({"mechanism": "SCRAM-SHA-256", "credentials": {"secretName": ""}}), Some("spec.target.sasl.credentials.secretName")),
+        (
+            "image blank",
+            "/workers/image",
+            json!(" "),
+            Some("spec.workers.image"),
+        ),
+        (
+            "image ok",
+            "/workers/image",
+            json!("ghcr.io/x/mirrorflow:1.0"),
+            None,
+        ),
+        (
+            "reset ok",
+            "/reset",
+            json!({"id": "r1", "strategy": "SkipToLatest"}),
+            None,
+        ),
+        (
+            "reset empty id",
+            "/reset",
+            json!({"id": "", "strategy": "SkipToLatest"}),
+            Some("spec.reset.id"),
+        ),
+        (
+            "reset bad topic",
+            "/reset",
+            json!({"id": "r", "strategy": "SkipToLatest", "partitions": [{"topic": "a/b", "partition": 0}]}),
+            Some("spec.reset.partitions[0].topic"),
+        ),
+        (
+            "reset negative partition",
+            "/reset",
+            json!({"id": "r", "strategy": "SkipToLatest", "partitions": [{"topic": "a", "partition": -1}]}),
+            Some("spec.reset.partitions[0].partition"),
+        ),
+        (
+            "reset duplicate",
+            "/reset",
+            json!({"id": "r", "strategy": "SkipToLatest", "partitions": [{"topic": "a", "partition": 1}, {"topic": "a", "partition": 1}]}),
+            Some("spec.reset.partitions[1]"),
+        ),
+        (
+            "tls ca ok",
+            "/source/tls",
+            json!({"ca": {"secretName": "ca", "key": "ca.crt"}}),
+            None,
+        ),
+        (
+            "tls ca bad secret",
+            "/source/tls",
+            json!({"ca": {"secretName": "Bad_Name", "key": "ca.crt"}}),
+            Some("spec.source.tls.ca.secretName"),
+        ),
+        (
+            "tls cert bad key",
+            "/source/tls",
+            json!({"clientCert": {"secretName": "c", "keyKey": "../x"}}),
+            Some("spec.source.tls.clientCert.keyKey"),
+        ),
+        (
+            "sasl bad secret",
+            "/target/sasl",
+            json!({"mechanism": "SCRAM-SHA-256", "credentials": {"secretName": ""}}),
+            Some("spec.target.sasl.credentials.secretName"),
+        ),
     ];
     for (what, pointer, value, expected) in rows {
         let spec = with(minimal_flow_json(), pointer, value.clone());
@@ -192,7 +506,11 @@ fn flow_validation_table() {
 
 #[test]
 fn config_errors_never_echo_values() {
-    let spec = with(minimal_flow_json(), "/target/config", json!({"sasl.password": "hunter2"}));
+    let spec = with(
+        minimal_flow_json(),
+        "/target/config",
+        json!({"sasl.password": "hunter2"}),
+    );
     let text = validate_flow(&spec).unwrap_err().to_string();
     assert!(!text.contains("hunter2"), "{text}");
     assert!(text.contains("typed tls and sasl fields"), "{text}");
@@ -207,7 +525,11 @@ fn all_errors_are_reported_at_once() {
     let errs = validate_flow(&serde_json::from_value(v).unwrap()).unwrap_err();
     assert_eq!(
         errs.fields(),
-        vec!["spec.source.alias", "spec.target.bootstrapServers", "spec.topics.include[0]"]
+        vec![
+            "spec.source.alias",
+            "spec.target.bootstrapServers",
+            "spec.topics.include[0]"
+        ]
     );
 }
 
@@ -216,17 +538,57 @@ fn checkpoint_validation_table() {
     let base = json!({"flowRef": {"name": "flow"}});
     let rows: Vec<(&str, serde_json::Value, Option<&str>)> = vec![
         ("ok", json!({}), None),
-        ("flowRef empty", json!({"flowRef": {"name": ""}}), Some("spec.flowRef.name")),
-        ("flowRef upper", json!({"flowRef": {"name": "Flow"}}), Some("spec.flowRef.name")),
-        ("include bad", json!({"groups": {"include": ["*"]}}), Some("spec.groups.include[0]")),
-        ("exclude bad", json!({"groups": {"exclude": ["a", "b)"]}}), Some("spec.groups.exclude[1]")),
-        ("include empty", json!({"groups": {"include": []}}), Some("spec.groups.include")),
-        ("interval 0", json!({"intervalSeconds": 0}), Some("spec.intervalSeconds")),
+        (
+            "flowRef empty",
+            json!({"flowRef": {"name": ""}}),
+            Some("spec.flowRef.name"),
+        ),
+        (
+            "flowRef upper",
+            json!({"flowRef": {"name": "Flow"}}),
+            Some("spec.flowRef.name"),
+        ),
+        (
+            "include bad",
+            json!({"groups": {"include": ["*"]}}),
+            Some("spec.groups.include[0]"),
+        ),
+        (
+            "exclude bad",
+            json!({"groups": {"exclude": ["a", "b)"]}}),
+            Some("spec.groups.exclude[1]"),
+        ),
+        (
+            "include empty",
+            json!({"groups": {"include": []}}),
+            Some("spec.groups.include"),
+        ),
+        (
+            "interval 0",
+            json!({"intervalSeconds": 0}),
+            Some("spec.intervalSeconds"),
+        ),
         ("interval 1", json!({"intervalSeconds": 1}), None),
-        ("group refresh 0", json!({"groups": {"refreshIntervalSeconds": 0}}), Some("spec.groups.refreshIntervalSeconds")),
-        ("both off", json!({"syncGroupOffsets": false, "emitCheckpointsTopic": false}), Some("spec.emitCheckpointsTopic")),
-        ("sync only", json!({"syncGroupOffsets": true, "emitCheckpointsTopic": false}), None),
-        ("emit only", json!({"syncGroupOffsets": false, "emitCheckpointsTopic": true}), None),
+        (
+            "group refresh 0",
+            json!({"groups": {"refreshIntervalSeconds": 0}}),
+            Some("spec.groups.refreshIntervalSeconds"),
+        ),
+        (
+            "both off",
+            json!({"syncGroupOffsets": false, "emitCheckpointsTopic": false}),
+            Some("spec.emitCheckpointsTopic"),
+        ),
+        (
+            "sync only",
+            json!({"syncGroupOffsets": true, "emitCheckpointsTopic": false}),
+            None,
+        ),
+        (
+            "emit only",
+            json!({"syncGroupOffsets": false, "emitCheckpointsTopic": true}),
+            None,
+        ),
     ];
     for (what, patch, expected) in rows {
         let mut v = base.clone();
@@ -290,15 +652,39 @@ fn load_errors_name_the_problem() {
         format!("---\napiVersion: mirrorflow.io/v1alpha1\nkind: OffsetCheckpoint\nmetadata:\n  name: g\nspec:\n  flowRef: {{name: {flow}}}\n")
     };
     let rows: Vec<(String, &str)> = vec![
-        (FLOW_DOC.replace("spec:\n", "spec:\n  offsetValidaton: {enabled: false}\n"), "unknown field spec.offsetValidaton"),
-        (FLOW_DOC.replace("v1alpha1", "v1"), "apiVersion \"mirrorflow.io/v1\""),
-        (FLOW_DOC.replace("kind: MirrorFlow", "kind: KafkaMirrorMaker2"), "kind \"KafkaMirrorMaker2\""),
-        (FLOW_DOC.replace("alias: b", "alias: B"), "spec.target.alias"),
-        (FLOW_DOC.replace("  name: f\n", ""), "metadata.name is required"),
-        (format!("{FLOW_DOC}---\n{FLOW_DOC}"), "2 MirrorFlow documents"),
+        (
+            FLOW_DOC.replace("spec:\n", "spec:\n  offsetValidaton: {enabled: false}\n"),
+            "unknown field spec.offsetValidaton",
+        ),
+        (
+            FLOW_DOC.replace("v1alpha1", "v1"),
+            "apiVersion \"mirrorflow.io/v1\"",
+        ),
+        (
+            FLOW_DOC.replace("kind: MirrorFlow", "kind: KafkaMirrorMaker2"),
+            "kind \"KafkaMirrorMaker2\"",
+        ),
+        (
+            FLOW_DOC.replace("alias: b", "alias: B"),
+            "spec.target.alias",
+        ),
+        (
+            FLOW_DOC.replace("  name: f\n", ""),
+            "metadata.name is required",
+        ),
+        (
+            format!("{FLOW_DOC}---\n{FLOW_DOC}"),
+            "2 MirrorFlow documents",
+        ),
         (cp("f"), "no MirrorFlow"),
-        (format!("{FLOW_DOC}{}", cp("other")), "spec.flowRef.name is \"other\""),
-        (FLOW_DOC.replace("delivery", "x") + "  delivery: Sometimes\n", "Sometimes"),
+        (
+            format!("{FLOW_DOC}{}", cp("other")),
+            "spec.flowRef.name is \"other\"",
+        ),
+        (
+            FLOW_DOC.replace("delivery", "x") + "  delivery: Sometimes\n",
+            "Sometimes",
+        ),
         ("spec: [unclosed".to_string(), "invalid YAML"),
     ];
     for (text, want) in rows {
@@ -326,7 +712,11 @@ fn crds_are_structural_and_described() {
         if !obj.contains_key("type") && !int_or_string && !preserve {
             problems.push(format!("{path}: no type"));
         }
-        if !obj.contains_key("description") && !path.ends_with("[]") && !path.ends_with("{}") && path.matches('.').count() > 1 {
+        if !obj.contains_key("description")
+            && !path.ends_with("[]")
+            && !path.ends_with("{}")
+            && path.matches('.').count() > 1
+        {
             problems.push(format!("{path}: no description"));
         }
         if let Some(props) = obj.get("properties").and_then(|p| p.as_object()) {
@@ -345,9 +735,19 @@ fn crds_are_structural_and_described() {
     for d in &docs {
         let name = d["metadata"]["name"].as_str().unwrap();
         let v = &d["spec"]["versions"][0];
-        assert_eq!(v["subresources"]["status"], json!({}), "{name}: status subresource");
-        assert!(v["additionalPrinterColumns"].as_array().unwrap().len() >= 4, "{name}");
-        assert!(d["spec"]["names"]["shortNames"].as_array().is_some(), "{name}");
+        assert_eq!(
+            v["subresources"]["status"],
+            json!({}),
+            "{name}: status subresource"
+        );
+        assert!(
+            v["additionalPrinterColumns"].as_array().unwrap().len() >= 4,
+            "{name}"
+        );
+        assert!(
+            d["spec"]["names"]["shortNames"].as_array().is_some(),
+            "{name}"
+        );
         walk(name, &v["schema"]["openAPIV3Schema"], &mut problems);
     }
     // metadata, and k8s-openapi's ResourceRequirements internals, carry no descriptions of ours.

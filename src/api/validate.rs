@@ -30,7 +30,12 @@ impl fmt::Display for FieldError {
 pub struct ValidationErrors(pub Vec<FieldError>);
 
 impl ValidationErrors {
-    fn push(&mut self, field: impl Into<String>, value: impl fmt::Display, message: impl Into<String>) {
+    fn push(
+        &mut self,
+        field: impl Into<String>,
+        value: impl fmt::Display,
+        message: impl Into<String>,
+    ) {
         self.0.push(FieldError {
             field: field.into(),
             value: value.to_string(),
@@ -110,13 +115,18 @@ pub fn is_dns1123_label(s: &str) -> bool {
     let b = s.as_bytes();
     !b.is_empty()
         && b.len() <= 63
-        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
         && b[0] != b'-'
         && b[b.len() - 1] != b'-'
 }
 
 /// Compile a list of patterns as full-match regexes, reporting each bad one.
-pub fn compile_patterns(field: &str, patterns: &[String], errs: &mut ValidationErrors) -> Vec<Regex> {
+pub fn compile_patterns(
+    field: &str,
+    patterns: &[String],
+    errs: &mut ValidationErrors,
+) -> Vec<Regex> {
     let mut out = Vec::with_capacity(patterns.len());
     for (i, p) in patterns.iter().enumerate() {
         match full_match_regex(p) {
@@ -150,7 +160,11 @@ fn validate_cluster(path: &str, c: &ClusterSpec, errs: &mut ValidationErrors) {
         );
     }
     if c.bootstrap_servers.trim().is_empty() {
-        errs.push(format!("{path}.bootstrapServers"), &c.bootstrap_servers, "must not be empty");
+        errs.push(
+            format!("{path}.bootstrapServers"),
+            &c.bootstrap_servers,
+            "must not be empty",
+        );
     } else {
         for server in c.bootstrap_servers.split(',') {
             let server = server.trim();
@@ -167,7 +181,7 @@ fn validate_cluster(path: &str, c: &ClusterSpec, errs: &mut ValidationErrors) {
             }
         }
     }
-    for (key, _) in &c.config {
+    for key in c.config.keys() {
         if let Some(why) = owned_property_reason(key) {
             // The value may be a secret: name the key only.
             errs.push(
@@ -179,7 +193,12 @@ fn validate_cluster(path: &str, c: &ClusterSpec, errs: &mut ValidationErrors) {
     }
     if let Some(tls) = &c.tls {
         if let Some(ca) = &tls.ca {
-            check_secret_ref(&format!("{path}.tls.ca"), &ca.secret_name, &[("key", &ca.key)], errs);
+            check_secret_ref(
+                &format!("{path}.tls.ca"),
+                &ca.secret_name,
+                &[("key", &ca.key)],
+                errs,
+            );
         }
         if let Some(cc) = &tls.client_cert {
             check_secret_ref(
@@ -195,7 +214,10 @@ fn validate_cluster(path: &str, c: &ClusterSpec, errs: &mut ValidationErrors) {
         check_secret_ref(
             &format!("{path}.sasl.credentials"),
             &cr.secret_name,
-            &[("usernameKey", &cr.username_key), ("passwordKey", &cr.password_key)],
+            &[
+                ("usernameKey", &cr.username_key),
+                ("passwordKey", &cr.password_key),
+            ],
             errs,
         );
     }
@@ -203,16 +225,20 @@ fn validate_cluster(path: &str, c: &ClusterSpec, errs: &mut ValidationErrors) {
 
 fn check_secret_ref(path: &str, name: &str, keys: &[(&str, &str)], errs: &mut ValidationErrors) {
     // Secret names are DNS-1123 subdomains; they also become directory names in the worker.
-    let name_ok = !name.is_empty()
-        && name.len() <= 253
-        && name.split('.').all(is_dns1123_label);
+    let name_ok = !name.is_empty() && name.len() <= 253 && name.split('.').all(is_dns1123_label);
     if !name_ok {
-        errs.push(format!("{path}.secretName"), name, "must be a DNS-1123 subdomain (a Secret name)");
+        errs.push(
+            format!("{path}.secretName"),
+            name,
+            "must be a DNS-1123 subdomain (a Secret name)",
+        );
     }
     for (field, key) in keys {
         let key_ok = !key.is_empty()
             && key.len() <= 253
-            && key.chars().all(|c| c.is_ascii_alphanumeric() || "-._".contains(c))
+            && key
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-._".contains(c))
             && *key != "."
             && *key != "..";
         if !key_ok {
@@ -231,7 +257,8 @@ fn is_legal_topic(t: &str) -> bool {
         && t.len() <= 249
         && t != "."
         && t != ".."
-        && t.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+        && t.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
 }
 
 /// Validate a MirrorFlow spec; every problem is reported, each naming its field.
@@ -247,17 +274,30 @@ pub fn validate_flow(spec: &MirrorFlowSpec) -> Result<(), ValidationErrors> {
         );
     }
     if spec.topics.include.is_empty() {
-        errs.push("spec.topics.include", "[]", "must list at least one pattern (use \".*\" for all topics)");
+        errs.push(
+            "spec.topics.include",
+            "[]",
+            "must list at least one pattern (use \".*\" for all topics)",
+        );
     }
     compile_patterns("spec.topics.include", &spec.topics.include, &mut errs);
     compile_patterns("spec.topics.exclude", &spec.topics.exclude, &mut errs);
     let r = spec.topics.refresh_interval_seconds;
     if !(1..=3600).contains(&r) {
-        errs.push("spec.topics.refreshIntervalSeconds", r, "must be between 1 and 3600");
+        errs.push(
+            "spec.topics.refreshIntervalSeconds",
+            r,
+            "must be between 1 and 3600",
+        );
     }
     if spec.replication_policy.type_ == ReplicationPolicyType::Prefix {
         let s = &spec.replication_policy.separator;
-        if s.is_empty() || s.len() > 8 || !s.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) {
+        if s.is_empty()
+            || s.len() > 8
+            || !s
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+        {
             errs.push(
                 "spec.replicationPolicy.separator",
                 s,
@@ -266,14 +306,26 @@ pub fn validate_flow(spec: &MirrorFlowSpec) -> Result<(), ValidationErrors> {
         }
     }
     if spec.offset_syncs.lag_max < 1 {
-        errs.push("spec.offsetSyncs.lagMax", spec.offset_syncs.lag_max, "must be at least 1");
+        errs.push(
+            "spec.offsetSyncs.lagMax",
+            spec.offset_syncs.lag_max,
+            "must be at least 1",
+        );
     }
     if !(1..=1000).contains(&spec.workers.replicas) {
-        errs.push("spec.workers.replicas", spec.workers.replicas, "must be between 1 and 1000");
+        errs.push(
+            "spec.workers.replicas",
+            spec.workers.replicas,
+            "must be between 1 and 1000",
+        );
     }
     if let Some(image) = &spec.workers.image {
         if image.trim().is_empty() || image.chars().any(char::is_whitespace) {
-            errs.push("spec.workers.image", image, "must be a non-empty image reference without spaces");
+            errs.push(
+                "spec.workers.image",
+                image,
+                "must be a non-empty image reference without spaces",
+            );
         }
     }
     if let Some(reset) = &spec.reset {
@@ -290,7 +342,11 @@ pub fn validate_flow(spec: &MirrorFlowSpec) -> Result<(), ValidationErrors> {
                 );
             }
             if tp.partition < 0 {
-                errs.push(format!("spec.reset.partitions[{i}].partition"), tp.partition, "must be >= 0");
+                errs.push(
+                    format!("spec.reset.partitions[{i}].partition"),
+                    tp.partition,
+                    "must be >= 0",
+                );
             }
             if !seen.insert((&tp.topic, tp.partition)) {
                 errs.push(
@@ -309,19 +365,35 @@ pub fn validate_checkpoint(spec: &OffsetCheckpointSpec) -> Result<(), Validation
     let mut errs = ValidationErrors::default();
     let name = &spec.flow_ref.name;
     if name.is_empty() || name.len() > 253 || !name.split('.').all(is_dns1123_label) {
-        errs.push("spec.flowRef.name", name, "must be the name of a MirrorFlow (a DNS-1123 subdomain)");
+        errs.push(
+            "spec.flowRef.name",
+            name,
+            "must be the name of a MirrorFlow (a DNS-1123 subdomain)",
+        );
     }
     if spec.groups.include.is_empty() {
-        errs.push("spec.groups.include", "[]", "must list at least one pattern (use \".*\" for all groups)");
+        errs.push(
+            "spec.groups.include",
+            "[]",
+            "must list at least one pattern (use \".*\" for all groups)",
+        );
     }
     compile_patterns("spec.groups.include", &spec.groups.include, &mut errs);
     compile_patterns("spec.groups.exclude", &spec.groups.exclude, &mut errs);
     if !(1..=3600).contains(&spec.interval_seconds) {
-        errs.push("spec.intervalSeconds", spec.interval_seconds, "must be between 1 and 3600");
+        errs.push(
+            "spec.intervalSeconds",
+            spec.interval_seconds,
+            "must be between 1 and 3600",
+        );
     }
     let r = spec.groups.refresh_interval_seconds;
     if !(1..=3600).contains(&r) {
-        errs.push("spec.groups.refreshIntervalSeconds", r, "must be between 1 and 3600");
+        errs.push(
+            "spec.groups.refreshIntervalSeconds",
+            r,
+            "must be between 1 and 3600",
+        );
     }
     if !spec.sync_group_offsets && !spec.emit_checkpoints_topic {
         errs.push(

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The test command: installs what is missing, then format, lint and the whole test suite
+# (unit, table, broker and mock-API tests; Kubernetes end-to-end tests run when KUBECONFIG is set).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export PATH="$HOME/.cargo/bin:$PATH"
+# Broker tests must not skip in CI: a missing broker is a failure there.
+export MIRRORFLOW_REQUIRE_BROKERS="${MIRRORFLOW_REQUIRE_BROKERS:-1}"
+cargo fmt --all -- --check
+cargo clippy --all-targets --locked -- -D warnings
+cargo nextest run --all-targets --locked --no-fail-fast
+cargo test --doc --locked

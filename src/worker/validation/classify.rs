@@ -1,0 +1,1175 @@
+//! Detection: decide whether a source partition lost records before replication (DataLoss) or
+//! no longer holds what was replicated (TopicReset), and explain it to a person.
+//!
+//! Pure: the engine gathers observations from Kafka and calls [`classify_out_of_range`] (on a
+//! consumer error) or [`check_partition`] (periodically, e.g. on every topic refresh, for every
+//! partition with a known position, busy or idle). A [`Detection`] becomes a
+//! [`PartitionFailure`] with [`Detection::to_failure`]; [`ReportedFailures`] makes sure each
+//! failure is logged once at error level.
+//!
+//! # Signals and what each can miss
+//!
+//! The consumer runs with `auto.offset.reset=error` and never-replicated partitions are
+//! positioned explicitly, so only a *known* position can fail.
+//!
+//! 1. **Out of range** (librdkafka `AutoOffsetReset`, -140): the broker refused our position.
+//!    Classified by the log start offset: log start > position → DataLoss with exactly
+//!    `log start − position` records lost (assuming the topic was not also recreated, which
+//!    without topic ids cannot be told); otherwise → TopicReset (the log is shorter than our
+//!    position: recreated, or truncated by an unclean leader election). librdkafka also reports
+//!    `LogTruncation` (-139) when, after a leader change, OffsetForLeaderEpoch shows the log
+//!    ends below our position (KIP-320, librdkafka ≥ 2.1); the engine should route it here too.
+//!    Misses: anything that leaves our position in range — a recreated topic that already
+//!    holds more records than our position (the weakness of Kafka PR 23091), and on brokers
+//!    that answer a fetch past the high watermark with no error (nisshi, tansu here) the
+//!    shorter case as well. Hence the periodic check below.
+//! 2. **Topic id changed** (KIP-516): certain proof of recreation. Unavailable on brokers
+//!    before 2.8 and on any client that does not read it; then the fallbacks below apply.
+//! 3. **Leader epoch went backwards**: epochs only grow within one topic's lifetime and a
+//!    recreated topic starts again at 0, so a regression proves recreation. Misses a recreated
+//!    topic whose epoch has already caught up with the old one, and an old topic still at
+//!    epoch 0. Both values must come from the same source (the partition's current leader
+//!    epoch from metadata); never mix with record-batch epochs.
+//! 4. **Log start dropped to 0** from above 0: retention and DeleteRecords only move the log
+//!    start forward, and an in-sync replica that becomes leader knows the leader's log start,
+//!    so falling back to exactly 0 means a new log. Catches some recreated topics that grew
+//!    past our position, but only if the old topic had already deleted records. A smaller
+//!    drop is deliberately not used: a freshly elected leader may briefly lag on the log start,
+//!    and a false TopicReset forces the operator into a harmful reset.
+//! 5. **High watermark went backwards** (below the highest seen) or **our position is past
+//!    the high watermark**: the log no longer holds offsets that existed (recreated shorter,
+//!    or truncated). Needs watermarks from ListOffsets (`fetch_watermarks`): since KIP-207
+//!    (Kafka 2.2) a new leader answers OFFSET_NOT_AVAILABLE instead of a lower value, whereas
+//!    watermarks cached from fetch responses can dip briefly during a leader change. Brokers
+//!    with wrong watermarks (tansu here reports last batch base + 1) give false TopicResets.
+//! 6. **Log start past our position** on an idle partition: retention deleted records we had
+//!    not replicated; no fetch happens, so no error would ever come.
+//!
+//! **Undetectable:** without topic ids and leader epochs, a topic deleted and recreated between
+//! two checks that, by the time we look, holds at least as many records as the highest high
+//! watermark we saw (and whose old log started at 0) looks exactly like the old topic having
+//! grown. Watermarks alone cannot see it; the remedy is to supply topic ids.
+//!
+//! # What rdkafka 0.39 exposes
+//!
+//! Neither topic ids nor leader epochs are in the safe API: `MetadataTopic` has name,
+//! partitions and error; `MetadataPartition` has id, leader, replicas, isr and error;
+//! `TopicPartitionListElem` and `BorrowedMessage` have no epoch getter; `AdminClient` has no
+//! DescribeTopics. rdkafka-sys 4.10 (librdkafka 2.12.1) has them through FFI only:
+//! `rd_kafka_DescribeTopics` + `rd_kafka_TopicDescription_topic_id` (topic ids, librdkafka
+//! ≥ 2.3), `rd_kafka_topic_partition_get_leader_epoch` (e.g. on ListOffsets results) and
+//! `rd_kafka_message_leader_epoch` (record batch epoch). Until the engine wraps these,
+//! `topic_id` and `leader_epoch` are `None` and signals 4–6 carry the check.
+//!
+//! # Choices
+//!
+//! - **DataLoss wins.** When recreation and deleted records show together, the partition is
+//!   DataLoss: it has the unrecoverable consequence and its remedies make the operator accept
+//!   the gap explicitly. On a recreated topic the position is meaningless, so records count as
+//!   lost when the new log no longer starts at 0 (at least log start records).
+//! - **Failed log start lookup → DataLoss** with unknown counts (PR 23091 chose TopicReset).
+//!   Loss cannot be ruled out, and TopicReset's remedy `RestartFromEarliest` would accept a gap
+//!   silently, while DataLoss's `ResumeFromLogStart` does the same seek with the gap
+//!   acknowledged. The partition still fails: never the silent path.
+
+use std::collections::HashSet;
+use std::fmt::Write as _;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::reset::{allowed_strategies, describe_tp, failure_type_name, strategy_name};
+use crate::api::{FailureType, PartitionFailure, ResetRequest, ResetStrategy, TopicPartitionRef};
+
+/// How many records were deleted before replication.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecordsLost {
+    /// Known exactly (same topic, log start past our position).
+    Exactly(i64),
+    /// A lower bound (recreation involved, or suspected).
+    AtLeast(i64),
+    /// Not known (lookup failed, or records of a deleted topic).
+    Unknown,
+}
+
+/// One piece of evidence behind a detection; rendered in the failure message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Signal {
+    /// The broker answered OFFSET_OUT_OF_RANGE (or log truncation) for our position.
+    OutOfRange,
+    /// The log start lookup after an out-of-range error failed.
+    LogStartLookupFailed {
+        /// The lookup error.
+        error: String,
+    },
+    /// The topic id differs from the one recorded (ids absent when only a boolean was known).
+    TopicIdChanged {
+        /// Recorded id.
+        previous: Option<String>,
+        /// Current id.
+        current: Option<String>,
+    },
+    /// The topic id is the same: the topic was not recreated.
+    TopicIdUnchanged,
+    /// The partition leader epoch went backwards.
+    LeaderEpochRegressed {
+        /// Highest epoch recorded.
+        previous: i32,
+        /// Current epoch.
+        current: i32,
+    },
+    /// The log start offset fell back to 0 from above 0.
+    LogStartDroppedToZero {
+        /// Highest log start recorded.
+        previous: i64,
+    },
+    /// The high watermark fell below the highest one seen.
+    HighWatermarkRegressed {
+        /// Highest high watermark recorded.
+        previous: i64,
+        /// Current high watermark.
+        current: i64,
+    },
+    /// Our position is past the current high watermark.
+    PositionPastEnd {
+        /// Current high watermark.
+        high_watermark: i64,
+    },
+    /// The log start offset is past our position.
+    LogStartPastPosition {
+        /// Current log start.
+        log_start: i64,
+    },
+    /// The recreated topic's log no longer starts at 0.
+    RecreatedLogStartAboveZero {
+        /// Current log start.
+        log_start: i64,
+    },
+}
+
+impl Signal {
+    fn describe(&self, position: i64) -> String {
+        match self {
+            Signal::OutOfRange => {
+                format!("the source broker answered OFFSET_OUT_OF_RANGE for offset {position}")
+            }
+            Signal::LogStartLookupFailed { error } => {
+                format!("looking up the log start offset failed ({error})")
+            }
+            Signal::TopicIdChanged {
+                previous: Some(p),
+                current: Some(c),
+            } => {
+                format!(
+                    "the topic id changed from {p} to {c} (the topic was deleted and recreated)"
+                )
+            }
+            Signal::TopicIdChanged { .. } => {
+                "the topic id changed (the topic was deleted and recreated)".to_string()
+            }
+            Signal::TopicIdUnchanged => {
+                "the topic id is unchanged, so the log was truncated rather than recreated \
+                 (e.g. unclean leader election)"
+                    .to_string()
+            }
+            Signal::LeaderEpochRegressed { previous, current } => format!(
+                "the partition leader epoch went back from {previous} to {current} (epochs only \
+                 grow within one topic's lifetime)"
+            ),
+            Signal::LogStartDroppedToZero { previous } => format!(
+                "the log start offset fell from {previous} to 0 (it only moves forward within \
+                 one topic's lifetime)"
+            ),
+            Signal::HighWatermarkRegressed { previous, current } => {
+                format!("the high watermark went back from {previous} to {current}")
+            }
+            Signal::PositionPastEnd { high_watermark } => format!(
+                "the next offset to replicate, {position}, is past the high watermark \
+                 {high_watermark}: offsets {high_watermark} to {} were replicated but no longer \
+                 exist on the source",
+                position - 1
+            ),
+            Signal::LogStartPastPosition { log_start } => format!(
+                "the log start offset {log_start} is past offset {position}, the next to replicate"
+            ),
+            Signal::RecreatedLogStartAboveZero { log_start } => format!(
+                "the recreated topic's log starts at offset {log_start}: its offsets 0 to {} \
+                 were deleted before replication",
+                log_start - 1
+            ),
+        }
+    }
+}
+
+/// A DataLoss or TopicReset found on one partition.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Detection {
+    /// The source partition.
+    pub tp: TopicPartitionRef,
+    /// DataLoss or TopicReset.
+    pub type_: FailureType,
+    /// Our position: the next offset replication needed.
+    pub requested_offset: i64,
+    /// The log start offset when known.
+    pub log_start: Option<i64>,
+    /// The high watermark when known.
+    pub high_watermark: Option<i64>,
+    /// Records deleted before replication.
+    pub records_lost: RecordsLost,
+    /// Evidence, in the order it was checked.
+    pub signals: Vec<Signal>,
+}
+
+/// The flow a failure belongs to, for the `kubectl` command in messages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlowRef<'a> {
+    /// Namespace of the MirrorFlow.
+    pub namespace: &'a str,
+    /// Name of the MirrorFlow.
+    pub name: &'a str,
+}
+
+/// Classify an out-of-range error for `position` on `tp`.
+///
+/// `log_start` is the partition's log start offset, or the lookup error. `topic_id_changed` is
+/// `Some` when topic ids were compared. See the module docs for the rules.
+pub fn classify_out_of_range(
+    tp: TopicPartitionRef,
+    position: i64,
+    log_start: Result<i64, String>,
+    topic_id_changed: Option<bool>,
+) -> Detection {
+    let recreated = topic_id_changed == Some(true);
+    let mut signals = vec![Signal::OutOfRange];
+    match topic_id_changed {
+        Some(true) => signals.push(Signal::TopicIdChanged {
+            previous: None,
+            current: None,
+        }),
+        Some(false) => signals.push(Signal::TopicIdUnchanged),
+        None => {}
+    }
+    let (type_, records_lost, ls) = match log_start {
+        Err(error) => {
+            signals.push(Signal::LogStartLookupFailed { error });
+            (FailureType::DataLoss, RecordsLost::Unknown, None)
+        }
+        Ok(ls) if recreated && ls > 0 => {
+            signals.push(Signal::RecreatedLogStartAboveZero { log_start: ls });
+            (FailureType::DataLoss, RecordsLost::AtLeast(ls), Some(ls))
+        }
+        Ok(ls) if !recreated && ls > position => {
+            signals.push(Signal::LogStartPastPosition { log_start: ls });
+            (
+                FailureType::DataLoss,
+                RecordsLost::Exactly(ls - position),
+                Some(ls),
+            )
+        }
+        Ok(ls) => (FailureType::TopicReset, RecordsLost::Unknown, Some(ls)),
+    };
+    Detection {
+        tp,
+        type_,
+        requested_offset: position,
+        log_start: ls,
+        high_watermark: None,
+        records_lost,
+        signals,
+    }
+}
+
+/// What the engine observed on a source partition just now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PartitionObservation {
+    /// Topic id (KIP-516), when the broker and client provide it.
+    pub topic_id: Option<String>,
+    /// Log start offset (ListOffsets earliest).
+    pub log_start: i64,
+    /// High watermark (ListOffsets latest, not the fetch-cached value).
+    pub high_watermark: i64,
+    /// Current partition leader epoch, when known (negative values count as unknown).
+    pub leader_epoch: Option<i32>,
+}
+
+/// What we recorded about a partition we replicate.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KnownPartition {
+    /// The source partition.
+    pub tp: TopicPartitionRef,
+    /// Next offset to replicate (last replicated + 1).
+    pub position: i64,
+    /// Topic id when first seen.
+    pub topic_id: Option<String>,
+    /// Highest high watermark seen.
+    pub high_watermark: Option<i64>,
+    /// Highest log start seen.
+    pub log_start: Option<i64>,
+    /// Highest leader epoch seen.
+    pub leader_epoch: Option<i32>,
+}
+
+impl KnownPartition {
+    /// A fresh record at `position` with nothing observed yet.
+    pub fn new(tp: TopicPartitionRef, position: i64) -> Self {
+        Self {
+            tp,
+            position,
+            topic_id: None,
+            high_watermark: None,
+            log_start: None,
+            leader_epoch: None,
+        }
+    }
+
+    /// A record whose baseline is `now`: after a reset, the new topic (or the moved log) is the
+    /// reference, so old watermarks and ids must not flag it again.
+    pub fn baseline(tp: TopicPartitionRef, position: i64, now: &PartitionObservation) -> Self {
+        let mut k = Self::new(tp, position);
+        k.record(now);
+        k
+    }
+
+    /// Fold in an observation for which [`check_partition`] returned `None`: keep the first
+    /// topic id and the highest watermarks and epoch. An observation without a topic id keeps
+    /// the recorded one (a client or broker that cannot see ids is not a recreation).
+    pub fn record(&mut self, now: &PartitionObservation) {
+        if now.topic_id.is_some() {
+            self.topic_id.clone_from(&now.topic_id);
+        }
+        self.high_watermark = Some(
+            self.high_watermark
+                .map_or(now.high_watermark, |h| h.max(now.high_watermark)),
+        );
+        self.log_start = Some(
+            self.log_start
+                .map_or(now.log_start, |l| l.max(now.log_start)),
+        );
+        if let Some(e) = valid_epoch(now.leader_epoch) {
+            self.leader_epoch = Some(self.leader_epoch.map_or(e, |p| p.max(e)));
+        }
+    }
+}
+
+fn valid_epoch(e: Option<i32>) -> Option<i32> {
+    e.filter(|e| *e >= 0)
+}
+
+/// Check a partition without waiting for a fetch error: catches silent TopicResets and purged
+/// idle partitions. `None` means no problem seen (then call [`KnownPartition::record`]).
+pub fn check_partition(stored: &KnownPartition, now: &PartitionObservation) -> Option<Detection> {
+    let position = stored.position;
+    let mut signals = Vec::new();
+
+    let id_changed = match (&stored.topic_id, &now.topic_id) {
+        (Some(p), Some(c)) if p != c => {
+            signals.push(Signal::TopicIdChanged {
+                previous: Some(p.clone()),
+                current: Some(c.clone()),
+            });
+            true
+        }
+        _ => false,
+    };
+    let epoch_regressed = match (
+        valid_epoch(stored.leader_epoch),
+        valid_epoch(now.leader_epoch),
+    ) {
+        (Some(p), Some(c)) if c < p => {
+            signals.push(Signal::LeaderEpochRegressed {
+                previous: p,
+                current: c,
+            });
+            true
+        }
+        _ => false,
+    };
+    let log_start_zeroed = match stored.log_start {
+        Some(p) if p > 0 && now.log_start == 0 => {
+            signals.push(Signal::LogStartDroppedToZero { previous: p });
+            true
+        }
+        _ => false,
+    };
+    let hwm_regressed = match stored.high_watermark {
+        Some(p) if now.high_watermark < p => {
+            signals.push(Signal::HighWatermarkRegressed {
+                previous: p,
+                current: now.high_watermark,
+            });
+            true
+        }
+        _ => false,
+    };
+    let past_end = position > now.high_watermark;
+    if past_end {
+        signals.push(Signal::PositionPastEnd {
+            high_watermark: now.high_watermark,
+        });
+    }
+
+    // Proven recreation: our position belongs to the old topic, the new one starts at 0.
+    let recreated = id_changed || epoch_regressed;
+    let suspected = log_start_zeroed || hwm_regressed || past_end;
+
+    let (type_, records_lost) = if recreated && now.log_start > 0 {
+        signals.push(Signal::RecreatedLogStartAboveZero {
+            log_start: now.log_start,
+        });
+        (FailureType::DataLoss, RecordsLost::AtLeast(now.log_start))
+    } else if !recreated && now.log_start > position {
+        signals.push(Signal::LogStartPastPosition {
+            log_start: now.log_start,
+        });
+        let n = now.log_start - position;
+        // A regressed watermark hints at recreation: then more may be gone than the gap shows.
+        let lost = if suspected {
+            RecordsLost::AtLeast(n)
+        } else {
+            RecordsLost::Exactly(n)
+        };
+        (FailureType::DataLoss, lost)
+    } else if recreated || suspected {
+        (FailureType::TopicReset, RecordsLost::Unknown)
+    } else {
+        return None;
+    };
+    Some(Detection {
+        tp: stored.tp.clone(),
+        type_,
+        requested_offset: position,
+        log_start: Some(now.log_start),
+        high_watermark: Some(now.high_watermark),
+        records_lost,
+        signals,
+    })
+}
+
+/// The most serious type among several detections: DataLoss wins (for flow-level conditions).
+pub fn worst_failure_type(types: impl IntoIterator<Item = FailureType>) -> Option<FailureType> {
+    types.into_iter().fold(None, |acc, t| match (acc, t) {
+        (Some(FailureType::DataLoss), _) | (_, FailureType::DataLoss) => {
+            Some(FailureType::DataLoss)
+        }
+        _ => Some(FailureType::TopicReset),
+    })
+}
+
+impl Detection {
+    /// Records lost when known exactly (the `recordsLost` status field).
+    pub fn records_lost_exact(&self) -> Option<i64> {
+        match self.records_lost {
+            RecordsLost::Exactly(n) => Some(n),
+            _ => None,
+        }
+    }
+
+    /// A reset id unique to this failure (type, topic, partition, detection time); within the
+    /// CRD's 128 characters.
+    pub fn suggested_reset_id(&self, detected_at: &Time) -> String {
+        let kind = match self.type_ {
+            FailureType::DataLoss => "dataloss",
+            FailureType::TopicReset => "topicreset",
+        };
+        const MAX_TOPIC: usize = 64;
+        let topic = if self.tp.topic.len() <= MAX_TOPIC {
+            self.tp.topic.clone()
+        } else {
+            // Topic names are ASCII in Kafka; cut on a char boundary anyway, and keep ids of
+            // topics sharing a long prefix apart with a hash of the full name.
+            let cut: String = self.tp.topic.chars().take(MAX_TOPIC).collect();
+            format!("{cut}.{:08x}", fnv1a32(self.tp.topic.as_bytes()))
+        };
+        format!(
+            "{kind}-{topic}-{}-{}",
+            self.tp.partition,
+            detected_at.0.as_second()
+        )
+    }
+
+    /// What happened, the offsets, the records lost, and the exact command to clear it.
+    pub fn message(&self, flow: FlowRef<'_>, detected_at: &Time) -> String {
+        let tp = describe_tp(&self.tp);
+        let pos = self.requested_offset;
+        let mut m = match self.type_ {
+            FailureType::DataLoss => self.data_loss_summary(&tp),
+            FailureType::TopicReset => self.topic_reset_summary(&tp),
+        };
+        let evidence: Vec<String> = self.signals.iter().map(|s| s.describe(pos)).collect();
+        if !evidence.is_empty() {
+            let _ = write!(m, " Evidence: {}.", evidence.join("; "));
+        }
+        if self.type_ == FailureType::TopicReset {
+            if let Some(ls) = self.log_start.filter(|ls| *ls > 0) {
+                let _ = write!(
+                    m,
+                    " Note: the log now starts at offset {ls}; if the topic was recreated, its \
+                     offsets 0 to {} were deleted before replication and no reset brings them \
+                     back.",
+                    ls - 1
+                );
+            }
+        }
+        m.push_str(" Replication of this partition is stopped; other partitions continue.");
+
+        let allowed = allowed_strategies(self.type_);
+        let id = self.suggested_reset_id(detected_at);
+        let cmd = reset_command(flow, &id, allowed[0], std::slice::from_ref(&self.tp));
+        match self.type_ {
+            FailureType::DataLoss => {
+                let _ = write!(
+                    m,
+                    " To accept the gap and resume at the log start, run: {cmd}."
+                );
+            }
+            FailureType::TopicReset => {
+                let _ = write!(
+                    m,
+                    " To replicate the new topic from its beginning, run: {cmd} (records already \
+                     mirrored stay on the target; the new topic's records are appended after them)."
+                );
+            }
+        }
+        let names: Vec<&str> = allowed.iter().map(|s| strategy_name(*s)).collect();
+        let _ = write!(
+            m,
+            " Or use strategy SkipToLatest to replicate only records written from now on. \
+             Allowed strategies for {}: {}. Omit `partitions` to reset every failed partition at \
+             once (each must allow the strategy).",
+            failure_type_name(self.type_),
+            names.join(", ")
+        );
+        m
+    }
+
+    fn data_loss_summary(&self, tp: &str) -> String {
+        let pos = self.requested_offset;
+        match (self.log_start, self.records_lost) {
+            (Some(ls), RecordsLost::Exactly(n)) => format!(
+                "DataLoss on source {tp}: records were deleted on the source before they were \
+                 replicated. Replication needed offset {pos} but the log now starts at offset \
+                 {ls}: {n} records (offsets {pos} to {}) are lost.",
+                ls - 1
+            ),
+            (ls, RecordsLost::AtLeast(n)) => {
+                let ls = ls
+                    .map(|ls| format!("; the log now starts at offset {ls}"))
+                    .unwrap_or_default();
+                format!(
+                    "DataLoss on source {tp}: records were deleted on the source before they were \
+                     replicated. Replication was at offset {pos}{ls}: at least {n} records are \
+                     lost."
+                )
+            }
+            _ => format!(
+                "DataLoss on source {tp}: offset {pos}, the next to replicate, is gone from the \
+                 source, and records may have been deleted before they were replicated; how many \
+                 is unknown, and a recreated topic cannot be ruled out. Check the partition's \
+                 offsets on the source before choosing."
+            ),
+        }
+    }
+
+    fn topic_reset_summary(&self, tp: &str) -> String {
+        let pos = self.requested_offset;
+        let mut m = format!(
+            "TopicReset on source {tp}: the source no longer holds offsets that were already \
+             replicated; the topic was deleted and recreated (or its log was truncated). \
+             Replication was at offset {pos}"
+        );
+        if let Some(ls) = self.log_start {
+            let _ = write!(m, "; log start {ls}");
+        }
+        if let Some(h) = self.high_watermark {
+            let _ = write!(m, "; high watermark {h}");
+        }
+        let _ = write!(
+            m,
+            ". If the topic was recreated, records the old topic held beyond offset {pos} were \
+             not replicated and cannot be counted."
+        );
+        m
+    }
+
+    /// The status entry for this detection.
+    pub fn to_failure(&self, flow: FlowRef<'_>, detected_at: Time) -> PartitionFailure {
+        PartitionFailure {
+            type_: self.type_,
+            topic: self.tp.topic.clone(),
+            partition: self.tp.partition,
+            requested_offset: self.requested_offset,
+            log_start_offset: self.log_start,
+            records_lost: self.records_lost_exact(),
+            message: Some(self.message(flow, &detected_at)),
+            detected_at,
+        }
+    }
+}
+
+/// `kubectl -n NS patch mirrorflow NAME --type merge -p '{"spec":{"reset":{...}}}'`.
+pub fn reset_command(
+    flow: FlowRef<'_>,
+    id: &str,
+    strategy: ResetStrategy,
+    partitions: &[TopicPartitionRef],
+) -> String {
+    // Serialize the API type itself so the patch always matches the CRD; structs (not a
+    // `json!` map) keep the field order stable: id, strategy, partitions.
+    #[derive(serde::Serialize)]
+    struct Patch<'a> {
+        spec: Spec<'a>,
+    }
+    #[derive(serde::Serialize)]
+    struct Spec<'a> {
+        reset: &'a ResetRequest,
+    }
+    let reset = ResetRequest {
+        id: id.to_string(),
+        strategy,
+        partitions: partitions.to_vec(),
+    };
+    let patch = serde_json::to_string(&Patch {
+        spec: Spec { reset: &reset },
+    })
+    .expect("a ResetRequest serializes");
+    format!(
+        "kubectl -n {} patch mirrorflow {} --type merge -p '{}'",
+        flow.namespace, flow.name, patch
+    )
+}
+
+fn fnv1a32(bytes: &[u8]) -> u32 {
+    bytes.iter().fold(0x811c_9dc5u32, |h, b| {
+        (h ^ u32::from(*b)).wrapping_mul(0x0100_0193)
+    })
+}
+
+/// Identity of a reported failure: a new requested offset or type is a new failure.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct FailureKey {
+    /// The source partition.
+    pub tp: TopicPartitionRef,
+    /// DataLoss or TopicReset.
+    pub type_: FailureType,
+    /// The position that failed.
+    pub requested_offset: i64,
+}
+
+impl From<&Detection> for FailureKey {
+    fn from(d: &Detection) -> Self {
+        Self {
+            tp: d.tp.clone(),
+            type_: d.type_,
+            requested_offset: d.requested_offset,
+        }
+    }
+}
+
+impl From<&PartitionFailure> for FailureKey {
+    fn from(f: &PartitionFailure) -> Self {
+        Self {
+            tp: TopicPartitionRef {
+                topic: f.topic.clone(),
+                partition: f.partition,
+            },
+            type_: f.type_,
+            requested_offset: f.requested_offset,
+        }
+    }
+}
+
+/// Remembers which failures were already logged, so each is logged once at error level even
+/// though the engine sees it on every poll or check.
+#[derive(Clone, Debug, Default)]
+pub struct ReportedFailures {
+    seen: HashSet<FailureKey>,
+}
+
+impl ReportedFailures {
+    /// True the first time `key` is seen: log it now.
+    pub fn first_report(&mut self, key: impl Into<FailureKey>) -> bool {
+        self.seen.insert(key.into())
+    }
+
+    /// Forget a partition once it was reset, so a later failure is logged again.
+    pub fn forget(&mut self, tp: &TopicPartitionRef) {
+        self.seen.retain(|k| &k.tp != tp);
+    }
+
+    /// Number of remembered failures.
+    pub fn len(&self) -> usize {
+        self.seen.len()
+    }
+
+    /// True if nothing is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.seen.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::worker::validation::reset::{plan_reset, ResetDecision, SeekTarget};
+    use pretty_assertions::assert_eq;
+    use FailureType::{DataLoss, TopicReset};
+
+    fn tp(topic: &str, partition: i32) -> TopicPartitionRef {
+        TopicPartitionRef {
+            topic: topic.into(),
+            partition,
+        }
+    }
+
+    fn t0() -> Time {
+        Time(jiff::Timestamp::from_second(1_700_000_000).unwrap())
+    }
+
+    const FLOW: FlowRef<'static> = FlowRef {
+        namespace: "kafka",
+        name: "dc1-to-dc2",
+    };
+
+    #[test]
+    fn out_of_range_rows() {
+        // (position, log start, topic id changed) → (type, records lost, log start)
+        type Row = (
+            i64,
+            Result<i64, String>,
+            Option<bool>,
+            FailureType,
+            RecordsLost,
+            Option<i64>,
+        );
+        let rows: Vec<Row> = vec![
+            // Log start past position: retention deleted unreplicated records.
+            (
+                120,
+                Ok(500),
+                None,
+                DataLoss,
+                RecordsLost::Exactly(380),
+                Some(500),
+            ),
+            (
+                120,
+                Ok(121),
+                Some(false),
+                DataLoss,
+                RecordsLost::Exactly(1),
+                Some(121),
+            ),
+            // Log start at or below position: the log is shorter than our position.
+            (120, Ok(0), None, TopicReset, RecordsLost::Unknown, Some(0)),
+            (
+                120,
+                Ok(120),
+                None,
+                TopicReset,
+                RecordsLost::Unknown,
+                Some(120),
+            ),
+            (
+                120,
+                Ok(50),
+                Some(false),
+                TopicReset,
+                RecordsLost::Unknown,
+                Some(50),
+            ),
+            (
+                120,
+                Ok(0),
+                Some(true),
+                TopicReset,
+                RecordsLost::Unknown,
+                Some(0),
+            ),
+            // Both signals: DataLoss wins; on the new topic the loss starts at 0.
+            (
+                120,
+                Ok(50),
+                Some(true),
+                DataLoss,
+                RecordsLost::AtLeast(50),
+                Some(50),
+            ),
+            (
+                120,
+                Ok(500),
+                Some(true),
+                DataLoss,
+                RecordsLost::AtLeast(500),
+                Some(500),
+            ),
+            // Failed lookup: still fails, as DataLoss with unknown counts.
+            (
+                120,
+                Err("timed out".into()),
+                None,
+                DataLoss,
+                RecordsLost::Unknown,
+                None,
+            ),
+            (
+                120,
+                Err("timed out".into()),
+                Some(true),
+                DataLoss,
+                RecordsLost::Unknown,
+                None,
+            ),
+        ];
+        for (pos, ls, changed, want_type, want_lost, want_ls) in rows {
+            let d = classify_out_of_range(tp("orders", 3), pos, ls.clone(), changed);
+            let ctx = format!("pos {pos} ls {ls:?} changed {changed:?}");
+            assert_eq!(d.type_, want_type, "{ctx}");
+            assert_eq!(d.records_lost, want_lost, "{ctx}");
+            assert_eq!(d.log_start, want_ls, "{ctx}");
+            assert_eq!(d.requested_offset, pos, "{ctx}");
+            assert_eq!(d.tp, tp("orders", 3), "{ctx}");
+            assert_eq!(d.signals[0], Signal::OutOfRange, "{ctx}");
+        }
+    }
+
+    #[test]
+    fn failed_lookup_message_says_unknown_and_error() {
+        let d = classify_out_of_range(
+            tp("orders", 3),
+            120,
+            Err("ListOffsets: broker down".into()),
+            None,
+        );
+        let f = d.to_failure(FLOW, t0());
+        assert_eq!(f.type_, DataLoss);
+        assert_eq!(f.log_start_offset, None);
+        assert_eq!(f.records_lost, None);
+        let m = f.message.unwrap();
+        for want in [
+            "topic \"orders\" partition 3",
+            "offset 120",
+            "ListOffsets: broker down",
+            "may have been deleted",
+            "how many is unknown",
+            "ResumeFromLogStart",
+        ] {
+            assert!(m.contains(want), "missing {want:?} in {m}");
+        }
+    }
+
+    fn known(position: i64) -> KnownPartition {
+        KnownPartition {
+            tp: tp("orders", 3),
+            position,
+            topic_id: Some("AAA".into()),
+            high_watermark: Some(1000),
+            log_start: Some(0),
+            leader_epoch: Some(5),
+        }
+    }
+
+    fn obs(
+        topic_id: Option<&str>,
+        log_start: i64,
+        hwm: i64,
+        epoch: Option<i32>,
+    ) -> PartitionObservation {
+        PartitionObservation {
+            topic_id: topic_id.map(Into::into),
+            log_start,
+            high_watermark: hwm,
+            leader_epoch: epoch,
+        }
+    }
+
+    #[test]
+    fn check_partition_rows() {
+        type Want = Option<(FailureType, RecordsLost)>;
+        // Stored: id AAA, hwm seen 1000, log start 0, epoch 5, position varies.
+        let rows: Vec<(&str, KnownPartition, PartitionObservation, Want)> = vec![
+            (
+                "healthy, growing",
+                known(900),
+                obs(Some("AAA"), 0, 1200, Some(5)),
+                None,
+            ),
+            (
+                "healthy, caught up",
+                known(1000),
+                obs(Some("AAA"), 0, 1000, Some(6)),
+                None,
+            ),
+            (
+                "healthy, retention behind position",
+                known(900),
+                obs(Some("AAA"), 900, 1000, Some(5)),
+                None,
+            ),
+            (
+                "no ids now: not a change",
+                known(900),
+                obs(None, 0, 1200, None),
+                None,
+            ),
+            (
+                "topic id changed, new topic bigger (silent reset)",
+                known(900),
+                obs(Some("BBB"), 0, 5000, Some(0)),
+                Some((TopicReset, RecordsLost::Unknown)),
+            ),
+            (
+                "topic id changed alone",
+                known(900),
+                obs(Some("BBB"), 0, 5000, Some(5)),
+                Some((TopicReset, RecordsLost::Unknown)),
+            ),
+            (
+                "epoch regressed without ids",
+                known(900),
+                obs(None, 0, 5000, Some(0)),
+                Some((TopicReset, RecordsLost::Unknown)),
+            ),
+            (
+                "hwm went back below seen",
+                known(900),
+                obs(Some("AAA"), 0, 950, Some(5)),
+                Some((TopicReset, RecordsLost::Unknown)),
+            ),
+            (
+                "position past hwm (shorter topic, no fetch error)",
+                known(900),
+                obs(None, 0, 40, None),
+                Some((TopicReset, RecordsLost::Unknown)),
+            ),
+            (
+                "idle partition purged",
+                known(900),
+                obs(Some("AAA"), 1000, 1000, Some(5)),
+                Some((DataLoss, RecordsLost::Exactly(100))),
+            ),
+            (
+                "recreated and purged: DataLoss wins",
+                known(900),
+                obs(Some("BBB"), 300, 5000, Some(0)),
+                Some((DataLoss, RecordsLost::AtLeast(300))),
+            ),
+            (
+                "recreated, purged past position: DataLoss wins",
+                known(900),
+                obs(Some("BBB"), 950, 5000, None),
+                Some((DataLoss, RecordsLost::AtLeast(950))),
+            ),
+            (
+                "hwm regressed and purged past position: lower bound",
+                known(900),
+                obs(None, 920, 950, None),
+                Some((DataLoss, RecordsLost::AtLeast(20))),
+            ),
+        ];
+        for (name, stored, now, want) in rows {
+            let got = check_partition(&stored, &now);
+            assert_eq!(
+                got.as_ref().map(|d| (d.type_, d.records_lost)),
+                want,
+                "{name}"
+            );
+            if let Some(d) = got {
+                assert_eq!(d.requested_offset, stored.position, "{name}");
+                assert_eq!(d.log_start, Some(now.log_start), "{name}");
+                assert_eq!(d.high_watermark, Some(now.high_watermark), "{name}");
+                assert!(!d.signals.is_empty(), "{name}");
+            }
+        }
+    }
+
+    #[test]
+    fn log_start_drop_to_zero() {
+        let mut stored = known(900);
+        stored.topic_id = None;
+        stored.leader_epoch = None;
+        stored.log_start = Some(400);
+        // Recreated topic already past every watermark we saw: only the log start shows it.
+        let d = check_partition(&stored, &obs(None, 0, 5000, None)).unwrap();
+        assert_eq!(d.type_, TopicReset);
+        assert_eq!(
+            d.signals,
+            vec![Signal::LogStartDroppedToZero { previous: 400 }]
+        );
+        // A small drop is not used (leader change noise).
+        assert_eq!(check_partition(&stored, &obs(None, 390, 5000, None)), None);
+        // Old log started at 0: undetectable without ids or epochs (documented).
+        stored.log_start = Some(0);
+        assert_eq!(check_partition(&stored, &obs(None, 0, 5000, None)), None);
+    }
+
+    #[test]
+    fn negative_epochs_are_unknown() {
+        let stored = known(900);
+        assert_eq!(
+            check_partition(&stored, &obs(Some("AAA"), 0, 1200, Some(-1))),
+            None
+        );
+    }
+
+    #[test]
+    fn record_keeps_highest_and_first_id() {
+        let mut k = KnownPartition::new(tp("orders", 0), 10);
+        k.record(&obs(Some("AAA"), 5, 100, Some(2)));
+        k.record(&obs(None, 3, 90, Some(-1)));
+        assert_eq!(k.topic_id.as_deref(), Some("AAA"));
+        assert_eq!(k.high_watermark, Some(100));
+        assert_eq!(k.log_start, Some(5));
+        assert_eq!(k.leader_epoch, Some(2));
+        // After a reset the new topic is the baseline: the same observation is healthy.
+        let now = obs(Some("BBB"), 0, 30, Some(0));
+        assert!(check_partition(&k, &now).is_some());
+        let fresh = KnownPartition::baseline(tp("orders", 0), 0, &now);
+        assert_eq!(check_partition(&fresh, &now), None);
+    }
+
+    #[test]
+    fn worst_type() {
+        assert_eq!(worst_failure_type([]), None);
+        assert_eq!(
+            worst_failure_type([TopicReset, TopicReset]),
+            Some(TopicReset)
+        );
+        assert_eq!(
+            worst_failure_type([TopicReset, DataLoss, TopicReset]),
+            Some(DataLoss)
+        );
+        assert_eq!(worst_failure_type([DataLoss]), Some(DataLoss));
+    }
+
+    #[test]
+    fn failure_messages() {
+        let rows: Vec<(Detection, Vec<&str>)> = vec![
+            (
+                classify_out_of_range(tp("orders", 3), 120, Ok(500), None),
+                vec![
+                    "DataLoss on source topic \"orders\" partition 3",
+                    "needed offset 120 but the log now starts at offset 500: 380 records (offsets 120 to 499) are lost",
+                    "OFFSET_OUT_OF_RANGE for offset 120",
+                    r#"kubectl -n kafka patch mirrorflow dc1-to-dc2 --type merge -p '{"spec":{"reset":{"id":"dataloss-orders-3-1700000000","strategy":"ResumeFromLogStart","partitions":[{"topic":"orders","partition":3}]}}}'"#,
+                    "SkipToLatest",
+                    "Allowed strategies for DataLoss: ResumeFromLogStart, SkipToLatest",
+                ],
+            ),
+            (
+                classify_out_of_range(tp("orders", 3), 120, Ok(0), None),
+                vec![
+                    "TopicReset on source topic \"orders\" partition 3",
+                    "offset 120; log start 0",
+                    "\"strategy\":\"RestartFromEarliest\"",
+                    "appended after them",
+                    "Allowed strategies for TopicReset: RestartFromEarliest, SkipToLatest",
+                ],
+            ),
+            (
+                check_partition(&known(900), &obs(Some("BBB"), 0, 5000, None)).unwrap(),
+                vec!["topic id changed from AAA to BBB", "offset 900; log start 0; high watermark 5000"],
+            ),
+            (
+                check_partition(&known(900), &obs(None, 0, 40, None)).unwrap(),
+                vec!["high watermark went back from 1000 to 40", "offsets 40 to 899 were replicated but no longer exist"],
+            ),
+            (
+                check_partition(&known(900), &obs(None, 10, 40, None)).unwrap(),
+                vec!["log now starts at offset 10", "offsets 0 to 9 were deleted"],
+            ),
+            (
+                check_partition(&known(900), &obs(Some("BBB"), 300, 5000, None)).unwrap(),
+                vec!["at least 300 records are lost", "recreated topic's log starts at offset 300"],
+            ),
+        ];
+        for (d, wants) in rows {
+            let m = d.message(FLOW, &t0());
+            for w in wants {
+                assert!(m.contains(w), "missing {w:?} in {m}");
+            }
+        }
+    }
+
+    #[test]
+    fn suggested_command_is_accepted_by_plan_reset() {
+        // The command in each message, fed back as a request, applies to that partition.
+        for d in [
+            classify_out_of_range(tp("orders", 3), 120, Ok(500), None),
+            classify_out_of_range(tp("orders", 3), 120, Ok(0), None),
+            classify_out_of_range(tp("orders", 3), 120, Err("x".into()), None),
+        ] {
+            let f = d.to_failure(FLOW, t0());
+            let m = f.message.clone().unwrap();
+            let json = m.split("-p '").nth(1).unwrap().split('\'').next().unwrap();
+            let v: serde_json::Value = serde_json::from_str(json).unwrap();
+            let req: ResetRequest = serde_json::from_value(v["spec"]["reset"].clone()).unwrap();
+            assert!(req.id.len() <= 128);
+            let ResetDecision::Apply(actions) = plan_reset(&req, std::slice::from_ref(&f), None)
+            else {
+                panic!("suggested request refused: {m}")
+            };
+            assert_eq!(actions[0].tp, tp("orders", 3));
+            assert_eq!(actions[0].target, SeekTarget::LogStart);
+        }
+    }
+
+    #[test]
+    fn to_failure_fields() {
+        let d = classify_out_of_range(tp("orders", 3), 120, Ok(500), None);
+        let f = d.to_failure(FLOW, t0());
+        assert_eq!(
+            (
+                f.type_,
+                f.topic.as_str(),
+                f.partition,
+                f.requested_offset,
+                f.log_start_offset,
+                f.records_lost,
+                f.detected_at.clone()
+            ),
+            (DataLoss, "orders", 3, 120, Some(500), Some(380), t0())
+        );
+        // Lower bounds are not reported as exact counts.
+        let d = classify_out_of_range(tp("orders", 3), 120, Ok(50), Some(true));
+        assert_eq!(d.to_failure(FLOW, t0()).records_lost, None);
+    }
+
+    #[test]
+    fn reset_ids_distinct_and_bounded() {
+        let long_a = format!("{}a", "x".repeat(200));
+        let long_b = format!("{}b", "x".repeat(200));
+        let ids: Vec<String> = [
+            tp("orders", 3),
+            tp("orders", 4),
+            tp("pay", 3),
+            tp(&long_a, 0),
+            tp(&long_b, 0),
+        ]
+        .into_iter()
+        .map(|tp| classify_out_of_range(tp, 1, Ok(0), None).suggested_reset_id(&t0()))
+        .collect();
+        let unique: HashSet<_> = ids.iter().collect();
+        assert_eq!(unique.len(), ids.len(), "{ids:?}");
+        assert!(ids.iter().all(|id| id.len() <= 128), "{ids:?}");
+        let later = Time(jiff::Timestamp::from_second(1_700_000_060).unwrap());
+        let d = classify_out_of_range(tp("orders", 3), 1, Ok(0), None);
+        assert_ne!(d.suggested_reset_id(&t0()), d.suggested_reset_id(&later));
+    }
+
+    #[test]
+    fn log_once() {
+        let mut r = ReportedFailures::default();
+        let a = classify_out_of_range(tp("orders", 3), 120, Ok(500), None);
+        assert!(r.first_report(&a));
+        assert!(!r.first_report(&a));
+        // The same failure as a status entry is the same key.
+        assert!(!r.first_report(&a.to_failure(FLOW, t0())));
+        // New offset, new type or new partition: logged again.
+        assert!(r.first_report(&classify_out_of_range(tp("orders", 3), 130, Ok(500), None)));
+        assert!(r.first_report(&classify_out_of_range(tp("orders", 3), 120, Ok(0), None)));
+        assert!(r.first_report(&classify_out_of_range(tp("orders", 4), 120, Ok(500), None)));
+        assert_eq!(r.len(), 4);
+        r.forget(&tp("orders", 3));
+        assert_eq!(r.len(), 1);
+        assert!(r.first_report(&a));
+    }
+}
