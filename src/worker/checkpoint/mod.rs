@@ -1,0 +1,2 @@
+//! Consumer-group checkpoints: offset translation and group sync.
+pub mod translate;

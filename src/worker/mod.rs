@@ -1,0 +1,4 @@
+//! Data plane: replication, offset validation and checkpoints.
+pub mod checkpoint;
+pub mod validation;
+pub mod replicate;
