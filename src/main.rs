@@ -19,6 +19,8 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Run the operator: reconcile MirrorFlow and OffsetCheckpoint resources into workers.
+    Controller(mirrorflow::controller::ControllerArgs),
     /// Print the CustomResourceDefinitions (MirrorFlow, OffsetCheckpoint) as YAML.
     Crdgen,
     /// Check a flow file (MirrorFlow + OffsetCheckpoint documents) and print what is wrong.
@@ -32,6 +34,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     logging::init(cli.log_format);
     let result: anyhow::Result<()> = match cli.command {
+        Command::Controller(args) => {
+            runtime().and_then(|rt| rt.block_on(mirrorflow::controller::run(args)))
+        }
         Command::Crdgen => {
             print!("{}", mirrorflow::api::crds_yaml());
             Ok(())
@@ -56,4 +61,10 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
 }

@@ -432,7 +432,7 @@ pub struct MirrorFlowStatus {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct WorkerStatus {
-    /// Worker id (`<flow>-<index>`).
+    /// Worker id (`<flow>-worker-<index>`, the pod name).
     pub id: String,
     /// Partitions this worker owns.
     #[serde(default)]

@@ -1,0 +1,485 @@
+//! Leader election on a `coordination.k8s.io/v1` Lease, so two controller replicas never
+//! reconcile at once. kube 5's runtime has no lease helper, so this is a small one with
+//! client-go's semantics: a lease expires `leaseDurationSeconds` after *we saw it change*
+//! (our clock only, no trust in the holder's clock), updates use optimistic concurrency
+//! (resourceVersion), and a leader that cannot renew within the renew deadline steps down
+//! before anybody may steal the lease.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use backon::{ExponentialBuilder, Retryable};
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::api::{Api, PostParams};
+use kube::Client;
+
+/// Lease timing, client-go's defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseSettings {
+    pub name: String,
+    pub namespace: String,
+    /// This replica's identity (its pod name).
+    pub identity: String,
+    /// How long a lease is valid after its last renewal.
+    pub lease_duration: Duration,
+    /// A leader that could not renew for this long steps down (must be < lease_duration).
+    pub renew_deadline: Duration,
+    /// Interval between attempts (acquire and renew).
+    pub retry_period: Duration,
+}
+
+impl LeaseSettings {
+    /// Settings with client-go's default timing (15 s / 10 s / 2 s).
+    pub fn new(
+        name: impl Into<String>,
+        namespace: impl Into<String>,
+        identity: impl Into<String>,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            namespace: namespace.into(),
+            identity: identity.into(),
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        }
+    }
+}
+
+/// What to do with the lease as it is now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseDecision {
+    /// No Lease object: create it holding it.
+    Create,
+    /// Nobody holds it (released): take it.
+    Acquire,
+    /// We hold it: renew.
+    Renew,
+    /// The holder stopped renewing for longer than the lease duration: take it over.
+    Steal { previous: String },
+    /// Someone else holds a live lease.
+    Wait { holder: String, expires: Timestamp },
+}
+
+/// Decide from the lease's spec (`None`: no Lease object), our identity, now, and when we
+/// first saw the current lease record (holder + renewTime) — expiry is measured on our clock
+/// from that moment, so a skewed clock on the holder cannot make us steal early.
+pub fn decide(
+    lease: Option<&LeaseSpec>,
+    identity: &str,
+    now: Timestamp,
+    record_seen_at: Timestamp,
+    default_duration: Duration,
+) -> LeaseDecision {
+    let Some(spec) = lease else {
+        return LeaseDecision::Create;
+    };
+    let holder = spec.holder_identity.as_deref().unwrap_or_default();
+    if holder.is_empty() {
+        return LeaseDecision::Acquire;
+    }
+    if holder == identity {
+        return LeaseDecision::Renew;
+    }
+    let duration = spec
+        .lease_duration_seconds
+        .filter(|s| *s > 0)
+        .map(|s| SignedDuration::from_secs(i64::from(s)))
+        .unwrap_or_else(|| {
+            SignedDuration::try_from(default_duration).unwrap_or(SignedDuration::MAX)
+        });
+    let expires = record_seen_at
+        .saturating_add(duration)
+        .expect("saturating add of a duration");
+    if now > expires {
+        LeaseDecision::Steal {
+            previous: holder.to_string(),
+        }
+    } else {
+        LeaseDecision::Wait {
+            holder: holder.to_string(),
+            expires,
+        }
+    }
+}
+
+/// The lease spec to write for `decision`; `None` for [`LeaseDecision::Wait`].
+pub fn next_spec(
+    decision: &LeaseDecision,
+    current: Option<&LeaseSpec>,
+    identity: &str,
+    now: Timestamp,
+    duration: Duration,
+) -> Option<LeaseSpec> {
+    let transitions = current.and_then(|s| s.lease_transitions).unwrap_or(0);
+    let fresh = |transitions| LeaseSpec {
+        holder_identity: Some(identity.to_string()),
+        acquire_time: Some(MicroTime(now)),
+        renew_time: Some(MicroTime(now)),
+        lease_duration_seconds: Some(duration.as_secs().try_into().unwrap_or(i32::MAX)),
+        lease_transitions: Some(transitions),
+        ..Default::default()
+    };
+    match decision {
+        LeaseDecision::Wait { .. } => None,
+        LeaseDecision::Create => Some(fresh(0)),
+        LeaseDecision::Acquire | LeaseDecision::Steal { .. } => Some(fresh(transitions + 1)),
+        LeaseDecision::Renew => {
+            let mut s = current.cloned().unwrap_or_default();
+            s.renew_time = Some(MicroTime(now));
+            s.lease_duration_seconds = Some(duration.as_secs().try_into().unwrap_or(i32::MAX));
+            Some(s)
+        }
+    }
+}
+
+/// Result of one acquire-or-renew attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Attempt {
+    /// We hold the lease now.
+    Leader,
+    /// Someone else holds it.
+    Follower { holder: String },
+    /// Somebody wrote the lease between our read and our write; try again.
+    Conflict,
+}
+
+/// Why [`LeaderElector::hold`] returned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HoldOutcome {
+    /// Shutdown was requested while we were leader.
+    Shutdown,
+    /// Another replica holds the lease, or we could not renew within the renew deadline.
+    Lost(String),
+}
+
+/// Acquires, holds and releases one Lease.
+pub struct LeaderElector {
+    api: Api<Lease>,
+    settings: LeaseSettings,
+    /// The last lease record seen (holder, renewTime) and when we first saw it.
+    observed: Mutex<Option<(String, Option<Timestamp>, Timestamp)>>,
+}
+
+impl LeaderElector {
+    /// An elector for the lease in `settings`.
+    pub fn new(client: Client, settings: LeaseSettings) -> Self {
+        Self {
+            api: Api::namespaced(client, &settings.namespace),
+            settings,
+            observed: Mutex::new(None),
+        }
+    }
+
+    /// The settings in use.
+    pub fn settings(&self) -> &LeaseSettings {
+        &self.settings
+    }
+
+    fn record_seen_at(&self, spec: Option<&LeaseSpec>, now: Timestamp) -> Timestamp {
+        let holder = spec
+            .and_then(|s| s.holder_identity.clone())
+            .unwrap_or_default();
+        let renew = spec.and_then(|s| s.renew_time.as_ref()).map(|t| t.0);
+        let mut obs = self.observed.lock().expect("lease observation lock");
+        match &*obs {
+            Some((h, r, at)) if *h == holder && *r == renew => *at,
+            _ => {
+                *obs = Some((holder, renew, now));
+                now
+            }
+        }
+    }
+
+    /// One acquire-or-renew attempt.
+    pub async fn try_acquire_or_renew(&self) -> Result<Attempt, kube::Error> {
+        let s = &self.settings;
+        let now = Timestamp::now();
+        let lease = self.api.get_opt(&s.name).await?;
+        let spec = lease.as_ref().and_then(|l| l.spec.as_ref());
+        let seen = self.record_seen_at(spec, now);
+        let decision = match (&lease, spec) {
+            // A Lease without spec is as good as released.
+            (Some(_), None) => LeaseDecision::Acquire,
+            _ => decide(spec, &s.identity, now, seen, s.lease_duration),
+        };
+        let Some(next) = next_spec(&decision, spec, &s.identity, now, s.lease_duration) else {
+            let LeaseDecision::Wait { holder, .. } = decision else {
+                unreachable!("only Wait has no next spec")
+            };
+            return Ok(Attempt::Follower { holder });
+        };
+        if let LeaseDecision::Steal { previous } = &decision {
+            tracing::warn!(lease = %s.name, %previous, "taking over an expired lease");
+        }
+        let result = match lease {
+            None => {
+                let l = Lease {
+                    metadata: ObjectMeta {
+                        name: Some(s.name.clone()),
+                        namespace: Some(s.namespace.clone()),
+                        ..Default::default()
+                    },
+                    spec: Some(next),
+                };
+                self.api.create(&PostParams::default(), &l).await
+            }
+            Some(mut l) => {
+                // Keeps metadata.resourceVersion: the write fails if anyone wrote in between.
+                l.spec = Some(next);
+                self.api.replace(&s.name, &PostParams::default(), &l).await
+            }
+        };
+        match result {
+            Ok(_) => Ok(Attempt::Leader),
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(Attempt::Conflict),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Wait until we are leader (`true`) or `shutdown` resolves first (`false`).
+    pub async fn acquire(&self, shutdown: impl std::future::Future<Output = ()>) -> bool {
+        let mut shutdown = std::pin::pin!(shutdown);
+        let mut last_holder = None;
+        loop {
+            match self.try_acquire_or_renew().await {
+                Ok(Attempt::Leader) => {
+                    tracing::info!(lease = %self.settings.name, identity = %self.settings.identity, "became leader");
+                    return true;
+                }
+                Ok(Attempt::Follower { holder }) => {
+                    if last_holder.as_ref() != Some(&holder) {
+                        tracing::info!(lease = %self.settings.name, %holder, "waiting for the leader lease");
+                        last_holder = Some(holder);
+                    }
+                }
+                Ok(Attempt::Conflict) => {}
+                Err(e) => {
+                    tracing::warn!(lease = %self.settings.name, error = %e, "leader election attempt failed")
+                }
+            }
+            tokio::select! {
+                _ = &mut shutdown => return false,
+                _ = tokio::time::sleep(self.settings.retry_period) => {}
+            }
+        }
+    }
+
+    /// Renew every retry period until `shutdown` resolves or leadership is lost. Transient
+    /// failures are retried with backoff, but never beyond the renew deadline.
+    pub async fn hold(&self, shutdown: impl std::future::Future<Output = ()>) -> HoldOutcome {
+        let mut shutdown = std::pin::pin!(shutdown);
+        let s = &self.settings;
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => return HoldOutcome::Shutdown,
+                _ = tokio::time::sleep(s.retry_period) => {}
+            }
+            let backoff = ExponentialBuilder::default()
+                .with_min_delay(Duration::from_millis(200))
+                .with_max_delay(s.retry_period)
+                .with_total_delay(Some(s.renew_deadline))
+                .without_max_times();
+            let attempt = (|| async {
+                match self.try_acquire_or_renew().await {
+                    Ok(Attempt::Conflict) => Err(None),
+                    Ok(a) => Ok(a),
+                    Err(e) => Err(Some(e)),
+                }
+            })
+            .retry(backoff)
+            .notify(|e: &Option<kube::Error>, after| {
+                if let Some(e) = e {
+                    tracing::warn!(lease = %s.name, error = %e, retry_in = ?after, "lease renewal failed");
+                }
+            })
+            .await;
+            match attempt {
+                Ok(Attempt::Leader) => {}
+                Ok(Attempt::Follower { holder }) => {
+                    return HoldOutcome::Lost(format!("lease {} is held by {holder}", s.name))
+                }
+                Ok(Attempt::Conflict) => unreachable!("conflicts are retried"),
+                Err(e) => {
+                    return HoldOutcome::Lost(format!(
+                        "could not renew lease {} within {:?}: {}",
+                        s.name,
+                        s.renew_deadline,
+                        e.map(|e| e.to_string())
+                            .unwrap_or_else(|| "write conflicts".into())
+                    ))
+                }
+            }
+        }
+    }
+
+    /// Give the lease up (after a graceful shutdown) so a successor need not wait for expiry.
+    pub async fn release(&self) -> Result<(), kube::Error> {
+        let s = &self.settings;
+        let Some(mut l) = self.api.get_opt(&s.name).await? else {
+            return Ok(());
+        };
+        let Some(spec) = l.spec.as_mut() else {
+            return Ok(());
+        };
+        if spec.holder_identity.as_deref() != Some(s.identity.as_str()) {
+            return Ok(());
+        }
+        spec.holder_identity = None;
+        spec.lease_duration_seconds = Some(1);
+        spec.renew_time = Some(MicroTime(Timestamp::now()));
+        self.api
+            .replace(&s.name, &PostParams::default(), &l)
+            .await?;
+        tracing::info!(lease = %s.name, "released the leader lease");
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const D: Duration = Duration::from_secs(15);
+
+    fn t(s: i64) -> Timestamp {
+        Timestamp::from_second(1_700_000_000 + s).unwrap()
+    }
+
+    fn held(by: &str, renew: i64, duration: Option<i32>) -> LeaseSpec {
+        LeaseSpec {
+            holder_identity: Some(by.into()),
+            renew_time: Some(MicroTime(t(renew))),
+            acquire_time: Some(MicroTime(t(0))),
+            lease_duration_seconds: duration,
+            lease_transitions: Some(3),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn decisions() {
+        let other = held("b", 0, Some(15));
+        let released = LeaseSpec {
+            holder_identity: None,
+            ..held("x", 0, Some(1))
+        };
+        let empty_holder = LeaseSpec {
+            holder_identity: Some(String::new()),
+            ..held("x", 0, Some(1))
+        };
+        let ours = held("a", 0, Some(15));
+        let old_renew = held("b", -1000, Some(15));
+        let no_duration = held("b", 0, None);
+        let cases: Vec<(&str, Option<&LeaseSpec>, i64, i64, LeaseDecision)> = vec![
+            ("no lease", None, 0, 0, LeaseDecision::Create),
+            ("released", Some(&released), 5, 0, LeaseDecision::Acquire),
+            (
+                "empty holder",
+                Some(&empty_holder),
+                5,
+                0,
+                LeaseDecision::Acquire,
+            ),
+            ("ours", Some(&ours), 100, 0, LeaseDecision::Renew),
+            (
+                "other, live",
+                Some(&other),
+                10,
+                0,
+                LeaseDecision::Wait {
+                    holder: "b".into(),
+                    expires: t(15),
+                },
+            ),
+            (
+                "other, exactly at expiry",
+                Some(&other),
+                15,
+                0,
+                LeaseDecision::Wait {
+                    holder: "b".into(),
+                    expires: t(15),
+                },
+            ),
+            (
+                "other, expired",
+                Some(&other),
+                16,
+                0,
+                LeaseDecision::Steal {
+                    previous: "b".into(),
+                },
+            ),
+            (
+                "expiry counts from when we saw the record, not its renewTime",
+                Some(&old_renew),
+                16,
+                10,
+                LeaseDecision::Wait {
+                    holder: "b".into(),
+                    expires: t(25),
+                },
+            ),
+            (
+                "no duration in the lease: our default",
+                Some(&no_duration),
+                16,
+                0,
+                LeaseDecision::Steal {
+                    previous: "b".into(),
+                },
+            ),
+        ];
+        for (name, lease, now, seen, want) in cases {
+            assert_eq!(decide(lease, "a", t(now), t(seen), D), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn next_specs() {
+        let cur = held("b", 0, Some(15));
+        let s = next_spec(&LeaseDecision::Create, None, "a", t(7), D).unwrap();
+        assert_eq!(s.holder_identity.as_deref(), Some("a"));
+        assert_eq!(s.lease_transitions, Some(0));
+        assert_eq!(s.acquire_time, Some(MicroTime(t(7))));
+        assert_eq!(s.lease_duration_seconds, Some(15));
+
+        let s = next_spec(
+            &LeaseDecision::Steal {
+                previous: "b".into(),
+            },
+            Some(&cur),
+            "a",
+            t(20),
+            D,
+        )
+        .unwrap();
+        assert_eq!(
+            (s.holder_identity.as_deref(), s.lease_transitions),
+            (Some("a"), Some(4))
+        );
+        assert_eq!(s.renew_time, Some(MicroTime(t(20))));
+
+        let s = next_spec(&LeaseDecision::Acquire, Some(&cur), "a", t(20), D).unwrap();
+        assert_eq!(s.lease_transitions, Some(4));
+
+        let mine = held("a", 0, Some(15));
+        let s = next_spec(&LeaseDecision::Renew, Some(&mine), "a", t(9), D).unwrap();
+        assert_eq!(
+            s.acquire_time,
+            Some(MicroTime(t(0))),
+            "renewal keeps the acquire time"
+        );
+        assert_eq!(s.renew_time, Some(MicroTime(t(9))));
+        assert_eq!(s.lease_transitions, Some(3), "renewal is not a transition");
+
+        let wait = LeaseDecision::Wait {
+            holder: "b".into(),
+            expires: t(15),
+        };
+        assert_eq!(next_spec(&wait, Some(&cur), "a", t(9), D), None);
+    }
+}

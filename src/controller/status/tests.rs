@@ -1,0 +1,1082 @@
+//! Status folding: every condition transition, staleness, bounds, lastTransitionTime, events,
+//! and the OffsetCheckpoint fold.
+
+use super::*;
+use crate::api::{FieldError, GroupFailureReason};
+use pretty_assertions::assert_eq;
+use serde_json::json;
+
+const STALE_AFTER: SignedDuration = DEFAULT_STALE_AFTER;
+
+fn t(s: i64) -> Timestamp {
+    Timestamp::from_second(1_700_000_000 + s).unwrap()
+}
+
+fn flow(replicas: i32) -> MirrorFlow {
+    let spec = serde_json::from_value(json!({
+        "source": {"alias": "dc1", "bootstrapServers": "a:9092"},
+        "target": {"alias": "dc2", "bootstrapServers": "b:9092"},
+        "workers": {"replicas": replicas}
+    }))
+    .unwrap();
+    let mut f = MirrorFlow::new("orders", spec);
+    f.metadata.namespace = Some("kafka".into());
+    f.metadata.generation = Some(2);
+    f
+}
+
+fn worker(i: i32, state: WorkerState, heartbeat: i64) -> WorkerStatus {
+    WorkerStatus {
+        id: format!("orders-worker-{i}"),
+        partitions: 4,
+        state,
+        last_heartbeat_time: Some(Time(t(heartbeat))),
+        message: None,
+        observed_generation: Some(2),
+        failures: vec![],
+        replication_lag: None,
+        last_applied_reset: None,
+    }
+}
+
+fn failure(type_: FailureType, topic: &str, partition: i32) -> PartitionFailure {
+    PartitionFailure {
+        type_,
+        topic: topic.into(),
+        partition,
+        requested_offset: 10,
+        log_start_offset: Some(50),
+        records_lost: Some(40),
+        detected_at: Time(t(0)),
+        message: None,
+    }
+}
+
+fn applied(
+    id: &str,
+    outcome: ResetOutcome,
+    at: i64,
+    partitions: &[(&str, i32)],
+    msg: Option<&str>,
+) -> AppliedReset {
+    AppliedReset {
+        id: id.into(),
+        time: Time(t(at)),
+        outcome,
+        message: msg.map(Into::into),
+        partitions: partitions
+            .iter()
+            .map(|(topic, partition)| TopicPartitionRef {
+                topic: topic.to_string(),
+                partition: *partition,
+            })
+            .collect(),
+    }
+}
+
+fn with_workers(mut f: MirrorFlow, workers: Vec<WorkerStatus>) -> MirrorFlow {
+    let mut st = f.status.take().unwrap_or_default();
+    st.workers = workers;
+    f.status = Some(st);
+    f
+}
+
+fn sts(replicas: i32, ready: i32) -> StatefulSetView {
+    StatefulSetView {
+        generation: Some(1),
+        observed_generation: Some(1),
+        replicas,
+        ready_replicas: ready,
+        updated_replicas: replicas,
+        current_revision: Some("r1".into()),
+        update_revision: Some("r1".into()),
+    }
+}
+
+struct Case {
+    name: &'static str,
+    flow: MirrorFlow,
+    invalid: Option<ValidationErrors>,
+    sts: Option<StatefulSetView>,
+    draining: Option<(i32, i32)>,
+    /// (type, status, reason) of Ready, Replicating, DataLoss, TopicReset, InvalidSpec.
+    want: [(&'static str, &'static str); 5],
+    summary: &'static str,
+    failed: i32,
+}
+
+fn fold(c: &Case, now: Timestamp) -> MirrorFlowStatus {
+    fold_flow_status(&FlowObservation {
+        flow: &c.flow,
+        invalid: c.invalid.as_ref(),
+        statefulset: c.sts.as_ref(),
+        draining: c.draining,
+        now,
+        stale_after: STALE_AFTER,
+    })
+}
+
+const OK_REST: [(&str, &str); 3] = [
+    ("False", "NoDataLoss"),
+    ("False", "NoTopicReset"),
+    ("False", "Valid"),
+];
+
+fn want(
+    ready: (&'static str, &'static str),
+    rep: (&'static str, &'static str),
+) -> [(&'static str, &'static str); 5] {
+    [ready, rep, OK_REST[0], OK_REST[1], OK_REST[2]]
+}
+
+fn reset_flow(id: &str) -> MirrorFlow {
+    let mut f = flow(2);
+    f.spec.reset =
+        Some(serde_json::from_value(json!({"id": id, "strategy": "ResumeFromLogStart"})).unwrap());
+    f
+}
+
+fn cases() -> Vec<Case> {
+    use WorkerState::*;
+    let running2 = || vec![worker(0, Running, 95), worker(1, Running, 95)];
+    let degraded_with = |f: PartitionFailure| {
+        let mut w = worker(1, Degraded, 95);
+        w.failures = vec![f];
+        vec![worker(0, Running, 95), w]
+    };
+    let invalid = ValidationErrors(vec![FieldError {
+        field: "spec.topics.include[0]".into(),
+        value: "(".into(),
+        message: "is not a valid regular expression".into(),
+    }]);
+    let mut failed_worker = worker(1, Failed, 95);
+    failed_worker.message = Some("target refuses transactions".into());
+    let mut paused = flow(2);
+    paused.spec.paused = true;
+    let mut rolling = sts(2, 2);
+    rolling.updated_replicas = 1;
+    rolling.update_revision = Some("r2".into());
+
+    let mut w0 = worker(0, Degraded, 95);
+    w0.failures = vec![failure(FailureType::DataLoss, "orders", 0)];
+    w0.last_applied_reset = Some(applied(
+        "r1",
+        ResetOutcome::Applied,
+        90,
+        &[("orders", 0)],
+        None,
+    ));
+    let in_progress = with_workers(reset_flow("r1"), vec![w0.clone(), worker(1, Running, 95)]);
+    let mut w1 = worker(1, Running, 95);
+    w1.last_applied_reset = Some(applied("r1", ResetOutcome::Applied, 92, &[], None));
+    let mut w0_done = worker(0, Running, 95);
+    w0_done.last_applied_reset = w0.last_applied_reset.clone();
+    let reset_applied = with_workers(reset_flow("r1"), vec![w0_done, w1.clone()]);
+    let mut w0_refused = w0.clone();
+    w0_refused.last_applied_reset = Some(applied(
+        "r1",
+        ResetOutcome::Refused,
+        91,
+        &[],
+        Some("orders/3 is not failed"),
+    ));
+    let reset_refused = with_workers(reset_flow("r1"), vec![w0_refused, w1]);
+
+    vec![
+        Case {
+            name: "fresh flow",
+            flow: flow(2),
+            invalid: None,
+            sts: None,
+            draining: None,
+            want: want(
+                ("False", "WorkersStarting"),
+                ("False", "NoWorkerReplicating"),
+            ),
+            summary: "0/2",
+            failed: 0,
+        },
+        Case {
+            name: "workers starting",
+            flow: with_workers(flow(2), vec![worker(0, Starting, 95)]),
+            invalid: None,
+            sts: Some(sts(2, 0)),
+            draining: None,
+            want: want(
+                ("False", "WorkersStarting"),
+                ("False", "NoWorkerReplicating"),
+            ),
+            summary: "0/2",
+            failed: 0,
+        },
+        Case {
+            name: "all running",
+            flow: with_workers(flow(2), running2()),
+            invalid: None,
+            sts: Some(sts(2, 2)),
+            draining: None,
+            want: want(("True", "AllWorkersRunning"), ("True", "Replicating")),
+            summary: "2/2",
+            failed: 0,
+        },
+        Case {
+            name: "all entries running but a pod fails its readiness probe",
+            flow: with_workers(flow(2), running2()),
+            invalid: None,
+            sts: Some(sts(2, 1)),
+            draining: None,
+            want: want(("False", "WorkersNotReady"), ("True", "Replicating")),
+            summary: "2/2",
+            failed: 0,
+        },
+        Case {
+            name: "one worker failed",
+            flow: with_workers(flow(2), vec![worker(0, Running, 95), failed_worker]),
+            invalid: None,
+            sts: Some(sts(2, 2)),
+            draining: None,
+            want: want(("False", "WorkerFailed"), ("True", "PartiallyReplicating")),
+            summary: "1/2",
+            failed: 0,
+        },
+        Case {
+            name: "DataLoss on a partition",
+            flow: with_workers(
+                flow(2),
+                degraded_with(failure(FailureType::DataLoss, "orders", 3)),
+            ),
+            invalid: None,
+            sts: Some(sts(2, 2)),
+            draining: None,
+            want: [
+                ("False", "PartitionsFailed"),
+                ("True", "PartiallyReplicating"),
+                ("True", "RecordsDeleted"),
+                OK_REST[1],
+                OK_REST[2],
+            ],
+            summary: "1/2",
+            failed: 1,
+        },
+        Case {
+            name: "TopicReset on a partition",
+            flow: with_workers(
+                flow(2),
+                degraded_with(failure(FailureType::TopicReset, "payments", 0)),
+            ),
+            invalid: None,
+            sts: Some(sts(2, 2)),
+            draining: None,
+            want: [
+                ("False", "PartitionsFailed"),
+                ("True", "PartiallyReplicating"),
+                OK_REST[0],
+                ("True", "TopicRecreated"),
+                OK_REST[2],
+            ],
+            summary: "1/2",
+            failed: 1,
+        },
+        Case {
+            name: "reset in progress",
+            flow: in_progress,
+            invalid: None,
+            sts: Some(sts(2, 2)),
+            draining: None,
+            want: [
+                ("False", "ResetInProgress"),
+                ("True", "PartiallyReplicating"),
+                ("True", "RecordsDeleted"),
+                OK_REST[1],
+                OK_REST[2],
+            ],
+            summary: "1/2",
+            failed: 1,
+        },
+        Case {
+            name: "reset applied by every worker",
+            flow: reset_applied,
+            invalid: None,
+            sts: Some(sts(2, 2)),
+            draining: None,
+            want: want(("True", "AllWorkersRunning"), ("True", "Replicating")),
+            summary: "2/2",
+            failed: 0,
+        },
+        Case {
+            name: "reset refused",
+            flow: reset_refused,
+            invalid: None,
+            sts: Some(sts(2, 2)),
+            draining: None,
+            want: [
+                ("False", "PartitionsFailed"),
+                ("True", "PartiallyReplicating"),
+                ("True", "RecordsDeleted"),
+                OK_REST[1],
+                OK_REST[2],
+            ],
+            summary: "1/2",
+            failed: 1,
+        },
+        Case {
+            name: "invalid spec",
+            flow: with_workers(flow(2), running2()),
+            invalid: Some(invalid),
+            sts: None,
+            draining: None,
+            want: [
+                ("False", "InvalidSpec"),
+                ("True", "Replicating"),
+                OK_REST[0],
+                OK_REST[1],
+                ("True", "ValidationFailed"),
+            ],
+            summary: "2/2",
+            failed: 0,
+        },
+        Case {
+            name: "stale worker heartbeat",
+            flow: with_workers(
+                flow(2),
+                vec![worker(0, Running, 95), worker(1, Running, 100 - 31)],
+            ),
+            invalid: None,
+            sts: Some(sts(2, 2)),
+            draining: None,
+            want: want(
+                ("False", "WorkersNotReady"),
+                ("True", "PartiallyReplicating"),
+            ),
+            summary: "1/2",
+            failed: 0,
+        },
+        Case {
+            name: "heartbeat exactly at the bound is fresh",
+            flow: with_workers(
+                flow(2),
+                vec![worker(0, Running, 95), worker(1, Running, 100 - 30)],
+            ),
+            invalid: None,
+            sts: Some(sts(2, 2)),
+            draining: None,
+            want: want(("True", "AllWorkersRunning"), ("True", "Replicating")),
+            summary: "2/2",
+            failed: 0,
+        },
+        Case {
+            name: "paused",
+            flow: with_workers(
+                paused.clone(),
+                vec![worker(0, Paused, 95), worker(1, Paused, 95)],
+            ),
+            invalid: None,
+            sts: Some(sts(2, 2)),
+            draining: None,
+            want: want(("True", "Paused"), ("False", "Paused")),
+            summary: "2/2",
+            failed: 0,
+        },
+        Case {
+            name: "pause requested, one worker still running",
+            flow: with_workers(paused, vec![worker(0, Paused, 95), worker(1, Running, 95)]),
+            invalid: None,
+            sts: Some(sts(2, 2)),
+            draining: None,
+            want: want(("False", "WorkersNotReady"), ("True", "Pausing")),
+            summary: "1/2",
+            failed: 0,
+        },
+        Case {
+            name: "rolling update",
+            flow: with_workers(flow(2), running2()),
+            invalid: None,
+            sts: Some(rolling),
+            draining: None,
+            want: want(("False", "RollingUpdate"), ("True", "Replicating")),
+            summary: "2/2",
+            failed: 0,
+        },
+        Case {
+            name: "draining before a resize",
+            flow: with_workers(flow(3), running2()),
+            invalid: None,
+            sts: Some(sts(0, 0)),
+            draining: Some((2, 3)),
+            want: want(("False", "Scaling"), ("True", "PartiallyReplicating")),
+            summary: "2/3",
+            failed: 0,
+        },
+        Case {
+            name: "entries of workers scaled away are ignored",
+            flow: with_workers(flow(1), vec![worker(0, Running, 95), worker(1, Failed, 95)]),
+            invalid: None,
+            sts: Some(sts(1, 1)),
+            draining: None,
+            want: want(("True", "AllWorkersRunning"), ("True", "Replicating")),
+            summary: "1/1",
+            failed: 0,
+        },
+    ]
+}
+
+#[test]
+fn condition_table() {
+    for c in cases() {
+        let st = fold(&c, t(100));
+        let got: Vec<(String, String, String)> = st
+            .conditions
+            .iter()
+            .map(|k| (k.type_.clone(), k.status.clone(), k.reason.clone()))
+            .collect();
+        let types = [READY, REPLICATING, DATA_LOSS, TOPIC_RESET, INVALID_SPEC];
+        let want: Vec<(String, String, String)> = types
+            .iter()
+            .zip(c.want)
+            .map(|(ty, (s, r))| (ty.to_string(), s.to_string(), r.to_string()))
+            .collect();
+        assert_eq!(got, want, "{}", c.name);
+        assert_eq!(st.workers_summary.as_deref(), Some(c.summary), "{}", c.name);
+        assert_eq!(st.failed_partitions, c.failed, "{}", c.name);
+        assert_eq!(st.observed_generation, Some(2), "{}", c.name);
+        for k in &st.conditions {
+            assert_eq!(k.observed_generation, Some(2), "{}", c.name);
+            assert_eq!(
+                k.last_transition_time,
+                Time(t(100)),
+                "{}: first fold sets the time",
+                c.name
+            );
+        }
+        assert_eq!(
+            st.workers,
+            c.flow.status.clone().unwrap_or_default().workers,
+            "worker entries untouched"
+        );
+    }
+}
+
+fn ready_message(st: &MirrorFlowStatus) -> &str {
+    &st.conditions
+        .iter()
+        .find(|c| c.type_ == READY)
+        .unwrap()
+        .message
+}
+
+fn cond<'a>(st: &'a MirrorFlowStatus, ty: &str) -> &'a Condition {
+    st.conditions.iter().find(|c| c.type_ == ty).unwrap()
+}
+
+#[test]
+fn messages_name_what_is_wrong() {
+    let by_name = |n: &str| cases().into_iter().find(|c| c.name == n).unwrap();
+    let st = fold(&by_name("invalid spec"), t(100));
+    assert!(
+        ready_message(&st).contains("spec.topics.include[0]"),
+        "{}",
+        ready_message(&st)
+    );
+    assert!(cond(&st, INVALID_SPEC)
+        .message
+        .contains("spec.topics.include[0]"));
+    let st = fold(&by_name("stale worker heartbeat"), t(100));
+    assert!(
+        ready_message(&st).contains("orders-worker-1: no heartbeat for more than 30s"),
+        "{}",
+        ready_message(&st)
+    );
+    let st = fold(&by_name("one worker failed"), t(100));
+    assert!(ready_message(&st).contains("target refuses transactions"));
+    let st = fold(&by_name("DataLoss on a partition"), t(100));
+    assert!(
+        cond(&st, DATA_LOSS).message.contains("orders/3"),
+        "{}",
+        cond(&st, DATA_LOSS).message
+    );
+    assert!(cond(&st, DATA_LOSS).message.contains("ResumeFromLogStart"));
+    let st = fold(&by_name("reset in progress"), t(100));
+    assert_eq!(ready_message(&st), "reset \"r1\": 1/2 workers applied it");
+    let st = fold(&by_name("workers starting"), t(100));
+    assert!(
+        ready_message(&st).contains("orders-worker-1: no status yet"),
+        "{}",
+        ready_message(&st)
+    );
+}
+
+#[test]
+fn reset_outcomes_are_folded() {
+    let by_name = |n: &str| cases().into_iter().find(|c| c.name == n).unwrap();
+    let st = fold(&by_name("reset in progress"), t(100));
+    assert_eq!(
+        st.last_applied_reset, None,
+        "in progress: the last finished outcome stays"
+    );
+    let st = fold(&by_name("reset applied by every worker"), t(100));
+    assert_eq!(
+        st.last_applied_reset,
+        Some(applied(
+            "r1",
+            ResetOutcome::Applied,
+            92,
+            &[("orders", 0)],
+            None
+        ))
+    );
+    let st = fold(&by_name("reset refused"), t(100));
+    let r = st.last_applied_reset.unwrap();
+    assert_eq!(r.outcome, ResetOutcome::Refused);
+    assert_eq!(
+        r.message.as_deref(),
+        Some("orders-worker-0: orders/3 is not failed")
+    );
+}
+
+#[test]
+fn reset_fold_table() {
+    let req: ResetRequest =
+        serde_json::from_value(json!({"id": "r2", "strategy": "SkipToLatest"})).unwrap();
+    let with = |r: Option<AppliedReset>| {
+        let mut w = worker(0, WorkerState::Running, 0);
+        w.last_applied_reset = r;
+        w
+    };
+    let a = with(Some(applied(
+        "r2",
+        ResetOutcome::Applied,
+        5,
+        &[("t", 1)],
+        None,
+    )));
+    let f = with(Some(applied(
+        "r2",
+        ResetOutcome::Failed,
+        3,
+        &[],
+        Some("commit failed"),
+    )));
+    let r = with(Some(applied(
+        "r2",
+        ResetOutcome::Refused,
+        4,
+        &[],
+        Some("t/9 healthy"),
+    )));
+    let old = with(Some(applied("r1", ResetOutcome::Applied, 1, &[], None)));
+    let prev = applied("r1", ResetOutcome::Applied, 1, &[], None);
+    fn ids(ws: Vec<Option<&WorkerStatus>>) -> Vec<(String, Option<&WorkerStatus>)> {
+        ws.into_iter()
+            .enumerate()
+            .map(|(i, w)| (format!("w-{i}"), w))
+            .collect()
+    }
+    let prev_r2 = applied("r2", ResetOutcome::Applied, 5, &[], None);
+    let outcome = |p: ResetProgress| match p {
+        ResetProgress::Done(r) => format!("Done {:?} {:?}", r.outcome, r.message),
+        ResetProgress::InProgress {
+            applied, desired, ..
+        } => format!("InProgress {applied}/{desired}"),
+        ResetProgress::Idle(r) => format!("Idle {:?}", r.map(|r| r.id)),
+    };
+    type ResetCase<'a> = (
+        &'a str,
+        Option<&'a ResetRequest>,
+        Option<&'a AppliedReset>,
+        Vec<Option<&'a WorkerStatus>>,
+        &'a str,
+    );
+    let cases: Vec<ResetCase> = vec![
+        (
+            "no request",
+            None,
+            Some(&prev),
+            ids_vec(&[Some(&a)]),
+            "Idle Some(\"r1\")",
+        ),
+        (
+            "nobody applied yet",
+            Some(&req),
+            Some(&prev),
+            ids_vec(&[Some(&old), None]),
+            "InProgress 0/2",
+        ),
+        (
+            "half applied",
+            Some(&req),
+            None,
+            ids_vec(&[Some(&a), Some(&old)]),
+            "InProgress 1/2",
+        ),
+        (
+            "all applied",
+            Some(&req),
+            None,
+            ids_vec(&[Some(&a), Some(&a)]),
+            "Done Applied None",
+        ),
+        (
+            "refused wins over applied",
+            Some(&req),
+            None,
+            ids_vec(&[Some(&a), Some(&r)]),
+            "Done Refused Some(\"w-1: t/9 healthy\")",
+        ),
+        (
+            "failed wins over refused",
+            Some(&req),
+            None,
+            ids_vec(&[Some(&r), Some(&f)]),
+            "Done Failed Some(\"w-1: commit failed; w-0: t/9 healthy\")",
+        ),
+        (
+            "already folded stays done",
+            Some(&req),
+            Some(&prev_r2),
+            ids_vec(&[None]),
+            "Idle Some(\"r2\")",
+        ),
+        ("no workers", Some(&req), None, vec![], "InProgress 0/0"),
+    ];
+    fn ids_vec<'a>(ws: &[Option<&'a WorkerStatus>]) -> Vec<Option<&'a WorkerStatus>> {
+        ws.to_vec()
+    }
+    for (name, request, previous, ws, want) in cases {
+        assert_eq!(
+            outcome(fold_reset(request, previous, &ids(ws))),
+            want,
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn last_transition_time_moves_only_on_status_change() {
+    use WorkerState::*;
+    let first_case = Case {
+        name: "running",
+        flow: with_workers(
+            flow(2),
+            vec![worker(0, Running, 95), worker(1, Running, 95)],
+        ),
+        invalid: None,
+        sts: Some(sts(2, 2)),
+        draining: None,
+        want: want(("True", "AllWorkersRunning"), ("True", "Replicating")),
+        summary: "2/2",
+        failed: 0,
+    };
+    let first = fold(&first_case, t(100));
+
+    // Same facts later (fresh heartbeats): identical status, so nothing to write.
+    let mut again = first_case.flow.clone();
+    again.status = Some(first.clone());
+    let mut st = again.status.take().unwrap();
+    st.workers = vec![worker(0, Running, 150), worker(1, Running, 150)];
+    again.status = Some(st);
+    let c2 = Case {
+        flow: again.clone(),
+        ..first_case
+    };
+    let second = fold(&c2, t(155));
+    assert_eq!(
+        second,
+        again.status.clone().unwrap(),
+        "unchanged facts fold to the stored status"
+    );
+
+    // Worker 1 fails: Ready flips (new time), Replicating stays True (old time) but its
+    // reason changes.
+    let mut failed = again.clone();
+    let mut st = failed.status.take().unwrap();
+    st.workers[1].state = Failed;
+    failed.status = Some(st);
+    let c3 = Case { flow: failed, ..c2 };
+    let third = fold(&c3, t(160));
+    assert_eq!(cond(&third, READY).status, "False");
+    assert_eq!(cond(&third, READY).last_transition_time, Time(t(160)));
+    assert_eq!(cond(&third, REPLICATING).reason, "PartiallyReplicating");
+    assert_eq!(cond(&third, REPLICATING).last_transition_time, Time(t(100)));
+    assert_eq!(cond(&third, DATA_LOSS).last_transition_time, Time(t(100)));
+}
+
+#[test]
+fn sub_second_now_is_stored_in_seconds() {
+    let c = cases().into_iter().next().unwrap();
+    let st = fold(&c, t(100) + SignedDuration::from_millis(750));
+    assert_eq!(cond(&st, READY).last_transition_time, Time(t(100)));
+}
+
+#[test]
+fn failures_are_bounded_and_counted() {
+    let mut w = worker(0, WorkerState::Degraded, 95);
+    w.failures = (0..150)
+        .map(|p| failure(FailureType::DataLoss, "big", p))
+        .collect();
+    let mut w1 = worker(1, WorkerState::Degraded, 95);
+    // The same partition reported twice (e.g. by a worker's previous incarnation) counts once.
+    w1.failures = vec![
+        failure(FailureType::TopicReset, "other", 0),
+        failure(FailureType::TopicReset, "other", 0),
+    ];
+    let c = Case {
+        name: "many failures",
+        flow: with_workers(flow(2), vec![w, w1]),
+        invalid: None,
+        sts: Some(sts(2, 2)),
+        draining: None,
+        want: want(("", ""), ("", "")),
+        summary: "0/2",
+        failed: 151,
+    };
+    let st = fold(&c, t(100));
+    assert_eq!(st.failed_partitions, 151);
+    assert_eq!(st.failures.len(), MAX_FAILURES);
+    assert!(
+        cond(&st, DATA_LOSS).message.starts_with(
+            "150 partition(s) stopped: big/0, big/1, big/2, big/3, big/4 and 145 more"
+        ),
+        "{}",
+        cond(&st, DATA_LOSS).message
+    );
+    assert_eq!(cond(&st, TOPIC_RESET).status, "True");
+}
+
+#[test]
+fn replication_lag_is_summed() {
+    let mut a = worker(0, WorkerState::Running, 95);
+    a.replication_lag = Some(ReplicationLag {
+        records: 10,
+        seconds: 3,
+    });
+    let mut b = worker(1, WorkerState::Running, 95);
+    b.replication_lag = Some(ReplicationLag {
+        records: 5,
+        seconds: 9,
+    });
+    let c = Case {
+        name: "lag",
+        flow: with_workers(flow(2), vec![a, b]),
+        invalid: None,
+        sts: Some(sts(2, 2)),
+        draining: None,
+        want: want(("", ""), ("", "")),
+        summary: "2/2",
+        failed: 0,
+    };
+    assert_eq!(
+        fold(&c, t(100)).replication_lag,
+        Some(ReplicationLag {
+            records: 15,
+            seconds: 9
+        })
+    );
+    let c = Case {
+        flow: with_workers(flow(2), vec![worker(0, WorkerState::Running, 95)]),
+        ..c
+    };
+    assert_eq!(fold(&c, t(100)).replication_lag, None);
+}
+
+#[test]
+fn rollout_detection() {
+    let ok = sts(2, 2);
+    assert!(!ok.rollout_in_progress());
+    let cases: Vec<(&str, StatefulSetView)> = vec![
+        (
+            "generation not observed",
+            StatefulSetView {
+                generation: Some(2),
+                ..ok.clone()
+            },
+        ),
+        (
+            "pods not updated",
+            StatefulSetView {
+                updated_replicas: 1,
+                ..ok.clone()
+            },
+        ),
+        (
+            "revisions differ",
+            StatefulSetView {
+                update_revision: Some("r2".into()),
+                ..ok.clone()
+            },
+        ),
+    ];
+    for (name, v) in cases {
+        assert!(v.rollout_in_progress(), "{name}");
+    }
+    assert!(!StatefulSetView {
+        replicas: 0,
+        updated_replicas: 0,
+        update_revision: Some("r2".into()),
+        ..ok
+    }
+    .rollout_in_progress());
+    let created = StatefulSetView {
+        replicas: 2,
+        generation: Some(1),
+        ..Default::default()
+    };
+    assert!(
+        !created.rollout_in_progress(),
+        "a new StatefulSet is starting, not rolling"
+    );
+}
+
+#[test]
+fn events_follow_changes_not_reconciles() {
+    let by_name = |n: &str| cases().into_iter().find(|c| c.name == n).unwrap();
+    let reasons = |ev: Vec<StatusEvent>| {
+        ev.into_iter()
+            .map(|e| (e.severity, e.reason.as_str()))
+            .collect::<Vec<_>>()
+    };
+
+    let c = by_name("DataLoss on a partition");
+    let st = fold(&c, t(100));
+    assert_eq!(
+        reasons(flow_events(None, &st)),
+        vec![(EventSeverity::Warning, "DataLoss")]
+    );
+    assert_eq!(
+        reasons(flow_events(Some(&st), &st)),
+        vec![],
+        "no repeat while nothing changes"
+    );
+
+    let c = by_name("TopicReset on a partition");
+    let st = fold(&c, t(100));
+    assert_eq!(
+        reasons(flow_events(None, &st)),
+        vec![(EventSeverity::Warning, "TopicReset")]
+    );
+
+    let c = by_name("invalid spec");
+    let st = fold(&c, t(100));
+    let ev = flow_events(None, &st);
+    assert_eq!(
+        reasons(ev.clone()),
+        vec![(EventSeverity::Warning, "InvalidSpec")]
+    );
+    assert!(ev[0].note.contains("spec.topics.include[0]"));
+
+    let prev = fold(&by_name("reset in progress"), t(100));
+    let st = fold(&by_name("reset applied by every worker"), t(100));
+    assert_eq!(
+        reasons(flow_events(Some(&prev), &st)),
+        vec![(EventSeverity::Normal, "ResetApplied")]
+    );
+    let st = fold(&by_name("reset refused"), t(100));
+    let ev = flow_events(Some(&prev), &st);
+    assert_eq!(
+        reasons(ev.clone()),
+        vec![(EventSeverity::Warning, "ResetRefused")]
+    );
+    assert!(
+        ev[0].note.contains("orders/3 is not failed"),
+        "{}",
+        ev[0].note
+    );
+
+    let st = fold(&by_name("all running"), t(100));
+    assert_eq!(reasons(flow_events(None, &st)), vec![]);
+}
+
+// ---- OffsetCheckpoint ----
+
+fn cp() -> OffsetCheckpoint {
+    let spec = serde_json::from_value(json!({"flowRef": {"name": "orders"}, "intervalSeconds": 5}))
+        .unwrap();
+    let mut c = OffsetCheckpoint::new("groups", spec);
+    c.metadata.namespace = Some("kafka".into());
+    c.metadata.generation = Some(1);
+    c
+}
+
+fn group(name: &str, last: Option<i64>) -> GroupSummary {
+    GroupSummary {
+        group: name.into(),
+        partitions: 3,
+        last_checkpoint_time: last.map(|s| Time(t(s))),
+        synced: true,
+        target_lag: Some(0),
+    }
+}
+
+fn fold_cp(
+    flow: FlowRefState,
+    invalid: Option<&ValidationErrors>,
+    reports: Option<&CheckpointReports>,
+) -> OffsetCheckpointStatus {
+    fold_checkpoint_status(&CheckpointObservation {
+        checkpoint: &cp(),
+        flow,
+        invalid,
+        reports,
+        now: t(100),
+    })
+}
+
+fn cp_conds(st: &OffsetCheckpointStatus) -> Vec<(String, String, String)> {
+    st.conditions
+        .iter()
+        .map(|c| (c.type_.clone(), c.status.clone(), c.reason.clone()))
+        .collect()
+}
+
+fn triple(ready: (&str, &str), stale: (&str, &str)) -> Vec<(String, String, String)> {
+    vec![
+        ("Ready".into(), ready.0.into(), ready.1.into()),
+        ("Stale".into(), stale.0.into(), stale.1.into()),
+    ]
+}
+
+#[test]
+fn checkpoint_condition_table() {
+    let found = FlowRefState::Found { invalid: false };
+    let invalid = ValidationErrors(vec![FieldError {
+        field: "spec.groups.include[0]".into(),
+        value: "[".into(),
+        message: "bad".into(),
+    }]);
+    let fresh = CheckpointReports {
+        groups: vec![group("g1", Some(95)), group("g2", Some(90))],
+        failures: vec![],
+    };
+    let stale = CheckpointReports {
+        groups: vec![group("g1", Some(95)), group("old", Some(84))],
+        failures: vec![],
+    };
+    let at_bound = CheckpointReports {
+        groups: vec![group("g1", Some(85))],
+        failures: vec![],
+    };
+    let none = CheckpointReports::default();
+    type CpCase<'a> = (
+        &'a str,
+        FlowRefState,
+        Option<&'a ValidationErrors>,
+        Option<&'a CheckpointReports>,
+        Vec<(String, String, String)>,
+    );
+    let cases: Vec<CpCase> = vec![
+        (
+            "invalid spec",
+            found,
+            Some(&invalid),
+            Some(&fresh),
+            triple(("False", "InvalidSpec"), ("Unknown", "InvalidSpec")),
+        ),
+        (
+            "flow not found",
+            FlowRefState::NotFound,
+            None,
+            None,
+            triple(("False", "FlowNotFound"), ("Unknown", "FlowNotFound")),
+        ),
+        (
+            "flow invalid",
+            FlowRefState::Found { invalid: true },
+            None,
+            None,
+            triple(("False", "FlowInvalid"), ("Unknown", "FlowInvalid")),
+        ),
+        (
+            "no reports yet",
+            found,
+            None,
+            None,
+            triple(
+                ("False", "AwaitingCheckpoints"),
+                ("Unknown", "AwaitingCheckpoints"),
+            ),
+        ),
+        (
+            "fresh",
+            found,
+            None,
+            Some(&fresh),
+            triple(("True", "Checkpointing"), ("False", "Fresh")),
+        ),
+        (
+            "at the 3-interval bound",
+            found,
+            None,
+            Some(&at_bound),
+            triple(("True", "Checkpointing"), ("False", "Fresh")),
+        ),
+        (
+            "one group stale",
+            found,
+            None,
+            Some(&stale),
+            triple(("False", "CheckpointsStale"), ("True", "CheckpointsStale")),
+        ),
+        (
+            "no group matches",
+            found,
+            None,
+            Some(&none),
+            triple(("True", "NoGroupsMatched"), ("False", "Fresh")),
+        ),
+    ];
+    for (name, flow, inv, reports, want) in cases {
+        let st = fold_cp(flow, inv, reports);
+        assert_eq!(cp_conds(&st), want, "{name}");
+        assert_eq!(st.observed_generation, Some(1), "{name}");
+    }
+}
+
+#[test]
+fn checkpoint_flow_not_found_names_the_ref() {
+    let st = fold_cp(FlowRefState::NotFound, None, None);
+    assert_eq!(
+        st.conditions[0].message,
+        "MirrorFlow \"orders\" (spec.flowRef.name) not found in namespace \"kafka\""
+    );
+    let ev = checkpoint_events(None, &st);
+    assert_eq!(ev.len(), 1);
+    assert_eq!(ev[0].reason.as_str(), "FlowNotFound");
+    assert_eq!(
+        checkpoint_events(Some(&st), &st),
+        vec![],
+        "no event per requeue"
+    );
+    let fine = fold_cp(FlowRefState::Found { invalid: false }, None, None);
+    assert_eq!(checkpoint_events(Some(&st), &fine), vec![]);
+}
+
+#[test]
+fn checkpoint_summaries() {
+    let mut groups: Vec<GroupSummary> = (0..60)
+        .map(|i| group(&format!("g{i:02}"), Some(40 + i)))
+        .collect();
+    groups.push(group("never", None));
+    let failures = vec![GroupFailure {
+        group: "active".into(),
+        reason: GroupFailureReason::ActiveOnTarget,
+        message: "3 members".into(),
+        since: Time(t(0)),
+    }];
+    let reports = CheckpointReports { groups, failures };
+    let st = fold_cp(FlowRefState::Found { invalid: false }, None, Some(&reports));
+    assert_eq!(st.groups_checkpointed, 60);
+    assert_eq!(st.last_checkpoint_time, Some(Time(t(99))));
+    assert_eq!(st.oldest_checkpoint_age_seconds, Some(60));
+    assert_eq!(st.groups.len(), MAX_GROUPS);
+    assert_eq!(
+        st.groups[0].group, "never",
+        "never-checkpointed groups first"
+    );
+    assert_eq!(st.groups[1].group, "g00", "then the stalest");
+    assert_eq!(st.failures.len(), 1);
+    let stale = st.conditions.iter().find(|c| c.type_ == STALE).unwrap();
+    assert!(
+        stale.message.contains("g00") && stale.message.contains("(15s)"),
+        "{}",
+        stale.message
+    );
+}
