@@ -458,6 +458,27 @@ pub struct WorkerStatus {
     /// The last reset this worker handled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_applied_reset: Option<AppliedReset>,
+    /// Checkpoint results per OffsetCheckpoint (only the worker that runs checkpoints reports).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 20))]
+    pub checkpoints: Vec<WorkerCheckpointReport>,
+}
+
+/// What a worker reports about one OffsetCheckpoint; the controller folds it into that
+/// resource's status.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkerCheckpointReport {
+    /// The OffsetCheckpoint's name.
+    pub name: String,
+    /// Per-group summaries (bounded to 50; the stalest first).
+    #[serde(default)]
+    #[schemars(length(max = 50))]
+    pub groups: Vec<super::GroupSummary>,
+    /// Groups not checkpointed or not synced (bounded to 50).
+    #[serde(default)]
+    #[schemars(length(max = 50))]
+    pub failures: Vec<super::GroupFailure>,
 }
 
 /// Worker lifecycle states.

@@ -32,8 +32,8 @@ use super::error::{Error, ErrorCategory};
 use super::metrics::{Metrics, CHECKPOINT, FLOW};
 use super::status::{
     checkpoint_events, flow_events, fold_checkpoint_status, fold_flow_status,
-    CheckpointObservation, EventSeverity, FlowObservation, FlowRefState, StatefulSetView,
-    StatusEvent, DEFAULT_STALE_AFTER, INVALID_SPEC,
+    CheckpointObservation, CheckpointReports, EventSeverity, FlowObservation, FlowRefState,
+    StatefulSetView, StatusEvent, DEFAULT_STALE_AFTER, INVALID_SPEC,
 };
 
 /// Requeue of a healthy flow: as often as a worker may go stale, since a dead worker stops
@@ -311,6 +311,7 @@ pub async fn reconcile_checkpoint(
         field: "metadata.namespace",
     })?;
     let invalid: Option<ValidationErrors> = validate_checkpoint(&cp.spec).err();
+    let mut reports: Option<CheckpointReports> = None;
     let flow_state = if invalid.is_some() {
         // The flowRef itself may be what is invalid; do not look it up.
         FlowRefState::Found { invalid: false }
@@ -322,13 +323,16 @@ pub async fn reconcile_checkpoint(
             .map_err(kube_err("get", "MirrorFlow", &ns, flow_name))?
         {
             None => FlowRefState::NotFound,
-            Some(f) => FlowRefState::Found {
-                invalid: f
-                    .status
-                    .iter()
-                    .flat_map(|s| &s.conditions)
-                    .any(|c| c.type_ == INVALID_SPEC && c.status == "True"),
-            },
+            Some(f) => {
+                reports = checkpoint_reports(&f, &name);
+                FlowRefState::Found {
+                    invalid: f
+                        .status
+                        .iter()
+                        .flat_map(|s| &s.conditions)
+                        .any(|c| c.type_ == INVALID_SPEC && c.status == "True"),
+                }
+            }
         }
     };
     if invalid.is_some() {
@@ -340,8 +344,7 @@ pub async fn reconcile_checkpoint(
         checkpoint: &cp,
         flow: flow_state,
         invalid: invalid.as_ref(),
-        // Workers do not report per-checkpoint data in their status entries yet.
-        reports: None,
+        reports: reports.as_ref(),
         now: Timestamp::now(),
     });
     if cp.status.as_ref() != Some(&next) {
@@ -384,4 +387,20 @@ pub fn error_policy<K: Resource<DynamicType = ()>>(
         "reconcile failed"
     );
     Action::requeue(REQUEUE_ERROR)
+}
+
+/// Gather what the flow's workers reported about one OffsetCheckpoint (`None`: nobody did).
+fn checkpoint_reports(flow: &MirrorFlow, checkpoint: &str) -> Option<CheckpointReports> {
+    let mut out: Option<CheckpointReports> = None;
+    for w in flow.status.iter().flat_map(|s| &s.workers) {
+        for r in w.checkpoints.iter().filter(|r| r.name == checkpoint) {
+            let acc = out.get_or_insert_with(|| CheckpointReports {
+                groups: vec![],
+                failures: vec![],
+            });
+            acc.groups.extend(r.groups.iter().cloned());
+            acc.failures.extend(r.failures.iter().cloned());
+        }
+    }
+    out
 }

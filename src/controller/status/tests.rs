@@ -36,6 +36,7 @@ fn worker(i: i32, state: WorkerState, heartbeat: i64) -> WorkerStatus {
         failures: vec![],
         replication_lag: None,
         last_applied_reset: None,
+        checkpoints: vec![],
     }
 }
 
