@@ -85,7 +85,10 @@ fn example_docs() -> Vec<(PathBuf, Value)> {
         .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
         .collect();
     files.sort();
-    assert!(files.len() >= 3, "examples/ must hold a minimal flow, a full flow and an OffsetCheckpoint");
+    assert!(
+        files.len() >= 3,
+        "examples/ must hold a minimal flow, a full flow and an OffsetCheckpoint"
+    );
     for f in files {
         let text = std::fs::read_to_string(&f).unwrap();
         for d in serde_yaml::Deserializer::from_str(&text) {
@@ -107,13 +110,21 @@ fn examples_parse_validate_and_match_the_schema() {
             Some("MirrorFlow") => {
                 let f: MirrorFlow = serde_json::from_value(doc.clone()).unwrap();
                 api::validate_flow(&f.spec).unwrap_or_else(|e| panic!("{name}: {e}"));
-                assert_eq!(schema_errors("mirrorflows", &doc), Vec::<String>::new(), "{name}");
+                assert_eq!(
+                    schema_errors("mirrorflows", &doc),
+                    Vec::<String>::new(),
+                    "{name}"
+                );
                 flows += 1;
             }
             Some("OffsetCheckpoint") => {
                 let c: OffsetCheckpoint = serde_json::from_value(doc.clone()).unwrap();
                 api::validate_checkpoint(&c.spec).unwrap_or_else(|e| panic!("{name}: {e}"));
-                assert_eq!(schema_errors("offsetcheckpoints", &doc), Vec::<String>::new(), "{name}");
+                assert_eq!(
+                    schema_errors("offsetcheckpoints", &doc),
+                    Vec::<String>::new(),
+                    "{name}"
+                );
                 cps += 1;
             }
             other => panic!("{name}: unexpected kind {other:?}"),
@@ -145,24 +156,63 @@ fn schema_rejects_bad_flows() {
         ("aliases equal (CEL)", "/spec/target/alias", json!("dc1")),
         ("delivery enum", "/spec/delivery", json!("Sometimes")),
         ("startFrom enum", "/spec/startFrom", json!("Middle")),
-        ("policy enum", "/spec/replicationPolicy", json!({"type": "Rename"})),
-        ("separator pattern", "/spec/replicationPolicy", json!({"separator": "/"})),
+        (
+            "policy enum",
+            "/spec/replicationPolicy",
+            json!({"type": "Rename"}),
+        ),
+        (
+            "separator pattern",
+            "/spec/replicationPolicy",
+            json!({"separator": "/"}),
+        ),
         ("lagMax minimum", "/spec/offsetSyncs", json!({"lagMax": 0})),
         ("replicas minimum", "/spec/workers", json!({"replicas": 0})),
-        ("refresh minimum", "/spec/topics", json!({"refreshIntervalSeconds": 0})),
-        ("sasl mechanism", "/spec/source/sasl", json!({"mechanism": "GSSAPI", "credentials": {"secretName": "s"}})),
-        ("sasl credentials required", "/spec/source/sasl", json!({"mechanism": "PLAIN"})),
-        ("reset strategy", "/spec/reset", json!({"id": "1", "strategy": "Rewind"})),
-        ("reset id empty", "/spec/reset", json!({"id": "", "strategy": "SkipToLatest"})),
-        ("reset partition minimum", "/spec/reset", json!({"id": "1", "strategy": "SkipToLatest", "partitions": [{"topic": "t", "partition": -1}]})),
-        ("config values are strings", "/spec/source/config", json!({"linger.ms": 5})),
+        (
+            "refresh minimum",
+            "/spec/topics",
+            json!({"refreshIntervalSeconds": 0}),
+        ),
+        (
+            "sasl mechanism",
+            "/spec/source/sasl",
+            json!({"mechanism": "GSSAPI", "credentials": {"secretName": "s"}}),
+        ),
+        (
+            "sasl credentials required",
+            "/spec/source/sasl",
+            json!({"mechanism": "PLAIN"}),
+        ),
+        (
+            "reset strategy",
+            "/spec/reset",
+            json!({"id": "1", "strategy": "Rewind"}),
+        ),
+        (
+            "reset id empty",
+            "/spec/reset",
+            json!({"id": "", "strategy": "SkipToLatest"}),
+        ),
+        (
+            "reset partition minimum",
+            "/spec/reset",
+            json!({"id": "1", "strategy": "SkipToLatest", "partitions": [{"topic": "t", "partition": -1}]}),
+        ),
+        (
+            "config values are strings",
+            "/spec/source/config",
+            json!({"linger.ms": 5}),
+        ),
         ("paused type", "/spec/paused", json!("yes")),
     ];
     for (what, pointer, value) in rows {
         let mut doc = good.clone();
         let (parent, key) = pointer.rsplit_once('/').unwrap();
         doc.pointer_mut(parent).unwrap()[key] = value;
-        assert!(!schema_errors("mirrorflows", &doc).is_empty(), "schema accepted: {what}");
+        assert!(
+            !schema_errors("mirrorflows", &doc).is_empty(),
+            "schema accepted: {what}"
+        );
     }
 }
 
@@ -172,7 +222,10 @@ fn schema_rejects_bad_checkpoints() {
         "apiVersion": "mirrorflow.io/v1alpha1", "kind": "OffsetCheckpoint", "metadata": {"name": "c"},
         "spec": {"flowRef": {"name": "f"}, "syncGroupOffsets": true, "emitCheckpointsTopic": true}
     });
-    assert_eq!(schema_errors("offsetcheckpoints", &good), Vec::<String>::new());
+    assert_eq!(
+        schema_errors("offsetcheckpoints", &good),
+        Vec::<String>::new()
+    );
     let rows: Vec<(&str, &str, Value)> = vec![
         ("flowRef required", "/spec/flowRef", Value::Null),
         ("interval minimum", "/spec/intervalSeconds", json!(0)),
@@ -185,10 +238,17 @@ fn schema_rejects_bad_checkpoints() {
             doc["spec"]["emitCheckpointsTopic"] = json!(false);
         }
         if value.is_null() {
-            doc.pointer_mut(parent).unwrap().as_object_mut().unwrap().remove(key);
+            doc.pointer_mut(parent)
+                .unwrap()
+                .as_object_mut()
+                .unwrap()
+                .remove(key);
         } else {
             doc.pointer_mut(parent).unwrap()[key] = value;
         }
-        assert!(!schema_errors("offsetcheckpoints", &doc).is_empty(), "schema accepted: {what}");
+        assert!(
+            !schema_errors("offsetcheckpoints", &doc).is_empty(),
+            "schema accepted: {what}"
+        );
     }
 }

@@ -20,6 +20,10 @@ pub fn init(format: LogFormat) {
     // try_init: tests and the demo may call this more than once.
     let _ = match format {
         LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).try_init(),
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .try_init(),
     };
 }
