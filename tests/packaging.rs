@@ -1300,9 +1300,14 @@ fn alerts_and_dashboard_use_documented_metrics() {
     };
     let sources = [
         (
-            "mirrorflow_controller_",
+            "mirrorflow_",
             "src/controller/metrics.rs",
             read("src/controller/metrics.rs"),
+        ),
+        (
+            "mirrorflow_worker_",
+            "src/worker/checkpoint/metrics.rs",
+            read("src/worker/checkpoint/metrics.rs"),
         ),
         (
             "mirrorflow_worker_",

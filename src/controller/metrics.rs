@@ -21,6 +21,9 @@ pub struct Metrics {
     pub duration: HistogramVec,
     /// `mirrorflow_controller_leader`: 1 while this replica holds the lease.
     pub leader: IntGauge,
+    /// `mirrorflow_flow_condition{namespace,flow,type,status}`: 1 for each condition's current
+    /// status, 0 for the other two (alerts on DataLoss / TopicReset / Ready use it).
+    pub flow_condition: prometheus::IntGaugeVec,
 }
 
 impl Metrics {
@@ -56,6 +59,14 @@ impl Metrics {
         registry.register(Box::new(errors.clone()))?;
         registry.register(Box::new(duration.clone()))?;
         registry.register(Box::new(leader.clone()))?;
+        let flow_condition = prometheus::IntGaugeVec::new(
+            Opts::new(
+                "mirrorflow_flow_condition",
+                "MirrorFlow conditions: 1 for the current status of each condition type",
+            ),
+            &["namespace", "flow", "type", "status"],
+        )?;
+        registry.register(Box::new(flow_condition.clone()))?;
         // Zero series exist from the start, so rate() works before the first error.
         for r in [FLOW, CHECKPOINT] {
             for c in ErrorCategory::ALL {
@@ -67,7 +78,24 @@ impl Metrics {
             errors,
             duration,
             leader,
+            flow_condition,
         })
+    }
+
+    /// Export a flow's conditions as `mirrorflow_flow_condition`.
+    pub fn set_flow_conditions(
+        &self,
+        namespace: &str,
+        flow: &str,
+        conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+    ) {
+        for c in conditions {
+            for status in ["True", "False", "Unknown"] {
+                self.flow_condition
+                    .with_label_values(&[namespace, flow, c.type_.as_str(), status])
+                    .set(i64::from(c.status == status));
+            }
+        }
     }
 
     /// Count a reconcile; the returned guard records its duration when dropped.
@@ -120,5 +148,41 @@ mod tests {
             .encode_to_string(&registry.gather())
             .unwrap();
         assert!(text.contains("mirrorflow_controller_reconcile_errors_total{category=\"InvalidSpec\",resource=\"mirrorflow\"} 0"), "{text}");
+    }
+}
+
+#[cfg(test)]
+mod flow_condition_tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+    #[test]
+    fn current_status_is_one_and_the_others_zero() {
+        let m = Metrics::new(&Registry::new()).unwrap();
+        let cond = |t: &str, s: &str| Condition {
+            type_: t.into(),
+            status: s.into(),
+            reason: "R".into(),
+            message: String::new(),
+            last_transition_time: Time(jiff::Timestamp::UNIX_EPOCH),
+            observed_generation: None,
+        };
+        m.set_flow_conditions(
+            "ns",
+            "f",
+            &[cond("DataLoss", "True"), cond("Ready", "False")],
+        );
+        let get = |t: &str, s: &str| m.flow_condition.with_label_values(&["ns", "f", t, s]).get();
+        assert_eq!((get("DataLoss", "True"), get("DataLoss", "False")), (1, 0));
+        assert_eq!(
+            (
+                get("Ready", "True"),
+                get("Ready", "False"),
+                get("Ready", "Unknown")
+            ),
+            (0, 1, 0)
+        );
+        m.set_flow_conditions("ns", "f", &[cond("DataLoss", "False")]);
+        assert_eq!((get("DataLoss", "True"), get("DataLoss", "False")), (0, 1));
     }
 }

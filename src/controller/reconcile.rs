@@ -176,6 +176,7 @@ async fn write_flow_status(
     next: MirrorFlowStatus,
 ) -> Result<(), Error> {
     let name = flow.name_any();
+    ctx.metrics.set_flow_conditions(ns, &name, &next.conditions);
     if flow.status.as_ref() == Some(&next) {
         return Ok(()); // nothing changed: no write, no event, no new watch event
     }
