@@ -21,6 +21,9 @@ struct Cli {
 enum Command {
     /// Run the operator: reconcile MirrorFlow and OffsetCheckpoint resources into workers.
     Controller(mirrorflow::controller::ControllerArgs),
+    /// Run one worker of a flow: replicate, validate offsets, emit offset syncs and checkpoints.
+    /// Standalone with `--flow FILE`, or in Kubernetes with `--flow-ref NAMESPACE/NAME`.
+    Worker(mirrorflow::worker::replicate::WorkerArgs),
     /// Print the CustomResourceDefinitions (MirrorFlow, OffsetCheckpoint) as YAML.
     Crdgen,
     /// Check a flow file (MirrorFlow + OffsetCheckpoint documents) and print what is wrong.
@@ -37,6 +40,15 @@ fn main() -> ExitCode {
         Command::Controller(args) => {
             runtime().and_then(|rt| rt.block_on(mirrorflow::controller::run(args)))
         }
+        Command::Worker(args) => runtime().and_then(|rt| {
+            rt.block_on(async move {
+                if args.flow_ref.is_some() {
+                    mirrorflow::worker::k8s::run(args).await
+                } else {
+                    mirrorflow::worker::replicate::run(args).await
+                }
+            })
+        }),
         Command::Crdgen => {
             print!("{}", mirrorflow::api::crds_yaml());
             Ok(())

@@ -2,3 +2,4 @@
 pub mod checkpoint;
 pub mod validation;
 pub mod replicate;
+pub mod k8s;
