@@ -6,6 +6,7 @@
 //! for the demo, tests and benches).
 pub mod api;
 pub mod controller;
+pub mod demo;
 pub mod kafka;
 pub mod telemetry;
 pub mod testkit;

@@ -24,6 +24,8 @@ enum Command {
     /// Run one worker of a flow: replicate, validate offsets, emit offset syncs and checkpoints.
     /// Standalone with `--flow FILE`, or in Kubernetes with `--flow-ref NAMESPACE/NAME`.
     Worker(mirrorflow::worker::replicate::WorkerArgs),
+    /// Local demo without Kubernetes: two brokers, a standalone worker, a replication report.
+    Demo(mirrorflow::demo::DemoArgs),
     /// Print the CustomResourceDefinitions (MirrorFlow, OffsetCheckpoint) as YAML.
     Crdgen,
     /// Check a flow file (MirrorFlow + OffsetCheckpoint documents) and print what is wrong.
@@ -49,6 +51,7 @@ fn main() -> ExitCode {
                 }
             })
         }),
+        Command::Demo(args) => runtime().and_then(|rt| rt.block_on(mirrorflow::demo::run(args))),
         Command::Crdgen => {
             print!("{}", mirrorflow::api::crds_yaml());
             Ok(())
