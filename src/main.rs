@@ -24,6 +24,9 @@ enum Command {
     /// Run one worker of a flow: replicate, validate offsets, emit offset syncs and checkpoints.
     /// Standalone with `--flow FILE`, or in Kubernetes with `--flow-ref NAMESPACE/NAME`.
     Worker(mirrorflow::worker::replicate::WorkerArgs),
+    /// Failover helper: print a group's translated target offsets from the checkpoints topic;
+    /// with --apply, commit them to the group on the target (refused while it has members).
+    Translate(mirrorflow::worker::checkpoint::cli::TranslateArgs),
     /// Local demo without Kubernetes: two brokers, a standalone worker, a replication report.
     Demo(mirrorflow::demo::DemoArgs),
     /// Print the CustomResourceDefinitions (MirrorFlow, OffsetCheckpoint) as YAML.
@@ -51,6 +54,8 @@ fn main() -> ExitCode {
                 }
             })
         }),
+        Command::Translate(args) => runtime()
+            .and_then(|rt| rt.block_on(mirrorflow::worker::checkpoint::cli::run_translate(args))),
         Command::Demo(args) => runtime().and_then(|rt| rt.block_on(mirrorflow::demo::run(args))),
         Command::Crdgen => {
             print!("{}", mirrorflow::api::crds_yaml());

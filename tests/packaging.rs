@@ -1305,7 +1305,7 @@ fn alerts_and_dashboard_use_documented_metrics() {
             read("src/controller/metrics.rs"),
         ),
         (
-            "mirrorflow_worker_",
+            "mirrorflow_checkpoint_",
             "src/worker/checkpoint/metrics.rs",
             read("src/worker/checkpoint/metrics.rs"),
         ),

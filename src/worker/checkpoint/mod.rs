@@ -1,2 +1,22 @@
 //! Consumer-group checkpoints: offset translation and group sync.
+//!
+//! - [`translate`]: the pure translator (sync histories, translation, monotonicity, sync
+//!   decisions) and its safety argument.
+//! - [`store`]: offset-sync histories per partition, fed from the offset-syncs topic.
+//! - [`groups`]: which groups each OffsetCheckpoint selects.
+//! - [`plan`]: one group's cycle as pure decisions.
+//! - [`status`]: runner state → `OffsetCheckpointStatus`.
+//! - [`metrics`]: Prometheus series.
+//! - [`admin`], [`io`]: cluster calls.
+//! - [`runner`]: the loop run by worker 0 of a flow.
+//! - [`cli`]: `mirrorflow translate`.
+pub mod admin;
+pub mod cli;
+pub mod groups;
+pub mod io;
+pub mod metrics;
+pub mod plan;
+pub mod runner;
+pub mod status;
+pub mod store;
 pub mod translate;

@@ -1,0 +1,765 @@
+//! The checkpoint runner: checkpoints the consumer groups selected by a flow's
+//! OffsetCheckpoints, and commits them to the target groups.
+//!
+//! **Which worker runs it:** only worker index 0 of the flow ([`should_run`]). Checkpoints
+//! need every partition's offset syncs and all groups, not one worker's share, and a single
+//! writer keeps the checkpoints monotonic without coordination. After a restart (or when
+//! another pod becomes index 0) the runner reloads the checkpoints topic, so monotonicity
+//! holds across runs.
+//!
+//! Start-up (retried until it succeeds): create `<sourceAlias>.checkpoints.internal` on the
+//! target if absent (1 partition, compacted), reload it (last record per key wins), and read
+//! the offset-syncs topic on the target ([`offset_syncs_topic`]) to its end, as MM2 does,
+//! before the first translation.
+//!
+//! Then, per OffsetCheckpoint, every `intervalSeconds` (a cycle that takes longer delays the
+//! next one; cycles never overlap):
+//! 1. read the committed offsets of its groups on the source (groups are re-listed every
+//!    `groups.refreshIntervalSeconds`, the smallest over the flow's OffsetCheckpoints, and
+//!    at once when the specs change);
+//! 2. read the offset-syncs topic up to its current end, then the target end offsets;
+//! 3. plan each group ([`plan_group`]) and write the new checkpoint records (when
+//!    `emitCheckpointsTopic`); only acknowledged records become the checkpoints in force;
+//! 4. when `syncGroupOffsets`: list the target's groups; a group with active members is left
+//!    alone and reported (`ActiveOnTarget`, retried next interval, not sooner); otherwise its
+//!    committed offsets are read and the checkpoints that move it forward are committed.
+//!
+//! With `emitCheckpointsTopic: false` the checkpoints in force live only in memory; after a
+//! restart the target groups' committed offsets (never moved backwards) keep the sync
+//! monotonic.
+//!
+//! Memory: the offset-sync histories are bounded by `partitions × 64` syncs (see
+//! [`SyncStore`]); the checkpoints in force take one entry per (group, target partition).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::future::Future;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use jiff::Timestamp;
+use prometheus::Registry;
+use rdkafka::producer::FutureProducer;
+use rdkafka::{ClientConfig, Message as _};
+use tokio::sync::watch;
+
+use crate::api::{
+    GroupFailureReason, MirrorFlow, MirrorFlowSpec, OffsetCheckpoint, OffsetCheckpointStatus,
+};
+use crate::kafka::config::client_properties;
+use crate::kafka::wire;
+use crate::worker::replicate::select::{TopicDecision, TopicFilter};
+
+use super::admin::{GroupAdmin, GroupOffset};
+use super::groups::{assign_groups, GroupSelection};
+use super::io::{self, TopicTail};
+use super::metrics::CheckpointMetrics;
+use super::plan::{classify_commit_error, plan_group, plan_group_sync, GroupPlan, SyncPlan};
+use super::status::{checkpoint_status, merge_failures, RunnerState};
+use super::store::{SyncStore, SYNC_SEQUENCE_HEADER};
+use super::translate::{reload_checkpoints, CheckpointKey, CheckpointState};
+
+/// Bound for every cluster call of a cycle.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Bound for reading the offset-syncs topic to its end at start-up.
+pub const STARTUP_READ_TIMEOUT: Duration = Duration::from_secs(120);
+/// Pause between failed start-up attempts.
+const STARTUP_RETRY: Duration = Duration::from_secs(5);
+
+/// Whether worker `worker_index` of a flow runs the checkpoints (module docs: index 0 only).
+pub fn should_run(worker_index: u32) -> bool {
+    worker_index == 0
+}
+
+/// The offset-syncs topic of a flow, on the target: `mm2-offset-syncs.<sourceAlias>.internal`.
+///
+/// MM2 names this topic after the *target* alias and keeps it on the source by default; with
+/// `offset-syncs.topic.location=target` (MM2 3.x) it lives on the target and is named after
+/// the source alias. mirrorflow always keeps it on the target, so it is
+/// `wire::offset_syncs_topic(<source alias>)` (the helper's parameter is the alias in the
+/// name); the replication engine must write syncs to this same name.
+pub fn offset_syncs_topic(flow: &MirrorFlowSpec) -> String {
+    wire::offset_syncs_topic(&flow.source.alias)
+}
+
+/// The checkpoints topic of a flow, on the target: `<sourceAlias>.checkpoints.internal`.
+pub fn checkpoints_topic(flow: &MirrorFlowSpec) -> String {
+    wire::checkpoints_topic(&flow.source.alias)
+}
+
+/// Runs a flow's OffsetCheckpoints (module docs).
+pub struct CheckpointRunner {
+    flow_name: String,
+    flow: MirrorFlowSpec,
+    source: ClientConfig,
+    target: ClientConfig,
+    specs_tx: watch::Sender<Vec<OffsetCheckpoint>>,
+    state_tx: watch::Sender<RunnerState>,
+    metrics: CheckpointMetrics,
+}
+
+impl CheckpointRunner {
+    /// A runner for `flow` with its OffsetCheckpoints (those naming another flow are
+    /// ignored). Reads the clusters' secrets from `secrets_dir` and registers its metrics
+    /// on `registry`.
+    pub fn new(
+        flow: &MirrorFlow,
+        checkpoints: Vec<OffsetCheckpoint>,
+        secrets_dir: &Path,
+        registry: &Registry,
+    ) -> anyhow::Result<Self> {
+        let flow_name = flow
+            .metadata
+            .name
+            .clone()
+            .context("MirrorFlow metadata.name is required")?;
+        let source = client_properties(&flow.spec.source, secrets_dir)
+            .context("spec.source")?
+            .to_client_config();
+        let target = client_properties(&flow.spec.target, secrets_dir)
+            .context("spec.target")?
+            .to_client_config();
+        TopicFilter::new(&flow.spec).map_err(|e| anyhow::anyhow!("MirrorFlow {flow_name}: {e}"))?;
+        let metrics = CheckpointMetrics::new(registry).context("register checkpoint metrics")?;
+        let (specs_tx, _) = watch::channel(checkpoints);
+        let (state_tx, _) = watch::channel(RunnerState::default());
+        Ok(Self {
+            flow_name,
+            flow: flow.spec.clone(),
+            source,
+            target,
+            specs_tx,
+            state_tx,
+            metrics,
+        })
+    }
+
+    /// Sender to replace the OffsetCheckpoints live (e.g. when the mounted flow file
+    /// changes); the runner picks the new list up before its next cycle.
+    pub fn specs(&self) -> watch::Sender<Vec<OffsetCheckpoint>> {
+        self.specs_tx.clone()
+    }
+
+    /// The runner's state, updated after start-up and every cycle (for `/status` and the
+    /// status writer; fold it with [`statuses`]).
+    pub fn state(&self) -> watch::Receiver<RunnerState> {
+        self.state_tx.subscribe()
+    }
+
+    /// Runs until `shutdown` completes. Errors only for what retrying cannot fix.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+        tokio::pin!(shutdown);
+        let mut startup = None;
+        while startup.is_none() {
+            tokio::select! {
+                _ = &mut shutdown => return Ok(()),
+                r = self.start() => match r {
+                    Ok(s) => startup = Some(s),
+                    Err(e) => {
+                        tracing::warn!(flow = %self.flow_name, error = %e, "checkpoint start-up failed; retrying");
+                        self.state_tx.send_modify(|s| s.startup_error = Some(e));
+                        tokio::select! {
+                            _ = &mut shutdown => return Ok(()),
+                            _ = tokio::time::sleep(STARTUP_RETRY) => {}
+                        }
+                    }
+                },
+            }
+        }
+        let mut worker = startup.expect("set above");
+        self.state_tx.send_modify(|s| {
+            s.started = true;
+            s.startup_error = None;
+        });
+        worker.publish_store_state(&self.state_tx);
+        let mut specs_rx = self.specs_tx.subscribe();
+        specs_rx.mark_changed();
+        let mut schedule: BTreeMap<String, Instant> = BTreeMap::new();
+        let mut selections: Vec<(String, GroupSelection)> = Vec::new();
+        let mut active: BTreeMap<String, OffsetCheckpoint> = BTreeMap::new();
+        let mut groups_listed: Option<Instant> = None;
+        let mut assignment: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        loop {
+            if specs_rx.has_changed().unwrap_or(false) {
+                let specs = specs_rx.borrow_and_update().clone();
+                let (next, sel) = self.accept_specs(specs);
+                for gone in active.keys().filter(|n| !next.contains_key(*n)) {
+                    self.metrics.forget_checkpoint(gone);
+                }
+                schedule.retain(|n, _| next.contains_key(n));
+                for name in next.keys() {
+                    schedule.entry(name.clone()).or_insert_with(Instant::now);
+                    self.metrics.init_checkpoint(name);
+                }
+                self.state_tx.send_modify(|s| {
+                    s.specs.retain(|n, _| next.contains_key(n));
+                    for (n, cp) in &next {
+                        let st = s.specs.entry(n.clone()).or_default();
+                        st.interval_seconds = cp.spec.interval_seconds;
+                        st.generation = cp.metadata.generation;
+                    }
+                });
+                active = next;
+                selections = sel;
+                groups_listed = None; // new selections see new groups at once
+            }
+            let refresh = active
+                .values()
+                .map(|c| secs(c.spec.groups.refresh_interval_seconds))
+                .min()
+                .unwrap_or(Duration::from_secs(30));
+            if !active.is_empty() && groups_listed.is_none_or(|t| t.elapsed() >= refresh) {
+                match worker.list_source_groups().await {
+                    Ok(groups) => {
+                        assignment = assign_groups(&selections, groups.iter().map(String::as_str));
+                        groups_listed = Some(Instant::now());
+                    }
+                    Err(e) => {
+                        tracing::warn!(flow = %self.flow_name, error = %e, "listing source groups failed");
+                        // Retry at the next due cycle rather than spinning.
+                        groups_listed = Some(Instant::now() - refresh + secs(1));
+                    }
+                }
+            }
+            let now = Instant::now();
+            let due: Vec<String> = schedule
+                .iter()
+                .filter(|(_, t)| **t <= now)
+                .map(|(n, _)| n.clone())
+                .collect();
+            for name in due {
+                let Some(cp) = active.get(&name) else {
+                    continue;
+                };
+                let started = Instant::now();
+                let groups: Vec<String> = assignment
+                    .get(&name)
+                    .map(|g| g.iter().cloned().collect())
+                    .unwrap_or_default();
+                // A cycle stopped half-way is harmless: written checkpoints are reloaded
+                // at the next start, and commits never move a group backwards.
+                let outcome = tokio::select! {
+                    _ = &mut shutdown => return Ok(()),
+                    r = worker.cycle(&self, &name, cp, &groups) => r,
+                };
+                let interval = secs(cp.spec.interval_seconds);
+                schedule.insert(name.clone(), started + interval);
+                let took = started.elapsed();
+                self.metrics
+                    .cycle_seconds
+                    .with_label_values(&[&name])
+                    .set(took.as_secs_f64());
+                if let Err(e) = &outcome {
+                    self.metrics.cycle_errors.with_label_values(&[&name]).inc();
+                    tracing::warn!(flow = %self.flow_name, checkpoint = %name, error = %e, "checkpoint cycle failed");
+                }
+                let at = Timestamp::now();
+                self.state_tx.send_modify(|s| {
+                    let st = s.specs.entry(name.clone()).or_default();
+                    st.cycles += 1;
+                    st.last_cycle = Some(at);
+                    st.last_cycle_duration = Some(took);
+                    st.last_error = outcome.err();
+                });
+                worker.publish_store_state(&self.state_tx);
+            }
+            let next_due = schedule.values().min().copied();
+            let next_refresh = groups_listed.map(|t| t + refresh);
+            let wake = [next_due, next_refresh]
+                .into_iter()
+                .flatten()
+                .min()
+                .unwrap_or_else(|| Instant::now() + Duration::from_secs(60));
+            tokio::select! {
+                _ = &mut shutdown => return Ok(()),
+                _ = tokio::time::sleep_until(wake.into()) => {}
+                r = specs_rx.changed() => {
+                    if r.is_err() {
+                        // Every sender is gone, which cannot happen while `self` holds one.
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+
+    /// Keeps this flow's valid OffsetCheckpoints, by name. Invalid group patterns are
+    /// reported in the checkpoint's state instead of stopping the others.
+    fn accept_specs(
+        &self,
+        specs: Vec<OffsetCheckpoint>,
+    ) -> (
+        BTreeMap<String, OffsetCheckpoint>,
+        Vec<(String, GroupSelection)>,
+    ) {
+        let mut out = BTreeMap::new();
+        let mut selections = Vec::new();
+        for cp in specs {
+            let name = cp.metadata.name.clone().unwrap_or_default();
+            if cp.spec.flow_ref.name != self.flow_name {
+                tracing::warn!(checkpoint = %name, flow_ref = %cp.spec.flow_ref.name, flow = %self.flow_name, "OffsetCheckpoint names another flow; ignored");
+                continue;
+            }
+            match GroupSelection::new(&cp.spec.groups) {
+                Ok(sel) => {
+                    selections.push((name.clone(), sel));
+                    out.insert(name, cp);
+                }
+                Err(e) => {
+                    tracing::warn!(checkpoint = %name, error = %e, "invalid group selection; not run");
+                    self.state_tx.send_modify(|s| {
+                        let st = s.specs.entry(name.clone()).or_default();
+                        st.last_error = Some(e.clone());
+                    });
+                }
+            }
+        }
+        (out, selections)
+    }
+
+    /// Connects, creates and reloads the checkpoints topic, and reads the offset syncs to
+    /// their end.
+    async fn start(&self) -> Result<Worker, String> {
+        let source = Arc::new(GroupAdmin::new(
+            &self.source,
+            &format!("source cluster {}", self.flow.source.alias),
+            REQUEST_TIMEOUT,
+        )?);
+        let target = Arc::new(GroupAdmin::new(
+            &self.target,
+            &format!("target cluster {}", self.flow.target.alias),
+            REQUEST_TIMEOUT,
+        )?);
+        let checkpoints_topic = checkpoints_topic(&self.flow);
+        if io::ensure_checkpoints_topic(&self.target, &checkpoints_topic, REQUEST_TIMEOUT).await? {
+            tracing::info!(topic = %checkpoints_topic, "created the checkpoints topic");
+        }
+        let in_force = reload(&self.target, &checkpoints_topic).await?;
+        let syncs_topic = offset_syncs_topic(&self.flow);
+        let mut tail = TopicTail::new(
+            &self.target,
+            &syncs_topic,
+            &format!("target cluster {}", self.flow.target.alias),
+        )?;
+        let (tail, store, read) = tokio::task::spawn_blocking(move || {
+            let mut store = SyncStore::new();
+            let read = tail.catch_up(STARTUP_READ_TIMEOUT, |m| apply_sync(&mut store, m))?;
+            Ok::<_, String>((tail, store, read))
+        })
+        .await
+        .map_err(|e| format!("offset syncs reader failed: {e}"))??;
+        tracing::info!(
+            flow = %self.flow_name,
+            syncs_read = read,
+            partitions = store.partitions(),
+            checkpoints_reloaded = in_force.len(),
+            "checkpoint runner started"
+        );
+        Ok(Worker {
+            source,
+            target,
+            producer: io::checkpoint_producer(&self.target)?,
+            checkpoints_topic,
+            tail: Some(tail),
+            store,
+            in_force,
+            filter: TopicFilter::new(&self.flow)?,
+            metrics: self.metrics.clone(),
+        })
+    }
+}
+
+/// Folds the runner's state into the status of each OffsetCheckpoint at `now`.
+pub fn statuses(
+    state: &RunnerState,
+    checkpoints: &[OffsetCheckpoint],
+    now: Timestamp,
+) -> Vec<(String, OffsetCheckpointStatus)> {
+    checkpoints
+        .iter()
+        .map(|cp| {
+            let name = cp.metadata.name.clone().unwrap_or_default();
+            let status = checkpoint_status(
+                cp,
+                state.specs.get(&name),
+                state.startup_error.as_deref(),
+                now,
+            );
+            (name, status)
+        })
+        .collect()
+}
+
+fn secs(s: i32) -> Duration {
+    Duration::from_secs(u64::try_from(s.max(1)).unwrap_or(1))
+}
+
+/// Reads the checkpoints topic to its end: the checkpoints in force.
+async fn reload(
+    target: &ClientConfig,
+    topic: &str,
+) -> Result<HashMap<CheckpointKey, CheckpointState>, String> {
+    let mut tail = TopicTail::new(target, topic, "target cluster")?;
+    tokio::task::spawn_blocking(move || {
+        let mut records = Vec::new();
+        let mut bad = 0usize;
+        tail.catch_up(STARTUP_READ_TIMEOUT, |m| {
+            if let (Some(k), Some(v)) = (m.key(), m.payload()) {
+                match wire::Checkpoint::decode(k, v) {
+                    Ok(c) => records.push(c),
+                    Err(_) => bad += 1,
+                }
+            }
+        })?;
+        if bad > 0 {
+            tracing::warn!(
+                skipped = bad,
+                "checkpoint records that do not decode were skipped"
+            );
+        }
+        Ok(reload_checkpoints(records))
+    })
+    .await
+    .map_err(|e| format!("checkpoints reader failed: {e}"))?
+}
+
+fn apply_sync(store: &mut SyncStore, m: &rdkafka::message::BorrowedMessage<'_>) {
+    let header = io::header(m, SYNC_SEQUENCE_HEADER);
+    if let Err(e) = store.apply(m.key(), m.payload(), header) {
+        tracing::warn!(partition = m.partition(), offset = m.offset(), error = %e, "offset sync does not decode; skipped");
+    }
+}
+
+/// Connected state of a started runner.
+struct Worker {
+    source: Arc<GroupAdmin>,
+    target: Arc<GroupAdmin>,
+    producer: FutureProducer,
+    checkpoints_topic: String,
+    /// Taken while a blocking read runs.
+    tail: Option<TopicTail>,
+    store: SyncStore,
+    in_force: HashMap<CheckpointKey, CheckpointState>,
+    filter: TopicFilter,
+    metrics: CheckpointMetrics,
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, String> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| format!("blocking task failed: {e}"))
+}
+
+impl Worker {
+    fn publish_store_state(&self, state: &watch::Sender<RunnerState>) {
+        self.metrics
+            .sync_partitions
+            .set(i64::try_from(self.store.partitions()).unwrap_or(i64::MAX));
+        let (p, r, c) = (
+            self.store.partitions(),
+            self.store.retained(),
+            self.in_force.len(),
+        );
+        state.send_modify(|s| {
+            s.sync_partitions = p;
+            s.syncs_retained = r;
+            s.checkpoints_in_force = c;
+        });
+    }
+
+    async fn list_source_groups(&self) -> Result<Vec<String>, String> {
+        let source = self.source.clone();
+        let listing = blocking(move || source.list_groups()).await??;
+        Ok(listing.into_iter().map(|g| g.group).collect())
+    }
+
+    /// Reads the offset syncs up to their current end (bounded; a slow read only costs
+    /// precision, never safety).
+    async fn catch_up_syncs(&mut self) {
+        let Some(mut tail) = self.tail.take() else {
+            return;
+        };
+        let mut store = std::mem::take(&mut self.store);
+        let result = blocking(move || {
+            let r = tail.catch_up(REQUEST_TIMEOUT, |m| apply_sync(&mut store, m));
+            (tail, store, r)
+        })
+        .await;
+        match result {
+            Ok((tail, store, r)) => {
+                self.tail = Some(tail);
+                self.store = store;
+                if let Err(e) = r {
+                    tracing::warn!(error = %e, "offset syncs not read to their end; translating with what was read");
+                }
+            }
+            Err(e) => {
+                // The reader is lost with the panicked task; a restart rebuilds it.
+                tracing::error!(error = %e, "offset syncs reader failed");
+            }
+        }
+    }
+
+    fn target_topic(&self, source_topic: &str) -> Option<String> {
+        (self.filter.decide(source_topic) == TopicDecision::Replicate)
+            .then(|| self.filter.target_topic(source_topic))
+    }
+
+    /// One cycle of one OffsetCheckpoint (module docs). Group-level problems are recorded in
+    /// the state; an error means the cycle failed as a whole.
+    async fn cycle(
+        &mut self,
+        runner: &CheckpointRunner,
+        name: &str,
+        cp: &OffsetCheckpoint,
+        groups: &[String],
+    ) -> Result<(), String> {
+        let t0 = Instant::now();
+        // 1. Committed offsets on the source.
+        let source = self.source.clone();
+        let list = groups.to_vec();
+        let offsets = blocking(move || source.list_offsets(&list)).await?;
+        let mut read_errors = Vec::new();
+        let mut by_group: Vec<(String, Vec<GroupOffset>)> = Vec::new();
+        for (group, r) in groups.iter().zip(offsets) {
+            match r {
+                Ok(o) => by_group.push((group.clone(), o)),
+                Err(e) => read_errors.push(e),
+            }
+        }
+        if !groups.is_empty() && by_group.is_empty() {
+            return Err(read_errors.into_iter().next().unwrap_or_default());
+        }
+        let t_read = t0.elapsed();
+        // 2. Offset syncs, then target ends (in this order: an end read after the syncs is
+        //    at or past every sync read).
+        self.catch_up_syncs().await;
+        let mut needed: BTreeSet<(String, i32)> = BTreeSet::new();
+        for (_, offs) in &by_group {
+            for o in offs {
+                if let Some(t) = self.target_topic(&o.topic) {
+                    needed.insert((t, o.partition));
+                }
+            }
+        }
+        let target = self.target.clone();
+        let needed: Vec<(String, i32)> = needed.into_iter().collect();
+        let ends = blocking(move || target.end_offsets(&needed)).await??;
+        let t_syncs_ends = t0.elapsed();
+        // 3. Plan and write.
+        let plans: Vec<GroupPlan> = by_group
+            .iter()
+            .map(|(g, offs)| {
+                plan_group(
+                    g,
+                    offs,
+                    |t| self.target_topic(t),
+                    &self.store,
+                    &ends,
+                    &self.in_force,
+                )
+            })
+            .collect();
+        for plan in &plans {
+            for p in &plan.partitions {
+                if let Some(t) = &p.translation {
+                    self.metrics.translation(t);
+                }
+            }
+        }
+        let emit: Vec<wire::Checkpoint> =
+            plans.iter().flat_map(|p| p.emit.iter().cloned()).collect();
+        let mut failed_groups: BTreeSet<String> = BTreeSet::new();
+        let mut write_error = None;
+        if cp.spec.emit_checkpoints_topic && !emit.is_empty() {
+            let results = io::write_checkpoints(
+                &self.producer,
+                &self.checkpoints_topic,
+                &emit,
+                REQUEST_TIMEOUT,
+            )
+            .await;
+            let mut written = 0u64;
+            for (c, r) in emit.iter().zip(results) {
+                match r {
+                    Ok(()) => {
+                        written += 1;
+                        self.in_force
+                            .insert(CheckpointKey::from(c), CheckpointState::from(c));
+                    }
+                    Err(e) => {
+                        failed_groups.insert(c.group.clone());
+                        write_error.get_or_insert(e);
+                    }
+                }
+            }
+            self.metrics
+                .written
+                .with_label_values(&[name])
+                .inc_by(written);
+        } else {
+            for c in &emit {
+                self.in_force
+                    .insert(CheckpointKey::from(c), CheckpointState::from(c));
+            }
+        }
+        let t_written = t0.elapsed();
+        // 4. Group offset sync.
+        let mut sync_results: HashMap<String, Result<bool, (GroupFailureReason, String)>> =
+            HashMap::new();
+        if cp.spec.sync_group_offsets && plans.iter().any(|p| p.checkpointed() > 0) {
+            sync_results = self.sync_groups(name, &plans, &failed_groups).await?;
+        }
+        tracing::debug!(
+            checkpoint = %name,
+            groups = groups.len(),
+            written = emit.len(),
+            source_offsets_ms = t_read.as_millis() as u64,
+            syncs_and_ends_ms = (t_syncs_ends - t_read).as_millis() as u64,
+            write_ms = (t_written - t_syncs_ends).as_millis() as u64,
+            group_sync_ms = (t0.elapsed() - t_written).as_millis() as u64,
+            "checkpoint cycle"
+        );
+        // 5. State.
+        let now = Timestamp::now();
+        let selected: BTreeSet<&str> = groups.iter().map(String::as_str).collect();
+        runner.state_tx.send_modify(|s| {
+            let st = s.specs.entry(name.to_string()).or_default();
+            st.groups.retain(|g, _| selected.contains(g.as_str()));
+            for g in groups {
+                st.groups.entry(g.clone()).or_default();
+            }
+            for plan in &plans {
+                let g = st.groups.entry(plan.group.clone()).or_default();
+                let wrote = !failed_groups.contains(&plan.group);
+                if wrote && plan.is_current() {
+                    g.last_checkpoint = Some(now);
+                    self.metrics.checkpointed(name, &plan.group, now);
+                }
+                g.partitions = i32::try_from(plan.checkpointed()).unwrap_or(i32::MAX);
+                g.target_lag = plan.target_lag();
+                let mut failures: Vec<(GroupFailureReason, String)> =
+                    plan.failure().into_iter().collect();
+                match sync_results.get(&plan.group) {
+                    Some(Ok(synced)) => g.synced = *synced,
+                    Some(Err(f)) => {
+                        g.synced = false;
+                        failures.push(f.clone());
+                    }
+                    None => g.synced = false,
+                }
+                g.failures = merge_failures(&g.failures, failures, now);
+            }
+        });
+        self.metrics.retain_groups(name, |g| selected.contains(g));
+        if let Some(e) = write_error {
+            return Err(e);
+        }
+        if !read_errors.is_empty() {
+            tracing::warn!(checkpoint = %name, failed = read_errors.len(), first = %read_errors[0], "some groups could not be read on the source");
+        }
+        Ok(())
+    }
+
+    /// Commits the checkpoints in force to the target groups that have no active members.
+    /// Per group: `Ok(true)` synced (committed or already there), `Ok(false)` nothing to do,
+    /// `Err` refused or failed.
+    async fn sync_groups(
+        &self,
+        name: &str,
+        plans: &[GroupPlan],
+        skip: &BTreeSet<String>,
+    ) -> Result<HashMap<String, Result<bool, (GroupFailureReason, String)>>, String> {
+        let mut out = HashMap::new();
+        let target = self.target.clone();
+        let listing = blocking(move || target.list_groups()).await??;
+        let members: HashMap<String, u32> =
+            listing.into_iter().map(|g| (g.group, g.members)).collect();
+        let mut candidates: Vec<&GroupPlan> = Vec::new();
+        for plan in plans {
+            if skip.contains(&plan.group) || plan.checkpointed() == 0 {
+                continue;
+            }
+            match members.get(&plan.group) {
+                Some(&m) if m > 0 => {
+                    runner_refused(&self.metrics, name);
+                    out.insert(
+                        plan.group.clone(),
+                        Err((
+                            GroupFailureReason::ActiveOnTarget,
+                            format!("the group has {m} active member(s) on the target; its offsets are left alone (retried next interval)"),
+                        )),
+                    );
+                }
+                _ => candidates.push(plan),
+            }
+        }
+        let target = self.target.clone();
+        let names: Vec<String> = candidates.iter().map(|p| p.group.clone()).collect();
+        let committed = blocking(move || target.list_offsets(&names)).await?;
+        let mut commits: Vec<(String, Vec<GroupOffset>)> = Vec::new();
+        for (plan, c) in candidates.iter().zip(committed) {
+            let committed: HashMap<(String, i32), i64> = match c {
+                Ok(offs) => offs
+                    .into_iter()
+                    .map(|o| ((o.topic, o.partition), o.offset))
+                    .collect(),
+                Err(e) => {
+                    out.insert(
+                        plan.group.clone(),
+                        Err((GroupFailureReason::CommitFailed, e)),
+                    );
+                    continue;
+                }
+            };
+            match plan_group_sync(plan, members.get(&plan.group).copied(), &committed) {
+                SyncPlan::Commit(offsets) => commits.push((plan.group.clone(), offsets)),
+                SyncPlan::UpToDate => {
+                    out.insert(plan.group.clone(), Ok(true));
+                }
+                SyncPlan::Nothing => {
+                    out.insert(plan.group.clone(), Ok(false));
+                }
+                SyncPlan::Refused { members } => {
+                    runner_refused(&self.metrics, name);
+                    out.insert(
+                        plan.group.clone(),
+                        Err((
+                            GroupFailureReason::ActiveOnTarget,
+                            format!("the group has {members} active member(s) on the target; its offsets are left alone (retried next interval)"),
+                        )),
+                    );
+                }
+            }
+        }
+        let target = self.target.clone();
+        let to_commit = commits.clone();
+        let results = blocking(move || target.alter_offsets(&to_commit)).await?;
+        for ((group, _), r) in commits.iter().zip(results) {
+            match r {
+                Ok(()) => {
+                    self.metrics.groups_synced.with_label_values(&[name]).inc();
+                    out.insert(group.clone(), Ok(true));
+                }
+                Err(e) => {
+                    let reason = classify_commit_error(&e);
+                    if reason == GroupFailureReason::ActiveOnTarget {
+                        runner_refused(&self.metrics, name);
+                    } else {
+                        self.metrics
+                            .commit_failures
+                            .with_label_values(&[name])
+                            .inc();
+                    }
+                    out.insert(group.clone(), Err((reason, e)));
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn runner_refused(metrics: &CheckpointMetrics, name: &str) {
+    metrics.groups_refused.with_label_values(&[name]).inc();
+}

@@ -1,0 +1,435 @@
+//! The runner's observable state and its folding into an `OffsetCheckpointStatus`. Pure.
+//!
+//! The runner keeps one [`SpecState`] per OffsetCheckpoint. [`checkpoint_status`] turns it
+//! into the resource's status with the controller's own rules
+//! ([`fold_checkpoint_status`]: `Ready`, `Stale` when a group's checkpoint is older than
+//! 3 × `intervalSeconds`, groups stalest first, both lists bounded to 50), so the worker's
+//! `/status`, its Kubernetes status writer and the controller agree. On top of that, a
+//! failing cycle (a cluster unreachable, the checkpoints topic not writable) makes `Ready`
+//! False at once with the error, instead of only once groups turn stale.
+//!
+//! A group's "last checkpoint time" is the last cycle that brought all its checkpoints up
+//! to date (emitted, or confirmed unchanged), not the last record written: a group that does
+//! not move needs no new record, and is not stale.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use crate::api::{
+    GroupFailure, GroupFailureReason, GroupSummary, OffsetCheckpoint, OffsetCheckpointStatus,
+};
+use crate::controller::status::{
+    condition, fold_checkpoint_status, CheckpointObservation, CheckpointReports, FlowRefState,
+    READY,
+};
+
+/// A failure of one group that persists across cycles.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FailureState {
+    /// Why.
+    pub reason: GroupFailureReason,
+    /// Details of the latest occurrence.
+    pub message: String,
+    /// First cycle it was seen in (kept while it persists).
+    pub since: Timestamp,
+}
+
+/// One group as the runner last saw it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct GroupState {
+    /// Last cycle that brought all its checkpoints up to date.
+    pub last_checkpoint: Option<Timestamp>,
+    /// Partitions with a checkpoint in force.
+    pub partitions: i32,
+    /// The target group is at or past every checkpoint in force.
+    pub synced: bool,
+    /// Records the target group would still read from the checkpoints.
+    pub target_lag: Option<i64>,
+    /// Current failures (at most one per reason).
+    pub failures: Vec<FailureState>,
+}
+
+/// One OffsetCheckpoint's state in the runner.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SpecState {
+    /// `spec.intervalSeconds`.
+    pub interval_seconds: i32,
+    /// `metadata.generation` of the spec being run.
+    pub generation: Option<i64>,
+    /// Cycles completed (successfully or not).
+    pub cycles: u64,
+    /// End of the last cycle.
+    pub last_cycle: Option<Timestamp>,
+    /// Wall time the last cycle took.
+    pub last_cycle_duration: Option<Duration>,
+    /// Error of the last cycle, if it failed as a whole.
+    pub last_error: Option<String>,
+    /// Groups currently selected, by id.
+    pub groups: BTreeMap<String, GroupState>,
+}
+
+/// Everything the runner exposes (see `runner::CheckpointRunner::state`).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RunnerState {
+    /// Per OffsetCheckpoint name.
+    pub specs: BTreeMap<String, SpecState>,
+    /// Source partitions with an offset-sync history.
+    pub sync_partitions: usize,
+    /// Offset syncs retained (≤ `sync_partitions × 64`).
+    pub syncs_retained: usize,
+    /// Checkpoints in force (group × partition).
+    pub checkpoints_in_force: usize,
+    /// Start-up done: offset syncs read to their end, checkpoints reloaded.
+    pub started: bool,
+    /// Error of the start-up, while it keeps failing.
+    pub startup_error: Option<String>,
+}
+
+/// Merges this cycle's failures of a group into the previous ones, keeping `since` for a
+/// reason that persists.
+pub fn merge_failures(
+    previous: &[FailureState],
+    current: Vec<(GroupFailureReason, String)>,
+    now: Timestamp,
+) -> Vec<FailureState> {
+    current
+        .into_iter()
+        .map(|(reason, message)| FailureState {
+            since: previous
+                .iter()
+                .find(|f| f.reason == reason)
+                .map_or(now, |f| f.since),
+            reason,
+            message,
+        })
+        .collect()
+}
+
+/// What the runner reports for one OffsetCheckpoint, in the controller's report shape.
+pub fn reports(state: &SpecState) -> CheckpointReports {
+    let time = |t: &Timestamp| Time(Timestamp::from_second(t.as_second()).unwrap_or(*t));
+    CheckpointReports {
+        groups: state
+            .groups
+            .iter()
+            .map(|(group, g)| GroupSummary {
+                group: group.clone(),
+                partitions: g.partitions,
+                last_checkpoint_time: g.last_checkpoint.as_ref().map(time),
+                synced: g.synced,
+                target_lag: g.target_lag,
+            })
+            .collect(),
+        failures: state
+            .groups
+            .iter()
+            .flat_map(|(group, g)| {
+                g.failures.iter().map(move |f| GroupFailure {
+                    group: group.clone(),
+                    reason: f.reason,
+                    message: f.message.clone(),
+                    since: time(&f.since),
+                })
+            })
+            .collect(),
+    }
+}
+
+/// The status of `checkpoint` from the runner's state for it (`None`: not run yet) at
+/// `now`. Previous conditions come from `checkpoint.status` (transition times are kept).
+pub fn checkpoint_status(
+    checkpoint: &OffsetCheckpoint,
+    state: Option<&SpecState>,
+    startup_error: Option<&str>,
+    now: Timestamp,
+) -> OffsetCheckpointStatus {
+    let ran = state.filter(|s| s.cycles > 0);
+    let reports = ran.map(reports);
+    let mut status = fold_checkpoint_status(&CheckpointObservation {
+        checkpoint,
+        flow: FlowRefState::Found { invalid: false },
+        invalid: None,
+        reports: reports.as_ref(),
+        now,
+    });
+    let error = startup_error.or(ran.and_then(|s| s.last_error.as_deref()));
+    if let Some(error) = error {
+        let previous = checkpoint
+            .status
+            .as_ref()
+            .map(|s| s.conditions.clone())
+            .unwrap_or_default();
+        let ready = condition(
+            &previous,
+            READY,
+            "False",
+            "CheckpointFailed",
+            error.to_string(),
+            checkpoint.metadata.generation,
+            now,
+        );
+        match status.conditions.iter_mut().find(|c| c.type_ == READY) {
+            Some(c) => *c = ready,
+            None => status.conditions.push(ready),
+        }
+    }
+    status
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{FlowRef, GroupSelector, OffsetCheckpointSpec};
+    use crate::controller::status::STALE;
+    use jiff::ToSpan;
+    use pretty_assertions::assert_eq;
+
+    fn now() -> Timestamp {
+        "2026-01-01T00:10:00Z".parse().unwrap()
+    }
+
+    fn ago(secs: i64) -> Timestamp {
+        now() - secs.seconds()
+    }
+
+    fn resource() -> OffsetCheckpoint {
+        let mut cp = OffsetCheckpoint::new(
+            "cp",
+            OffsetCheckpointSpec {
+                flow_ref: FlowRef { name: "f".into() },
+                groups: GroupSelector::default(),
+                interval_seconds: 5,
+                sync_group_offsets: true,
+                emit_checkpoints_topic: true,
+            },
+        );
+        cp.metadata.generation = Some(3);
+        cp
+    }
+
+    fn group(age: Option<i64>, failures: Vec<FailureState>) -> GroupState {
+        GroupState {
+            last_checkpoint: age.map(ago),
+            partitions: 2,
+            synced: true,
+            target_lag: Some(0),
+            failures,
+        }
+    }
+
+    fn spec(groups: Vec<(&str, GroupState)>, error: Option<&str>) -> SpecState {
+        SpecState {
+            interval_seconds: 5,
+            generation: Some(3),
+            cycles: 4,
+            last_cycle: Some(ago(1)),
+            last_cycle_duration: Some(Duration::from_millis(20)),
+            last_error: error.map(String::from),
+            groups: groups
+                .into_iter()
+                .map(|(g, s)| (g.to_string(), s))
+                .collect(),
+        }
+    }
+
+    fn cond(status: &OffsetCheckpointStatus, type_: &str) -> (String, String) {
+        let c = status.conditions.iter().find(|c| c.type_ == type_).unwrap();
+        (c.status.clone(), c.reason.clone())
+    }
+
+    #[test]
+    fn status_table() {
+        let active = FailureState {
+            reason: GroupFailureReason::ActiveOnTarget,
+            message: "2 members".into(),
+            since: ago(30),
+        };
+        type Case = (
+            &'static str,
+            Option<SpecState>,
+            Option<&'static str>,
+            (&'static str, &'static str),
+            (&'static str, &'static str),
+            i32,
+            Option<i64>,
+            usize,
+        );
+        let cases: Vec<Case> = vec![
+            (
+                "not run yet",
+                None,
+                None,
+                ("False", "AwaitingCheckpoints"),
+                ("Unknown", "AwaitingCheckpoints"),
+                0,
+                None,
+                0,
+            ),
+            (
+                "fresh groups",
+                Some(spec(
+                    vec![("a", group(Some(2), vec![])), ("b", group(Some(9), vec![]))],
+                    None,
+                )),
+                None,
+                ("True", "Checkpointing"),
+                ("False", "Fresh"),
+                2,
+                Some(9),
+                0,
+            ),
+            (
+                "exactly 3 intervals is not stale yet",
+                Some(spec(vec![("a", group(Some(15), vec![]))], None)),
+                None,
+                ("True", "Checkpointing"),
+                ("False", "Fresh"),
+                1,
+                Some(15),
+                0,
+            ),
+            (
+                "older than 3 intervals is stale",
+                Some(spec(
+                    vec![
+                        ("a", group(Some(2), vec![])),
+                        ("b", group(Some(16), vec![])),
+                    ],
+                    None,
+                )),
+                None,
+                ("False", "CheckpointsStale"),
+                ("True", "CheckpointsStale"),
+                2,
+                Some(16),
+                0,
+            ),
+            (
+                "refused group is reported but does not block Ready",
+                Some(spec(
+                    vec![("a", group(Some(2), vec![active.clone()]))],
+                    None,
+                )),
+                None,
+                ("True", "Checkpointing"),
+                ("False", "Fresh"),
+                1,
+                Some(2),
+                1,
+            ),
+            (
+                "never checkpointed group is not counted and not stale",
+                Some(spec(vec![("a", group(None, vec![]))], None)),
+                None,
+                ("True", "Checkpointing"),
+                ("False", "Fresh"),
+                0,
+                None,
+                0,
+            ),
+            (
+                "no group matched",
+                Some(spec(vec![], None)),
+                None,
+                ("True", "NoGroupsMatched"),
+                ("False", "Fresh"),
+                0,
+                None,
+                0,
+            ),
+            (
+                "failed cycle: Ready False at once",
+                Some(spec(
+                    vec![("a", group(Some(2), vec![]))],
+                    Some("source cluster dc1: list consumer groups: timed out"),
+                )),
+                None,
+                ("False", "CheckpointFailed"),
+                ("False", "Fresh"),
+                1,
+                Some(2),
+                0,
+            ),
+            (
+                "start-up failing",
+                None,
+                Some("offset syncs: timed out"),
+                ("False", "CheckpointFailed"),
+                ("Unknown", "AwaitingCheckpoints"),
+                0,
+                None,
+                0,
+            ),
+        ];
+        for (name, state, startup, ready, stale, checkpointed, oldest, failures) in cases {
+            let s = checkpoint_status(&resource(), state.as_ref(), startup, now());
+            assert_eq!(
+                cond(&s, READY),
+                (ready.0.to_string(), ready.1.to_string()),
+                "{name}: Ready"
+            );
+            assert_eq!(
+                cond(&s, STALE),
+                (stale.0.to_string(), stale.1.to_string()),
+                "{name}: Stale"
+            );
+            assert_eq!(s.groups_checkpointed, checkpointed, "{name}");
+            assert_eq!(s.oldest_checkpoint_age_seconds, oldest, "{name}");
+            assert_eq!(s.failures.len(), failures, "{name}");
+            assert_eq!(s.observed_generation, Some(3), "{name}");
+        }
+    }
+
+    #[test]
+    fn summaries_are_stalest_first_and_bounded() {
+        let groups: Vec<(String, GroupState)> = (0..60)
+            .map(|i| (format!("g{i:02}"), group(Some(i), vec![])))
+            .collect();
+        let state = SpecState {
+            groups: groups.into_iter().collect(),
+            ..spec(vec![], None)
+        };
+        let s = checkpoint_status(&resource(), Some(&state), None, now());
+        assert_eq!(s.groups.len(), 50);
+        assert_eq!(s.groups[0].group, "g59");
+        assert_eq!(s.groups_checkpointed, 60);
+        assert_eq!(s.last_checkpoint_time, Some(Time(ago(0))));
+        assert_eq!(s.oldest_checkpoint_age_seconds, Some(59));
+    }
+
+    #[test]
+    fn error_message_and_transition_time() {
+        let mut cp = resource();
+        let first = checkpoint_status(&cp, Some(&spec(vec![], Some("boom"))), None, ago(100));
+        cp.status = Some(first.clone());
+        let again = checkpoint_status(&cp, Some(&spec(vec![], Some("boom again"))), None, now());
+        let c = again.conditions.iter().find(|c| c.type_ == READY).unwrap();
+        assert_eq!(c.message, "boom again");
+        let before = first.conditions.iter().find(|c| c.type_ == READY).unwrap();
+        assert_eq!(c.last_transition_time, before.last_transition_time);
+    }
+
+    #[test]
+    fn failures_keep_since() {
+        let prev = vec![FailureState {
+            reason: GroupFailureReason::ActiveOnTarget,
+            message: "old".into(),
+            since: ago(50),
+        }];
+        let merged = merge_failures(
+            &prev,
+            vec![
+                (GroupFailureReason::ActiveOnTarget, "new".into()),
+                (GroupFailureReason::NoOffsetSync, "x".into()),
+            ],
+            now(),
+        );
+        assert_eq!(merged[0].since, ago(50));
+        assert_eq!(merged[0].message, "new");
+        assert_eq!(merged[1].since, now());
+        assert!(merge_failures(&prev, vec![], now()).is_empty());
+    }
+}
