@@ -1,0 +1,553 @@
+//! The one place that turns a [`ClusterSpec`] (plus the mounted secrets) into librdkafka
+//! client properties.
+//!
+//! Secrets are never inline in a spec: each reference names a Secret and a key, mounted
+//! read-only at `<secrets_dir>/<secretName>/<key>` (see `docs/ARCHITECTURE.md`). TLS files are
+//! passed to librdkafka by path (`ssl.*.location`); SASL credentials are read from their files
+//! (one trailing newline is dropped, as `echo`/`kubectl create secret --from-file` often add
+//! one). A missing file is an error naming the cluster, the secret and the key.
+//!
+//! Order of precedence: derived properties first, then the user's `config` entries. Properties
+//! mirrorflow owns (see [`crate::api::validate::owned_property_reason`]) are refused here too,
+//! so a spec that never went through validation cannot override them.
+//!
+//! [`ClientProperties`] keeps the list and prints SASL passwords as `*****`: log it freely.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use rdkafka::ClientConfig;
+
+use crate::api::validate::owned_property_reason;
+use crate::api::ClusterSpec;
+
+/// Property names whose values are secret and must never be logged.
+const SECRET_PROPERTIES: &[&str] = &[
+    "sasl.password",
+    "ssl.key.password",
+    "ssl.keystore.password",
+    "ssl.key.pem",
+    "sasl.oauthbearer.client.secret",
+];
+
+/// Why client properties could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// A referenced secret file is missing or unreadable.
+    #[error(
+        "cluster {alias}: {field}: cannot read key {key:?} of Secret {secret:?} at {}: {source} \
+         (mount the Secret at <secrets dir>/<secretName>/<key>)",
+        path.display()
+    )]
+    Secret {
+        /// Cluster alias.
+        alias: String,
+        /// Spec field holding the reference, e.g. `sasl.credentials.passwordKey`.
+        field: &'static str,
+        /// Secret name.
+        secret: String,
+        /// Key inside the Secret.
+        key: String,
+        /// Where the file was expected.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// A secret file holds no text usable as a credential.
+    #[error("cluster {alias}: {field}: key {key:?} of Secret {secret:?} is {problem}")]
+    BadSecret {
+        /// Cluster alias.
+        alias: String,
+        /// Spec field holding the reference.
+        field: &'static str,
+        /// Secret name.
+        secret: String,
+        /// Key inside the Secret.
+        key: String,
+        /// What is wrong (empty, not UTF-8).
+        problem: &'static str,
+    },
+    /// A user `config` entry overrides a property mirrorflow owns.
+    #[error("cluster {alias}: config.{key}: this property may not be set here: {reason}")]
+    OwnedProperty {
+        /// Cluster alias.
+        alias: String,
+        /// The property.
+        key: String,
+        /// Why, and where to set it instead.
+        reason: &'static str,
+    },
+}
+
+/// Ordered client properties; `Debug`/`Display` mask secret values.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct ClientProperties(Vec<(String, String)>);
+
+impl ClientProperties {
+    /// Sets `key` (replacing an earlier value, keeping its position).
+    pub fn set(&mut self, key: impl Into<String>, value: impl Into<String>) {
+        let (key, value) = (key.into(), value.into());
+        match self.0.iter_mut().find(|(k, _)| *k == key) {
+            Some(entry) => entry.1 = value,
+            None => self.0.push((key, value)),
+        }
+    }
+
+    /// The value of `key`, if set.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// All properties in order (unmasked: do not log).
+    pub fn entries(&self) -> &[(String, String)] {
+        &self.0
+    }
+
+    /// The properties with secret values replaced by `*****`, for logs.
+    pub fn masked(&self) -> Vec<(String, String)> {
+        self.0
+            .iter()
+            .map(|(k, v)| {
+                let v = if is_secret_property(k) {
+                    "*****".to_string()
+                } else {
+                    v.clone()
+                };
+                (k.clone(), v)
+            })
+            .collect()
+    }
+
+    /// An rdkafka config holding these properties.
+    pub fn to_client_config(&self) -> ClientConfig {
+        let mut config = ClientConfig::new();
+        for (k, v) in &self.0 {
+            config.set(k, v);
+        }
+        config
+    }
+}
+
+impl fmt::Debug for ClientProperties {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map().entries(self.masked()).finish()
+    }
+}
+
+impl fmt::Display for ClientProperties {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, (k, v)) in self.masked().into_iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{k}={v}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Whether a property's value must be masked in logs.
+pub fn is_secret_property(key: &str) -> bool {
+    let k = key.trim().to_ascii_lowercase();
+    SECRET_PROPERTIES.contains(&k.as_str()) || k.contains("password") || k.contains("secret")
+}
+
+/// `security.protocol` for a cluster: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL.
+pub fn security_protocol(tls: bool, sasl: bool) -> &'static str {
+    match (tls, sasl) {
+        (false, false) => "PLAINTEXT",
+        (true, false) => "SSL",
+        (false, true) => "SASL_PLAINTEXT",
+        (true, true) => "SASL_SSL",
+    }
+}
+
+/// Path of a mounted secret key.
+pub fn secret_path(secrets_dir: &Path, secret: &str, key: &str) -> PathBuf {
+    secrets_dir.join(secret).join(key)
+}
+
+/// The client properties for `cluster`, reading secrets from `secrets_dir`.
+pub fn client_properties(
+    cluster: &ClusterSpec,
+    secrets_dir: &Path,
+) -> Result<ClientProperties, ConfigError> {
+    let alias = cluster.alias.as_str();
+    let mut props = ClientProperties::default();
+    props.set("bootstrap.servers", cluster.bootstrap_servers.trim());
+    props.set(
+        "security.protocol",
+        security_protocol(cluster.tls.is_some(), cluster.sasl.is_some()),
+    );
+    if let Some(tls) = &cluster.tls {
+        if let Some(ca) = &tls.ca {
+            let path = existing_file(alias, "tls.ca", secrets_dir, &ca.secret_name, &ca.key)?;
+            props.set("ssl.ca.location", path.display().to_string());
+        }
+        if let Some(cert) = &tls.client_cert {
+            let crt = existing_file(
+                alias,
+                "tls.clientCert.certKey",
+                secrets_dir,
+                &cert.secret_name,
+                &cert.cert_key,
+            )?;
+            let key = existing_file(
+                alias,
+                "tls.clientCert.keyKey",
+                secrets_dir,
+                &cert.secret_name,
+                &cert.key_key,
+            )?;
+            props.set("ssl.certificate.location", crt.display().to_string());
+            props.set("ssl.key.location", key.display().to_string());
+        }
+    }
+    if let Some(sasl) = &cluster.sasl {
+        let creds = &sasl.credentials;
+        let username = read_credential(
+            alias,
+            "sasl.credentials.usernameKey",
+            secrets_dir,
+            &creds.secret_name,
+            &creds.username_key,
+        )?;
+        let password = read_credential(
+            alias,
+            "sasl.credentials.passwordKey",
+            secrets_dir,
+            &creds.secret_name,
+            &creds.password_key,
+        )?;
+        props.set("sasl.mechanism", sasl.mechanism.as_str());
+        props.set("sasl.username", username);
+        props.set("sasl.password", password);
+    }
+    for (key, value) in &cluster.config {
+        if let Some(reason) = owned_property_reason(key) {
+            return Err(ConfigError::OwnedProperty {
+                alias: alias.to_string(),
+                key: key.clone(),
+                reason,
+            });
+        }
+        props.set(key.trim(), value.as_str());
+    }
+    Ok(props)
+}
+
+/// [`client_properties`] as an rdkafka [`ClientConfig`].
+pub fn client_config(
+    cluster: &ClusterSpec,
+    secrets_dir: &Path,
+) -> Result<ClientConfig, ConfigError> {
+    Ok(client_properties(cluster, secrets_dir)?.to_client_config())
+}
+
+fn existing_file(
+    alias: &str,
+    field: &'static str,
+    secrets_dir: &Path,
+    secret: &str,
+    key: &str,
+) -> Result<PathBuf, ConfigError> {
+    let path = secret_path(secrets_dir, secret, key);
+    // Opening (not just stat) proves the worker can read it; librdkafka would fail later
+    // with a far less helpful message.
+    match std::fs::File::open(&path) {
+        Ok(_) => Ok(path),
+        Err(source) => Err(ConfigError::Secret {
+            alias: alias.to_string(),
+            field,
+            secret: secret.to_string(),
+            key: key.to_string(),
+            path,
+            source,
+        }),
+    }
+}
+
+fn read_credential(
+    alias: &str,
+    field: &'static str,
+    secrets_dir: &Path,
+    secret: &str,
+    key: &str,
+) -> Result<String, ConfigError> {
+    let path = secret_path(secrets_dir, secret, key);
+    let bytes = std::fs::read(&path).map_err(|source| ConfigError::Secret {
+        alias: alias.to_string(),
+        field,
+        secret: secret.to_string(),
+        key: key.to_string(),
+        path: path.clone(),
+        source,
+    })?;
+    let bad = |problem| ConfigError::BadSecret {
+        alias: alias.to_string(),
+        field,
+        secret: secret.to_string(),
+        key: key.to_string(),
+        problem,
+    };
+    let text = String::from_utf8(bytes).map_err(|_| bad("not UTF-8 text"))?;
+    let text = text
+        .strip_suffix("\r\n")
+        .or_else(|| text.strip_suffix('\n'))
+        .unwrap_or(&text)
+        .to_string();
+    if text.is_empty() {
+        return Err(bad("empty"));
+    }
+    Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{
+        ClientCertRef, CredentialsRef, SaslMechanism, SaslSpec, SecretKeyRef, TlsSpec,
+    };
+    use pretty_assertions::assert_eq;
+    use std::collections::BTreeMap;
+
+    fn cluster() -> ClusterSpec {
+        ClusterSpec {
+            alias: "dc1".into(),
+            bootstrap_servers: "k1:9092,k2:9092".into(),
+            ..Default::default()
+        }
+    }
+
+    fn sasl(mechanism: SaslMechanism) -> Option<SaslSpec> {
+        Some(SaslSpec {
+            mechanism,
+            credentials: CredentialsRef {
+                secret_name: "creds".into(),
+                username_key: "username".into(),
+                password_key: "password".into(),
+            },
+        })
+    }
+
+    fn tls(ca: bool, client: bool) -> Option<TlsSpec> {
+        Some(TlsSpec {
+            ca: ca.then(|| SecretKeyRef {
+                secret_name: "ca".into(),
+                key: "ca.crt".into(),
+            }),
+            client_cert: client.then(|| ClientCertRef {
+                secret_name: "client".into(),
+                cert_key: "tls.crt".into(),
+                key_key: "tls.key".into(),
+            }),
+        })
+    }
+
+    fn secrets() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let files = [
+            ("creds", "username", "alice\n"),
+            ("creds", "password", "s3cret"),
+            ("ca", "ca.crt", "-----BEGIN CERTIFICATE-----\n"),
+            ("client", "tls.crt", "crt"),
+            ("client", "tls.key", "key"),
+            ("blank", "username", "\n"),
+            ("blank", "password", "x"),
+        ];
+        for (secret, key, content) in files {
+            std::fs::create_dir_all(dir.path().join(secret)).unwrap();
+            std::fs::write(dir.path().join(secret).join(key), content).unwrap();
+        }
+        dir
+    }
+
+    #[test]
+    fn properties_table() {
+        let dir = secrets();
+        let d = dir.path().display().to_string();
+        let mut user_config = BTreeMap::new();
+        user_config.insert("client.id".to_string(), "mine".to_string());
+        user_config.insert("linger.ms".to_string(), "7".to_string());
+        type Case = (&'static str, ClusterSpec, Vec<(&'static str, String)>);
+        let cases: Vec<Case> = vec![
+            (
+                "plaintext",
+                cluster(),
+                vec![
+                    ("bootstrap.servers", "k1:9092,k2:9092".into()),
+                    ("security.protocol", "PLAINTEXT".into()),
+                ],
+            ),
+            (
+                "tls with system trust store",
+                ClusterSpec {
+                    tls: Some(TlsSpec::default()),
+                    ..cluster()
+                },
+                vec![
+                    ("bootstrap.servers", "k1:9092,k2:9092".into()),
+                    ("security.protocol", "SSL".into()),
+                ],
+            ),
+            (
+                "tls with ca and client cert",
+                ClusterSpec {
+                    tls: tls(true, true),
+                    ..cluster()
+                },
+                vec![
+                    ("bootstrap.servers", "k1:9092,k2:9092".into()),
+                    ("security.protocol", "SSL".into()),
+                    ("ssl.ca.location", format!("{d}/ca/ca.crt")),
+                    ("ssl.certificate.location", format!("{d}/client/tls.crt")),
+                    ("ssl.key.location", format!("{d}/client/tls.key")),
+                ],
+            ),
+            (
+                "sasl plaintext, trailing newline dropped",
+                ClusterSpec {
+                    sasl: sasl(SaslMechanism::ScramSha512),
+                    ..cluster()
+                },
+                vec![
+                    ("bootstrap.servers", "k1:9092,k2:9092".into()),
+                    ("security.protocol", "SASL_PLAINTEXT".into()),
+                    ("sasl.mechanism", "SCRAM-SHA-512".into()),
+                    ("sasl.username", "alice".into()),
+                    ("sasl.password", "s3cret".into()),
+                ],
+            ),
+            (
+                "sasl ssl with user config last",
+                ClusterSpec {
+                    tls: tls(true, false),
+                    sasl: sasl(SaslMechanism::Plain),
+                    config: user_config.clone(),
+                    ..cluster()
+                },
+                vec![
+                    ("bootstrap.servers", "k1:9092,k2:9092".into()),
+                    ("security.protocol", "SASL_SSL".into()),
+                    ("ssl.ca.location", format!("{d}/ca/ca.crt")),
+                    ("sasl.mechanism", "PLAIN".into()),
+                    ("sasl.username", "alice".into()),
+                    ("sasl.password", "s3cret".into()),
+                    ("client.id", "mine".into()),
+                    ("linger.ms", "7".into()),
+                ],
+            ),
+        ];
+        for (name, spec, want) in cases {
+            let got = client_properties(&spec, dir.path()).unwrap();
+            let want: Vec<(String, String)> =
+                want.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+            assert_eq!(got.entries(), want.as_slice(), "{name}");
+        }
+    }
+
+    #[test]
+    fn errors_name_secret_key_and_field() {
+        let dir = secrets();
+        let missing_password = ClusterSpec {
+            sasl: Some(SaslSpec {
+                mechanism: SaslMechanism::Plain,
+                credentials: CredentialsRef {
+                    secret_name: "creds".into(),
+                    username_key: "username".into(),
+                    password_key: "pw".into(),
+                },
+            }),
+            ..cluster()
+        };
+        let missing_ca = ClusterSpec {
+            tls: Some(TlsSpec {
+                ca: Some(SecretKeyRef {
+                    secret_name: "nope".into(),
+                    key: "ca.crt".into(),
+                }),
+                client_cert: None,
+            }),
+            ..cluster()
+        };
+        let blank_user = ClusterSpec {
+            sasl: Some(SaslSpec {
+                mechanism: SaslMechanism::Plain,
+                credentials: CredentialsRef {
+                    secret_name: "blank".into(),
+                    username_key: "username".into(),
+                    password_key: "password".into(),
+                },
+            }),
+            ..cluster()
+        };
+        let mut owned = BTreeMap::new();
+        owned.insert("sasl.password".to_string(), "inline".to_string());
+        let owned = ClusterSpec {
+            config: owned,
+            ..cluster()
+        };
+        let cases = [
+            (
+                missing_password,
+                vec!["dc1", "sasl.credentials.passwordKey", "\"pw\"", "\"creds\""],
+            ),
+            (missing_ca, vec!["dc1", "tls.ca", "\"ca.crt\"", "\"nope\""]),
+            (
+                blank_user,
+                vec!["sasl.credentials.usernameKey", "\"blank\"", "empty"],
+            ),
+            (owned, vec!["config.sasl.password", "typed tls and sasl"]),
+        ];
+        for (spec, needles) in cases {
+            let msg = client_properties(&spec, dir.path())
+                .unwrap_err()
+                .to_string();
+            for n in needles {
+                assert!(msg.contains(n), "{msg:?} should contain {n:?}");
+            }
+            assert!(!msg.contains("inline"), "secret value leaked: {msg}");
+        }
+    }
+
+    #[test]
+    fn masking_hides_secrets() {
+        let dir = secrets();
+        let spec = ClusterSpec {
+            sasl: sasl(SaslMechanism::Plain),
+            ..cluster()
+        };
+        let props = client_properties(&spec, dir.path()).unwrap();
+        for shown in [format!("{props}"), format!("{props:?}")] {
+            assert!(!shown.contains("s3cret"), "{shown}");
+            assert!(shown.contains("sasl.password"), "{shown}");
+            assert!(shown.contains("alice"), "{shown}");
+        }
+        let cases = [
+            ("sasl.password", true),
+            ("ssl.key.password", true),
+            ("SASL.PASSWORD", true),
+            ("sasl.username", false),
+            ("bootstrap.servers", false),
+        ];
+        for (key, want) in cases {
+            assert_eq!(is_secret_property(key), want, "{key}");
+        }
+    }
+
+    #[test]
+    fn security_protocol_table() {
+        let cases = [
+            (false, false, "PLAINTEXT"),
+            (true, false, "SSL"),
+            (false, true, "SASL_PLAINTEXT"),
+            (true, true, "SASL_SSL"),
+        ];
+        for (tls, sasl, want) in cases {
+            assert_eq!(security_protocol(tls, sasl), want);
+        }
+    }
+}

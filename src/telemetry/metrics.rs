@@ -1,0 +1,240 @@
+//! Worker metrics (Prometheus). Every series is prefixed `mirrorflow_worker_`.
+//!
+//! | metric | labels | meaning |
+//! |---|---|---|
+//! | `records_replicated_total` | topic | records committed on the target (source topic name) |
+//! | `bytes_replicated_total` | topic | key + value + header bytes of those records |
+//! | `replication_lag_records` | topic, partition | source high watermark − next offset to replicate |
+//! | `replication_lag_seconds` | topic, partition | source timestamp → target acknowledgement of the last replicated record |
+//! | `offset_syncs_total` | — | offset syncs written |
+//! | `transactions_total` | outcome (commit, abort) | target transactions (ExactlyOnce) |
+//! | `batches_total` | outcome (committed, retried) | batches written |
+//! | `errors_total` | kind | errors by kind (see [`ErrorKind`]) |
+//! | `partitions_owned` | — | partitions this worker owns |
+//! | `partitions_failed` | — | owned partitions stopped by a failure |
+//! | `paused` | — | 1 while `spec.paused` is set |
+//! | `ready` | — | 1 once replication runs |
+
+use prometheus::{
+    Gauge, GaugeVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+};
+
+/// Error kinds counted in `mirrorflow_worker_errors_total{kind}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The target refused a record for good (e.g. too large).
+    RecordRejected,
+    /// A transient produce/commit failure; the batch is retried.
+    TargetRetriable,
+    /// A consumer error on the source.
+    Source,
+    /// Out of range / validation failure of a source partition.
+    OffsetValidation,
+    /// Topic discovery or target topic creation failed.
+    TopicSync,
+    /// Writing or reading progress failed.
+    Progress,
+    /// The worker cannot go on (fenced, transactions unsupported, bad config).
+    Fatal,
+}
+
+impl ErrorKind {
+    /// All kinds, for pre-creating the series.
+    pub const ALL: [ErrorKind; 7] = [
+        ErrorKind::RecordRejected,
+        ErrorKind::TargetRetriable,
+        ErrorKind::Source,
+        ErrorKind::OffsetValidation,
+        ErrorKind::TopicSync,
+        ErrorKind::Progress,
+        ErrorKind::Fatal,
+    ];
+
+    /// Label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::RecordRejected => "record_rejected",
+            ErrorKind::TargetRetriable => "target_retriable",
+            ErrorKind::Source => "source",
+            ErrorKind::OffsetValidation => "offset_validation",
+            ErrorKind::TopicSync => "topic_sync",
+            ErrorKind::Progress => "progress",
+            ErrorKind::Fatal => "fatal",
+        }
+    }
+}
+
+/// Prometheus metrics of one worker, registered in their own [`Registry`].
+#[derive(Clone)]
+pub struct WorkerMetrics {
+    /// The registry served on `/metrics`.
+    pub registry: Registry,
+    /// `records_replicated_total{topic}`.
+    pub records: IntCounterVec,
+    /// `bytes_replicated_total{topic}`.
+    pub bytes: IntCounterVec,
+    /// `replication_lag_records{topic,partition}`.
+    pub lag_records: IntGaugeVec,
+    /// `replication_lag_seconds{topic,partition}`.
+    pub lag_seconds: GaugeVec,
+    /// `offset_syncs_total`.
+    pub offset_syncs: IntCounter,
+    /// `transactions_total{outcome}`.
+    pub transactions: IntCounterVec,
+    /// `batches_total{outcome}`.
+    pub batches: IntCounterVec,
+    /// `errors_total{kind}`.
+    pub errors: IntCounterVec,
+    /// `partitions_owned`.
+    pub partitions_owned: IntGauge,
+    /// `partitions_failed`.
+    pub partitions_failed: IntGauge,
+    /// `paused`.
+    pub paused: IntGauge,
+    /// `ready`.
+    pub ready: Gauge,
+}
+
+impl WorkerMetrics {
+    /// Creates the metrics in a new registry.
+    pub fn new() -> prometheus::Result<Self> {
+        let registry = Registry::new();
+        let opts = |name: &str, help: &str| Opts::new(format!("mirrorflow_worker_{name}"), help);
+        let records = IntCounterVec::new(
+            opts(
+                "records_replicated_total",
+                "Records committed on the target, by source topic",
+            ),
+            &["topic"],
+        )?;
+        let bytes = IntCounterVec::new(
+            opts(
+                "bytes_replicated_total",
+                "Key, value and header bytes committed on the target, by source topic",
+            ),
+            &["topic"],
+        )?;
+        let lag_records = IntGaugeVec::new(
+            opts(
+                "replication_lag_records",
+                "Source high watermark minus the next offset to replicate",
+            ),
+            &["topic", "partition"],
+        )?;
+        let lag_seconds = GaugeVec::new(
+            opts(
+                "replication_lag_seconds",
+                "Source timestamp to target acknowledgement of the last replicated record",
+            ),
+            &["topic", "partition"],
+        )?;
+        let offset_syncs =
+            IntCounter::with_opts(opts("offset_syncs_total", "Offset syncs written"))?;
+        let transactions = IntCounterVec::new(
+            opts("transactions_total", "Target transactions by outcome"),
+            &["outcome"],
+        )?;
+        let batches =
+            IntCounterVec::new(opts("batches_total", "Batches by outcome"), &["outcome"])?;
+        let errors = IntCounterVec::new(opts("errors_total", "Errors by kind"), &["kind"])?;
+        let partitions_owned =
+            IntGauge::with_opts(opts("partitions_owned", "Partitions owned by this worker"))?;
+        let partitions_failed = IntGauge::with_opts(opts(
+            "partitions_failed",
+            "Owned partitions stopped by a failure",
+        ))?;
+        let paused = IntGauge::with_opts(opts("paused", "1 while spec.paused is set"))?;
+        let ready = Gauge::with_opts(opts("ready", "1 once replication runs"))?;
+        registry.register(Box::new(records.clone()))?;
+        registry.register(Box::new(bytes.clone()))?;
+        registry.register(Box::new(lag_records.clone()))?;
+        registry.register(Box::new(lag_seconds.clone()))?;
+        registry.register(Box::new(offset_syncs.clone()))?;
+        registry.register(Box::new(transactions.clone()))?;
+        registry.register(Box::new(batches.clone()))?;
+        registry.register(Box::new(errors.clone()))?;
+        registry.register(Box::new(partitions_owned.clone()))?;
+        registry.register(Box::new(partitions_failed.clone()))?;
+        registry.register(Box::new(paused.clone()))?;
+        registry.register(Box::new(ready.clone()))?;
+        // Zero series from the start, so rate() and alerts work before the first event.
+        for kind in ErrorKind::ALL {
+            errors.with_label_values(&[kind.as_str()]);
+        }
+        for outcome in ["commit", "abort"] {
+            transactions.with_label_values(&[outcome]);
+        }
+        for outcome in ["committed", "retried"] {
+            batches.with_label_values(&[outcome]);
+        }
+        Ok(Self {
+            registry,
+            records,
+            bytes,
+            lag_records,
+            lag_seconds,
+            offset_syncs,
+            transactions,
+            batches,
+            errors,
+            partitions_owned,
+            partitions_failed,
+            paused,
+            ready,
+        })
+    }
+
+    /// Counts an error.
+    pub fn error(&self, kind: ErrorKind) {
+        self.errors.with_label_values(&[kind.as_str()]).inc();
+    }
+
+    /// Drops the per-partition series of a partition this worker no longer owns.
+    pub fn forget_partition(&self, topic: &str, partition: i32) {
+        let p = partition.to_string();
+        let _ = self.lag_records.remove_label_values(&[topic, &p]);
+        let _ = self.lag_seconds.remove_label_values(&[topic, &p]);
+    }
+
+    /// The registry in Prometheus text format.
+    pub fn encode(&self) -> String {
+        encode_registry(&self.registry)
+    }
+}
+
+/// Any registry in Prometheus text format (an encoding failure yields a comment line).
+pub fn encode_registry(registry: &Registry) -> String {
+    use prometheus::Encoder;
+    let mut buf = Vec::new();
+    match prometheus::TextEncoder::new().encode(&registry.gather(), &mut buf) {
+        Ok(()) => String::from_utf8(buf).unwrap_or_default(),
+        Err(e) => format!("# encoding metrics failed: {e}\n"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn series_exist_and_encode() {
+        let m = WorkerMetrics::new().unwrap();
+        m.records.with_label_values(&["orders"]).inc_by(3);
+        m.lag_records.with_label_values(&["orders", "0"]).set(7);
+        m.error(ErrorKind::RecordRejected);
+        let text = m.encode();
+        for needle in [
+            "mirrorflow_worker_records_replicated_total{topic=\"orders\"} 3",
+            "mirrorflow_worker_replication_lag_records{partition=\"0\",topic=\"orders\"} 7",
+            "mirrorflow_worker_errors_total{kind=\"record_rejected\"} 1",
+            "mirrorflow_worker_errors_total{kind=\"fatal\"} 0",
+            "mirrorflow_worker_transactions_total{outcome=\"abort\"} 0",
+        ] {
+            assert!(text.contains(needle), "missing {needle} in\n{text}");
+        }
+        m.forget_partition("orders", 0);
+        assert!(!m
+            .encode()
+            .contains("replication_lag_records{partition=\"0\""));
+    }
+}

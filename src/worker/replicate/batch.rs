@@ -1,0 +1,395 @@
+//! Batch bookkeeping: the records consumed since the last commit, bounded in records and
+//! bytes, grouped by partition, and what a batch's delivery results mean per partition. Pure.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use rdkafka::message::OwnedHeaders;
+
+use crate::api::TopicPartitionRef;
+
+/// Per-record bookkeeping overhead counted against the byte bound (offsets, lengths,
+/// allocation headers); keeps batches of tiny records bounded too.
+pub const RECORD_OVERHEAD_BYTES: usize = 64;
+
+/// When a batch is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchLimits {
+    /// At most this many records.
+    pub max_records: usize,
+    /// At most about this many bytes (a single record larger than this still forms a batch
+    /// of its own, so it is never stuck).
+    pub max_bytes: usize,
+    /// Write at most this long after the batch's first record arrived.
+    pub linger: Duration,
+}
+
+impl Default for BatchLimits {
+    fn default() -> Self {
+        Self {
+            max_records: 5_000,
+            max_bytes: 8 * 1024 * 1024,
+            linger: Duration::from_millis(100),
+        }
+    }
+}
+
+/// One consumed source record.
+#[derive(Debug, Clone)]
+pub struct BatchRecord {
+    /// Index into [`Batch::partitions`].
+    pub slot: usize,
+    /// Source offset.
+    pub offset: i64,
+    /// Key bytes (`None` = null).
+    pub key: Option<Vec<u8>>,
+    /// Value bytes (`None` = null).
+    pub value: Option<Vec<u8>>,
+    /// Headers, in order.
+    pub headers: Option<OwnedHeaders>,
+    /// Source timestamp (create or log-append time), ms.
+    pub timestamp: Option<i64>,
+    /// Bytes counted for this record.
+    pub size: usize,
+}
+
+/// The records of one partition in a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchPartition {
+    /// Source partition.
+    pub tp: TopicPartitionRef,
+    /// Offset of its first record in the batch.
+    pub first: i64,
+    /// Offset of its last record in the batch.
+    pub last: i64,
+    /// Records of this partition in the batch.
+    pub count: usize,
+}
+
+/// Records consumed since the last commit.
+#[derive(Debug, Default)]
+pub struct Batch {
+    records: Vec<BatchRecord>,
+    partitions: Vec<BatchPartition>,
+    index: HashMap<String, Vec<(i32, usize)>>,
+    bytes: usize,
+    opened_at: Option<Instant>,
+}
+
+/// Size counted for a record: key, value, header names and values, plus overhead.
+pub fn record_size(
+    key: Option<&[u8]>,
+    value: Option<&[u8]>,
+    headers: &[(&str, Option<&[u8]>)],
+) -> usize {
+    let h: usize = headers
+        .iter()
+        .map(|(k, v)| k.len() + v.map_or(0, <[u8]>::len))
+        .sum();
+    key.map_or(0, <[u8]>::len) + value.map_or(0, <[u8]>::len) + h + RECORD_OVERHEAD_BYTES
+}
+
+impl Batch {
+    /// An empty batch.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a record of `topic`/`partition`; `record.slot` is filled in.
+    pub fn push(&mut self, topic: &str, partition: i32, mut record: BatchRecord, now: Instant) {
+        let slot = match self
+            .index
+            .get(topic)
+            .and_then(|v| v.iter().find(|(p, _)| *p == partition))
+        {
+            Some((_, slot)) => *slot,
+            None => {
+                let slot = self.partitions.len();
+                self.partitions.push(BatchPartition {
+                    tp: TopicPartitionRef {
+                        topic: topic.to_string(),
+                        partition,
+                    },
+                    first: record.offset,
+                    last: record.offset,
+                    count: 0,
+                });
+                self.index
+                    .entry(topic.to_string())
+                    .or_default()
+                    .push((partition, slot));
+                slot
+            }
+        };
+        let part = &mut self.partitions[slot];
+        part.last = record.offset;
+        part.count += 1;
+        record.slot = slot;
+        self.bytes += record.size;
+        self.opened_at.get_or_insert(now);
+        self.records.push(record);
+    }
+
+    /// Records in consumption order (per partition: source order).
+    pub fn records(&self) -> &[BatchRecord] {
+        &self.records
+    }
+
+    /// Partitions in the batch, in order of first appearance.
+    pub fn partitions(&self) -> &[BatchPartition] {
+        &self.partitions
+    }
+
+    /// Number of records.
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    /// Whether the batch holds no record.
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
+    /// Bytes counted so far.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Whether the batch reached a bound and must be written before consuming more.
+    pub fn is_full(&self, limits: &BatchLimits) -> bool {
+        self.records.len() >= limits.max_records || self.bytes >= limits.max_bytes
+    }
+
+    /// When the batch must be written at the latest (`None` while empty).
+    pub fn deadline(&self, limits: &BatchLimits) -> Option<Instant> {
+        self.opened_at.map(|t| t + limits.linger)
+    }
+
+    /// Empties the batch.
+    pub fn clear(&mut self) {
+        self.records.clear();
+        self.partitions.clear();
+        self.index.clear();
+        self.bytes = 0;
+        self.opened_at = None;
+    }
+}
+
+/// What happened to one partition's records of a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionOutcome<E> {
+    /// `(source offset, target offset)` of the records delivered before the first failure,
+    /// in order.
+    pub delivered: Vec<(i64, i64)>,
+    /// The first record that failed: its source offset and the error. Later records of the
+    /// partition do not count, delivered or not: the partition stops at the failure.
+    pub failure: Option<(i64, E)>,
+    /// Next source offset to replicate: the failed record, or one past the last delivered.
+    pub next_offset: i64,
+}
+
+/// Folds per-record results (same order as [`Batch::records`]; `Ok(target offset)`) into
+/// per-partition outcomes, in the order of [`Batch::partitions`]. A missing result (the
+/// record was never sent because an earlier one of its partition failed) counts as not
+/// delivered.
+pub fn partition_outcomes<E: Clone>(
+    batch: &Batch,
+    results: &[Option<Result<i64, E>>],
+) -> Vec<PartitionOutcome<E>> {
+    let mut out: Vec<PartitionOutcome<E>> = batch
+        .partitions
+        .iter()
+        .map(|p| PartitionOutcome {
+            delivered: Vec::with_capacity(p.count),
+            failure: None,
+            next_offset: p.last + 1,
+        })
+        .collect();
+    let mut stopped = vec![false; out.len()];
+    for (i, record) in batch.records.iter().enumerate() {
+        if stopped[record.slot] {
+            continue;
+        }
+        let o = &mut out[record.slot];
+        match results.get(i) {
+            Some(Some(Ok(d))) => o.delivered.push((record.offset, *d)),
+            Some(Some(Err(e))) => {
+                o.failure = Some((record.offset, e.clone()));
+                o.next_offset = record.offset;
+                stopped[record.slot] = true;
+            }
+            // Never sent: the partition stops before it (never claim it delivered).
+            Some(None) | None => {
+                o.next_offset = record.offset;
+                stopped[record.slot] = true;
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    fn rec(offset: i64, size: usize) -> BatchRecord {
+        BatchRecord {
+            slot: usize::MAX,
+            offset,
+            key: None,
+            value: Some(vec![0; size]),
+            headers: None,
+            timestamp: Some(0),
+            size: size + RECORD_OVERHEAD_BYTES,
+        }
+    }
+
+    #[test]
+    fn groups_by_partition_and_bounds() {
+        let now = Instant::now();
+        let limits = BatchLimits {
+            max_records: 4,
+            max_bytes: 1000,
+            linger: Duration::from_millis(50),
+        };
+        let mut b = Batch::new();
+        assert_eq!(b.deadline(&limits), None);
+        b.push("a", 0, rec(10, 1), now);
+        b.push("b", 0, rec(3, 1), now + Duration::from_millis(5));
+        b.push("a", 0, rec(11, 1), now);
+        assert!(!b.is_full(&limits));
+        b.push("a", 1, rec(0, 1), now);
+        assert!(b.is_full(&limits), "record bound");
+        assert_eq!(b.deadline(&limits), Some(now + Duration::from_millis(50)));
+        let parts: Vec<(String, i32, i64, i64, usize)> = b
+            .partitions()
+            .iter()
+            .map(|p| (p.tp.topic.clone(), p.tp.partition, p.first, p.last, p.count))
+            .collect();
+        assert_eq!(
+            parts,
+            vec![
+                ("a".into(), 0, 10, 11, 2),
+                ("b".into(), 0, 3, 3, 1),
+                ("a".into(), 1, 0, 0, 1)
+            ]
+        );
+        let slots: Vec<usize> = b.records().iter().map(|r| r.slot).collect();
+        assert_eq!(slots, vec![0, 1, 0, 2]);
+        assert_eq!(b.bytes(), 4 * (1 + RECORD_OVERHEAD_BYTES));
+        b.clear();
+        assert!(b.is_empty());
+        assert_eq!(b.bytes(), 0);
+        assert!(b.partitions().is_empty());
+        b.push("big", 0, rec(0, 2000), now);
+        assert!(
+            b.is_full(&limits),
+            "byte bound; a single large record is a batch of its own"
+        );
+    }
+
+    #[test]
+    fn record_size_counts_everything() {
+        let size = record_size(
+            Some(b"kk"),
+            Some(b"vvv"),
+            &[("h", Some(b"12")), ("n", None)],
+        );
+        assert_eq!(size, 2 + 3 + 1 + 2 + 1 + RECORD_OVERHEAD_BYTES);
+        assert_eq!(record_size(None, None, &[]), RECORD_OVERHEAD_BYTES);
+    }
+
+    #[test]
+    fn outcomes_table() {
+        let now = Instant::now();
+        let mut b = Batch::new();
+        // p0: 5, 6, 7 ; p1: 20, 21
+        for (p, o) in [(0, 5), (1, 20), (0, 6), (1, 21), (0, 7)] {
+            b.push("t", p, rec(o, 1), now);
+        }
+        type R = Option<Result<i64, &'static str>>;
+        type Case = (&'static str, Vec<R>, Vec<PartitionOutcome<&'static str>>);
+        let cases: Vec<Case> = vec![
+            (
+                "all delivered",
+                vec![
+                    Some(Ok(100)),
+                    Some(Ok(7)),
+                    Some(Ok(101)),
+                    Some(Ok(8)),
+                    Some(Ok(102)),
+                ],
+                vec![
+                    PartitionOutcome {
+                        delivered: vec![(5, 100), (6, 101), (7, 102)],
+                        failure: None,
+                        next_offset: 8,
+                    },
+                    PartitionOutcome {
+                        delivered: vec![(20, 7), (21, 8)],
+                        failure: None,
+                        next_offset: 22,
+                    },
+                ],
+            ),
+            (
+                "failure in the middle stops the partition there; later successes ignored",
+                vec![
+                    Some(Ok(100)),
+                    Some(Ok(7)),
+                    Some(Err("too large")),
+                    Some(Ok(8)),
+                    Some(Ok(102)),
+                ],
+                vec![
+                    PartitionOutcome {
+                        delivered: vec![(5, 100)],
+                        failure: Some((6, "too large")),
+                        next_offset: 6,
+                    },
+                    PartitionOutcome {
+                        delivered: vec![(20, 7), (21, 8)],
+                        failure: None,
+                        next_offset: 22,
+                    },
+                ],
+            ),
+            (
+                "unsent record without a failure: the partition stops before it",
+                vec![Some(Ok(100)), Some(Ok(7)), None, Some(Ok(8)), Some(Ok(102))],
+                vec![
+                    PartitionOutcome {
+                        delivered: vec![(5, 100)],
+                        failure: None,
+                        next_offset: 6,
+                    },
+                    PartitionOutcome {
+                        delivered: vec![(20, 7), (21, 8)],
+                        failure: None,
+                        next_offset: 22,
+                    },
+                ],
+            ),
+            (
+                "first record fails, rest never sent",
+                vec![Some(Err("x")), Some(Ok(7)), None, Some(Ok(8)), None],
+                vec![
+                    PartitionOutcome {
+                        delivered: vec![],
+                        failure: Some((5, "x")),
+                        next_offset: 5,
+                    },
+                    PartitionOutcome {
+                        delivered: vec![(20, 7), (21, 8)],
+                        failure: None,
+                        next_offset: 22,
+                    },
+                ],
+            ),
+        ];
+        for (name, results, want) in cases {
+            assert_eq!(partition_outcomes(&b, &results), want, "{name}");
+        }
+    }
+}

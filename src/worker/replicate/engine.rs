@@ -1,0 +1,1931 @@
+//! The replication loop of one worker.
+//!
+//! One task owns everything: a source consumer (manual `assign`, no group membership), the
+//! target producer, the batch, and the state of every owned partition. Records are consumed
+//! into a bounded [`Batch`]; a batch is written when it is full or its linger time passed:
+//! records, then offset syncs and progress, in one transaction (ExactlyOnce) or in that
+//! order with acknowledgements in between (AtLeastOnce). Anything that changes the
+//! assignment (topic refresh, pause, a failed partition, a rewind after a failed batch) is
+//! applied between batches, from the committed positions, so the consumer never runs ahead
+//! of what the target holds.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{Header, Headers, OwnedHeaders};
+use rdkafka::producer::{DeliveryFuture, FutureRecord};
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::{Message, Offset, TopicPartitionList};
+use tokio::sync::watch;
+use tracing::{debug, error, info, warn};
+
+use super::batch::{partition_outcomes, record_size, Batch, BatchLimits, BatchRecord};
+use super::io::{self, Admin, LogContext, MetaClient};
+use super::select::{target_topic_action, TargetTopicAction, TopicDecision, TopicFilter};
+use super::status::{
+    total_lag, validation_failures, worker_id, worker_state, FailureKind, PartitionFailed,
+    PartitionSnapshot, PartitionState, StatusSink, WorkerSnapshot,
+};
+use super::syncs::{EmittedSync, SyncEmitter};
+use super::writer::{
+    classify_code, classify_error, describe_error, ErrorClass, ProducerLimits, TargetWriter,
+};
+use crate::api::{
+    AppliedReset, Delivery, MirrorFlowSpec, StartFrom, TopicPartitionRef, WorkerState,
+};
+use crate::kafka::config::{client_properties, ClientProperties};
+use crate::kafka::wire::{
+    offset_syncs_topic, progress_topic, OffsetSync, Progress, SYNC_SEQUENCE_HEADER,
+};
+use crate::telemetry::http::Readiness;
+use crate::telemetry::metrics::{ErrorKind, WorkerMetrics};
+use crate::worker::validation::classify::{classify_out_of_range, FlowRef};
+use crate::worker::validation::reset::{failed_status, plan_reset, ResetDecision, SeekTarget};
+
+/// Partition number of a worker's marker record in the progress topic (empty topic name):
+/// it carries the last reset id the worker handled, whatever the outcome.
+pub fn reset_marker_partition(worker_index: u32) -> i32 {
+    -1 - i32::try_from(worker_index).unwrap_or(i32::MAX - 1)
+}
+
+/// Knobs with safe defaults. The memory bound of a worker follows from them (see the
+/// `replicate` module docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tuning {
+    /// Batch bounds.
+    pub batch: BatchLimits,
+    /// Producer bounds and timeouts.
+    pub producer: ProducerLimits,
+    /// Consumer prefetch bound, `queued.max.messages.kbytes` (unless set in `source.config`).
+    pub consumer_queue_kbytes: u32,
+    /// `fetch.max.bytes` (unless set in `source.config`).
+    pub fetch_max_bytes: u32,
+    /// Bound of metadata, admin and watermark calls, and of reading progress.
+    pub io_timeout: Duration,
+    /// How often the status is published and lag gauges refreshed between refreshes.
+    pub status_interval: Duration,
+    /// First retry delay after a failed batch or start step; doubles up to `retry_max`.
+    pub retry_min: Duration,
+    /// Longest retry delay.
+    pub retry_max: Duration,
+    /// On shutdown, how long an open batch may take to commit before it is aborted.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Self {
+            batch: BatchLimits::default(),
+            producer: ProducerLimits::default(),
+            consumer_queue_kbytes: 16 * 1024,
+            fetch_max_bytes: 8 * 1024 * 1024,
+            io_timeout: Duration::from_secs(30),
+            status_interval: Duration::from_secs(2),
+            retry_min: Duration::from_millis(200),
+            retry_max: Duration::from_secs(30),
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Who this worker is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineSettings {
+    /// Namespace of the flow (`default` in standalone mode unless the file says otherwise).
+    pub namespace: String,
+    /// Flow name.
+    pub flow_name: String,
+    /// This worker's index.
+    pub worker_index: u32,
+    /// Number of workers of the flow.
+    pub worker_count: u32,
+    /// Where Secret references resolve (`<dir>/<secretName>/<key>`).
+    pub secrets_dir: PathBuf,
+    /// Knobs.
+    pub tuning: Tuning,
+}
+
+impl EngineSettings {
+    /// `mirrorflow-<ns>-<flow>-<index>`.
+    pub fn transactional_id(&self) -> String {
+        format!(
+            "mirrorflow-{}-{}-{}",
+            self.namespace, self.flow_name, self.worker_index
+        )
+    }
+}
+
+/// Why the engine stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// The worker cannot replicate: bad configuration, fenced, or the target cannot provide
+    /// the requested delivery guarantee. The message says what to do.
+    #[error("{0}")]
+    Fatal(String),
+}
+
+/// Where the engine reports.
+#[derive(Clone)]
+pub struct EngineOutputs {
+    /// Metrics.
+    pub metrics: WorkerMetrics,
+    /// Status snapshots.
+    pub sink: Arc<dyn StatusSink>,
+    /// Readiness for `/readyz`.
+    pub readiness: Arc<Readiness>,
+}
+
+/// A writer epoch for a fresh [`SyncEmitter`]: increasing within the process and, being
+/// clock based (µs), across restarts.
+fn fresh_epoch() -> i64 {
+    static LAST: AtomicI64 = AtomicI64::new(0);
+    let now = jiff::Timestamp::now().as_microsecond();
+    let mut prev = LAST.load(Ordering::Relaxed);
+    loop {
+        let next = now.max(prev + 1);
+        match LAST.compare_exchange(prev, next, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return next,
+            Err(p) => prev = p,
+        }
+    }
+}
+
+/// One owned source partition.
+#[derive(Debug)]
+struct Owned {
+    target_topic: String,
+    state: PartitionState,
+    /// Next source offset to replicate, as committed (or about to be, see `pending_progress`).
+    position: Option<i64>,
+    /// Next offset expected from the consumer (drops stale records after a re-assign).
+    fetched: Option<i64>,
+    emitter: SyncEmitter,
+    low: Option<i64>,
+    high: Option<i64>,
+    lag_seconds: Option<f64>,
+    topic_id: String,
+    reset_id: String,
+    /// Send one record per produce request (after a size refusal of a whole batch).
+    careful: bool,
+}
+
+impl Owned {
+    fn new(target_topic: String) -> Self {
+        Self {
+            target_topic,
+            state: PartitionState::Starting,
+            position: None,
+            fetched: None,
+            emitter: SyncEmitter::new(fresh_epoch()),
+            low: None,
+            high: None,
+            lag_seconds: None,
+            topic_id: String::new(),
+            reset_id: String::new(),
+            careful: false,
+        }
+    }
+}
+
+/// A consumed record, detached from the consumer.
+struct Received {
+    topic: String,
+    partition: i32,
+    record: BatchRecord,
+}
+
+async fn recv_owned(consumer: &StreamConsumer<LogContext>) -> Result<Received, KafkaError> {
+    let m = consumer.recv().await?;
+    let headers = m.headers().map(|h| h.detach());
+    let header_list: Vec<(&str, Option<&[u8]>)> = m
+        .headers()
+        .map(|h| h.iter().map(|x| (x.key, x.value)).collect())
+        .unwrap_or_default();
+    let size = record_size(m.key(), m.payload(), &header_list);
+    Ok(Received {
+        topic: m.topic().to_string(),
+        partition: m.partition(),
+        record: BatchRecord {
+            slot: 0,
+            offset: m.offset(),
+            key: m.key().map(<[u8]>::to_vec),
+            value: m.payload().map(<[u8]>::to_vec),
+            headers,
+            timestamp: m.timestamp().to_millis(),
+            size,
+        },
+    })
+}
+
+/// A record-level failure from a batch.
+#[derive(Debug, Clone)]
+struct RecordFailure {
+    class: ErrorClass,
+    message: String,
+    /// Refused by the client before it was sent (the transaction is not affected).
+    at_enqueue: bool,
+    /// A size limit: the broker may have refused a whole produce batch for one record.
+    size_related: bool,
+}
+
+impl RecordFailure {
+    fn from_error(e: &KafkaError, at_enqueue: bool) -> Self {
+        let size_related = matches!(
+            e.rdkafka_error_code(),
+            Some(RDKafkaErrorCode::MessageSizeTooLarge | RDKafkaErrorCode::MessageBatchTooLarge)
+        );
+        Self {
+            class: classify_error(e),
+            message: describe_error(e),
+            at_enqueue,
+            size_related,
+        }
+    }
+}
+
+/// Result of writing a batch.
+enum WriteOutcome {
+    Committed,
+    /// Rewound; retry after a backoff.
+    Retry,
+    /// Rewound because a partition stopped; replay the others at once.
+    Replay,
+}
+
+/// The message when the target refuses transactions.
+pub fn transactions_unsupported_message(
+    target_alias: &str,
+    bootstrap: &str,
+    transactional_id: &str,
+    detail: &str,
+) -> String {
+    format!(
+        "target cluster {target_alias} ({bootstrap}) refused transactions for transactional.id \
+         {transactional_id} ({detail}): spec.delivery ExactlyOnce needs a target that supports \
+         Kafka transactions and lets this worker use that id (ACL: WRITE on TransactionalId). \
+         Set spec.delivery: AtLeastOnce to replicate without transactions (no loss; duplicates \
+         after a crash are bounded by one batch), or use a target that supports them"
+    )
+}
+
+/// The replication engine of one worker.
+pub struct Engine {
+    settings: EngineSettings,
+    spec: MirrorFlowSpec,
+    flow_rx: watch::Receiver<MirrorFlowSpec>,
+    out: EngineOutputs,
+    target_props: ClientProperties,
+    consumer: StreamConsumer<LogContext>,
+    source_meta: MetaClient,
+    target_meta: MetaClient,
+    source_admin: Admin,
+    target_admin: Admin,
+    writer: Option<TargetWriter>,
+    filter: TopicFilter,
+    owned: BTreeMap<TopicPartitionRef, Owned>,
+    /// Progress read at start, by source partition.
+    stored_progress: HashMap<(String, i32), Progress>,
+    progress_loaded: bool,
+    internal_topics_ready: bool,
+    /// Partitions whose position is not persisted yet.
+    pending_progress: BTreeSet<TopicPartitionRef>,
+    batch: Batch,
+    reassign_needed: bool,
+    out_of_range_seen: bool,
+    refreshed_once: bool,
+    started: bool,
+    retry_at: Option<Instant>,
+    backoff: ExponentialBackoff,
+    fatal: Option<String>,
+    last_applied_reset: Option<AppliedReset>,
+    /// Reset ids handled by this worker (from progress at start, and since).
+    handled_resets: BTreeSet<String>,
+    /// A handled reset id to persist (worker marker record in the progress topic).
+    pending_reset_marker: Option<String>,
+    next_refresh: Instant,
+    progress_topic: String,
+    syncs_topic: String,
+}
+
+impl Engine {
+    /// Builds the clients. Configuration problems (missing secrets, bad properties) are fatal.
+    pub fn new(
+        settings: EngineSettings,
+        flow_rx: watch::Receiver<MirrorFlowSpec>,
+        out: EngineOutputs,
+    ) -> Result<Self, EngineError> {
+        let spec = flow_rx.borrow().clone();
+        let fatal =
+            |what: &str, e: &dyn std::fmt::Display| EngineError::Fatal(format!("{what}: {e}"));
+        let source_props = client_properties(&spec.source, &settings.secrets_dir)
+            .map_err(|e| fatal("spec.source", &e))?;
+        let target_props = client_properties(&spec.target, &settings.secrets_dir)
+            .map_err(|e| fatal("spec.target", &e))?;
+        info!(source = %source_props, target = %target_props, "client properties");
+        let filter = TopicFilter::new(&spec).map_err(|e| fatal("spec.topics", &e))?;
+        let (sctx, tctx) = (
+            LogContext::new(&spec.source.alias),
+            LogContext::new(&spec.target.alias),
+        );
+        let consumer = Self::create_consumer(&settings, &spec, &source_props, sctx.clone())
+            .map_err(|e| fatal("source consumer", &e))?;
+        let source_meta =
+            io::meta_client(&source_props, sctx.clone()).map_err(|e| fatal("source client", &e))?;
+        let target_meta =
+            io::meta_client(&target_props, tctx.clone()).map_err(|e| fatal("target client", &e))?;
+        let source_admin =
+            io::admin_client(&source_props, sctx).map_err(|e| fatal("source admin client", &e))?;
+        let target_admin =
+            io::admin_client(&target_props, tctx).map_err(|e| fatal("target admin client", &e))?;
+        let progress_topic = progress_topic(&settings.flow_name);
+        // MM2 3.x keeps offset syncs on the target under the source's alias.
+        let syncs_topic = offset_syncs_topic(&spec.source.alias);
+        let backoff = Self::backoff_builder(&settings.tuning).build();
+        Ok(Self {
+            spec,
+            flow_rx,
+            out,
+            target_props,
+            consumer,
+            source_meta,
+            target_meta,
+            source_admin,
+            target_admin,
+            writer: None,
+            filter,
+            owned: BTreeMap::new(),
+            stored_progress: HashMap::new(),
+            progress_loaded: false,
+            internal_topics_ready: false,
+            pending_progress: BTreeSet::new(),
+            batch: Batch::new(),
+            reassign_needed: false,
+            out_of_range_seen: false,
+            refreshed_once: false,
+            started: false,
+            retry_at: None,
+            backoff,
+            fatal: None,
+            last_applied_reset: None,
+            handled_resets: BTreeSet::new(),
+            pending_reset_marker: None,
+            next_refresh: Instant::now(),
+            progress_topic,
+            syncs_topic,
+            settings,
+        })
+    }
+
+    fn backoff_builder(t: &Tuning) -> ExponentialBuilder {
+        ExponentialBuilder::new()
+            .with_min_delay(t.retry_min)
+            .with_max_delay(t.retry_max)
+            .with_jitter()
+            .without_max_times()
+    }
+
+    fn create_consumer(
+        settings: &EngineSettings,
+        spec: &MirrorFlowSpec,
+        props: &ClientProperties,
+        ctx: LogContext,
+    ) -> Result<StreamConsumer<LogContext>, KafkaError> {
+        let mut config = props.to_client_config();
+        let t = &settings.tuning;
+        let defaults = [
+            (
+                "queued.max.messages.kbytes",
+                t.consumer_queue_kbytes.to_string(),
+            ),
+            ("queued.min.messages", "10000".to_string()),
+            ("fetch.max.bytes", t.fetch_max_bytes.to_string()),
+            ("fetch.wait.max.ms", "100".to_string()),
+            // librdkafka's default (1 s) idles the fetcher for a second whenever the queue
+            // bound was reached, which a busy worker hits on every few batches.
+            ("fetch.queue.backoff.ms", "20".to_string()),
+        ];
+        for (k, v) in defaults {
+            if props.get(k).is_none() {
+                config.set(k, v);
+            }
+        }
+        config
+            // Never used for commits or membership: positions live in the progress topic.
+            .set(
+                "group.id",
+                format!(
+                    "mirrorflow-{}-{}-{}",
+                    settings.namespace, settings.flow_name, settings.worker_index
+                ),
+            )
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("enable.partition.eof", "false")
+            .set("isolation.level", "read_committed")
+            .set(
+                "auto.offset.reset",
+                if spec.offset_validation.enabled {
+                    "error"
+                } else {
+                    "earliest"
+                },
+            );
+        config.create_with_context(ctx)
+    }
+
+    fn lag_max(&self) -> i64 {
+        self.spec.offset_syncs.lag_max
+    }
+
+    fn transactional(&self) -> bool {
+        self.spec.delivery == Delivery::ExactlyOnce
+    }
+
+    fn refresh_interval(&self) -> Duration {
+        Duration::from_secs(
+            u64::try_from(self.spec.topics.refresh_interval_seconds.max(1)).unwrap_or(10),
+        )
+    }
+
+    fn flow_ref(&self) -> FlowRef<'_> {
+        FlowRef {
+            namespace: &self.settings.namespace,
+            name: &self.settings.flow_name,
+        }
+    }
+
+    /// Runs until `shutdown` completes (graceful: the open batch is committed or aborted) or
+    /// a fatal error.
+    pub async fn run(mut self, shutdown: impl Future<Output = ()>) -> Result<(), EngineError> {
+        tokio::pin!(shutdown);
+        let result = self.run_inner(&mut shutdown).await;
+        if let Err(EngineError::Fatal(msg)) = &result {
+            error!(worker = %worker_id(&self.settings.flow_name, self.settings.worker_index), "{msg}");
+            self.out.metrics.error(ErrorKind::Fatal);
+            self.fatal = Some(msg.clone());
+            self.out.readiness.set_not_ready(msg.clone());
+        }
+        self.out.metrics.ready.set(0.0);
+        self.publish();
+        result
+    }
+
+    async fn run_inner<F: Future<Output = ()>>(
+        &mut self,
+        shutdown: &mut std::pin::Pin<&mut F>,
+    ) -> Result<(), EngineError> {
+        // Start: producer (fences a zombie with our transactional.id), internal topics,
+        // progress. Transient failures are retried; shutdown interrupts.
+        loop {
+            match self.start_step().await {
+                Ok(true) => break,
+                Ok(false) => {}
+                Err(e) => return Err(e),
+            }
+            let delay = self
+                .backoff
+                .next()
+                .unwrap_or(self.settings.tuning.retry_max);
+            self.publish();
+            tokio::select! {
+                _ = shutdown.as_mut() => return Ok(()),
+                _ = tokio::time::sleep(delay) => {}
+            }
+        }
+        self.reset_backoff();
+        self.refresh().await;
+        self.apply_reset().await;
+        self.started = true;
+        self.update_readiness();
+        self.publish();
+        let mut next_status = Instant::now() + self.settings.tuning.status_interval;
+        let mut flow_open = true;
+        loop {
+            if let Some(msg) = &self.fatal {
+                return Err(EngineError::Fatal(msg.clone()));
+            }
+            if self.writer.is_none() && self.retry_due() {
+                self.ensure_writer().await?;
+                if self.writer.is_none() {
+                    self.schedule_retry(&"the target producer is not available");
+                }
+            }
+            let limits = self.settings.tuning.batch;
+            let batch_due = !self.batch.is_empty()
+                && (self.batch.is_full(&limits)
+                    || self
+                        .batch
+                        .deadline(&limits)
+                        .is_some_and(|d| Instant::now() >= d));
+            let progress_due = self.batch.is_empty()
+                && (!self.pending_progress.is_empty() || self.pending_reset_marker.is_some());
+            if (batch_due || progress_due || self.out_of_range_seen) && self.can_write() {
+                if !self.write_guarded(shutdown).await? {
+                    return Ok(());
+                }
+                if self.out_of_range_seen && self.batch.is_empty() {
+                    self.out_of_range_seen = false;
+                    self.handle_out_of_range().await;
+                }
+                continue;
+            }
+            if self.reassign_needed && self.batch.is_empty() && self.retry_due() {
+                self.reassign();
+            }
+            let consuming =
+                self.can_write() && !self.batch.is_full(&limits) && !self.reassign_needed;
+            let far = Instant::now() + Duration::from_secs(3600);
+            let batch_deadline = self.batch.deadline(&limits).unwrap_or(far);
+            let retry_at = self.retry_at.unwrap_or(far);
+            let next_refresh = self.next_refresh;
+            tokio::select! {
+                biased;
+                _ = shutdown.as_mut() => {
+                    self.shutdown_gracefully().await;
+                    return Ok(());
+                }
+                changed = self.flow_rx.changed(), if flow_open => {
+                    match changed {
+                        Ok(()) => {
+                            let spec = self.flow_rx.borrow_and_update().clone();
+                            if !self.write_guarded(shutdown).await? {
+                                return Ok(());
+                            }
+                            self.apply_spec(spec);
+                            self.apply_reset().await;
+                        }
+                        Err(_) => flow_open = false,
+                    }
+                }
+                _ = tokio::time::sleep_until(next_refresh.into()) => {
+                    if !self.write_guarded(shutdown).await? {
+                        return Ok(());
+                    }
+                    self.refresh().await;
+                }
+                _ = tokio::time::sleep_until(next_status.into()) => {
+                    next_status = Instant::now() + self.settings.tuning.status_interval;
+                    self.update_readiness();
+                    self.publish();
+                }
+                _ = tokio::time::sleep_until(batch_deadline.into()), if !self.batch.is_empty() => {}
+                _ = tokio::time::sleep_until(retry_at.into()), if self.retry_at.is_some() => {
+                    self.retry_at = None;
+                }
+                r = recv_owned(&self.consumer), if consuming => self.on_message(r),
+            }
+        }
+    }
+
+    /// One start step; `Ok(true)` when everything is ready.
+    async fn start_step(&mut self) -> Result<bool, EngineError> {
+        if let Err(e) = self.ensure_writer().await {
+            return match e {
+                EngineError::Fatal(_) => Err(e),
+            };
+        }
+        if self.writer.is_none() {
+            return Ok(false);
+        }
+        let timeout = self.settings.tuning.io_timeout;
+        if !self.internal_topics_ready {
+            let topics = match io::list_topics(&self.target_meta, timeout).await {
+                Ok(t) => t,
+                Err(e) => {
+                    self.start_problem(format!("target cluster {}: {e}", self.spec.target.alias));
+                    return Ok(false);
+                }
+            };
+            let compact = [("cleanup.policy".to_string(), "compact".to_string())];
+            for topic in [self.progress_topic.clone(), self.syncs_topic.clone()] {
+                if topics.contains_key(&topic) {
+                    continue;
+                }
+                if let Err(e) =
+                    io::create_topic(&self.target_admin, &topic, 1, &compact, timeout).await
+                {
+                    self.start_problem(format!(
+                        "cannot create internal topic {topic} on target cluster {}: {e}",
+                        self.spec.target.alias
+                    ));
+                    return Ok(false);
+                }
+                info!(topic, "created internal topic on the target");
+            }
+            self.internal_topics_ready = true;
+        }
+        if !self.progress_loaded {
+            let ctx = LogContext::new(&self.spec.target.alias);
+            match io::read_progress(&self.target_props, ctx, &self.progress_topic, timeout).await {
+                Ok(p) => {
+                    info!(topic = %self.progress_topic, partitions = p.len(), "progress read");
+                    let (index, count) = (self.settings.worker_index, self.settings.worker_count);
+                    let marker = reset_marker_partition(index);
+                    self.handled_resets = p
+                        .iter()
+                        .filter(|((t, part), _)| {
+                            if t.is_empty() {
+                                *part == marker
+                            } else {
+                                super::assign::is_owned(t, *part, index, count)
+                            }
+                        })
+                        .map(|(_, pr)| pr.reset_id.clone())
+                        .filter(|id| !id.is_empty())
+                        .collect();
+                    self.stored_progress = p;
+                    self.progress_loaded = true;
+                }
+                Err(io::ProgressError::Corrupt(e)) => {
+                    return Err(EngineError::Fatal(format!(
+                        "{e}. The progress topic holds a record this build cannot read; \
+                         refusing to guess positions (that could skip records)"
+                    )));
+                }
+                Err(io::ProgressError::Unavailable(e)) => {
+                    self.start_problem(e);
+                    return Ok(false);
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    fn start_problem(&mut self, msg: String) {
+        warn!("{msg}; retrying");
+        self.out.metrics.error(ErrorKind::Progress);
+        self.out.readiness.set_not_ready(msg);
+    }
+
+    /// Creates the producer if missing. Transient failures leave it missing (retry later).
+    async fn ensure_writer(&mut self) -> Result<(), EngineError> {
+        if self.writer.is_some() {
+            return Ok(());
+        }
+        let tid = self
+            .transactional()
+            .then(|| self.settings.transactional_id());
+        let ctx = LogContext::new(&self.spec.target.alias);
+        match TargetWriter::create(
+            &self.target_props,
+            ctx,
+            tid.as_deref(),
+            self.settings.tuning.producer,
+        )
+        .await
+        {
+            Ok(w) => {
+                info!(
+                    transactional_id = tid.as_deref().unwrap_or("-"),
+                    "target producer ready"
+                );
+                self.writer = Some(w);
+                Ok(())
+            }
+            Err(e) => {
+                let class = classify_error(&e);
+                let detail = describe_error(&e);
+                match (class, tid.is_some()) {
+                    // A target that cannot do transactions (or refuses our transactional.id)
+                    // never will: say what to change. Nobody can have fenced us at init.
+                    (
+                        ErrorClass::Fenced
+                        | ErrorClass::Unsupported
+                        | ErrorClass::Rejected
+                        | ErrorClass::ProducerBroken,
+                        true,
+                    ) => Err(EngineError::Fatal(transactions_unsupported_message(
+                        &self.spec.target.alias,
+                        &self.spec.target.bootstrap_servers,
+                        &tid.unwrap_or_default(),
+                        &detail,
+                    ))),
+                    _ => {
+                        let msg = format!(
+                            "creating the producer for target {} failed: {detail}",
+                            self.spec.target.alias
+                        );
+                        self.start_problem(msg);
+                        self.out.metrics.error(ErrorKind::TargetRetriable);
+                        Ok(())
+                    }
+                }
+            }
+        }
+    }
+
+    fn retry_due(&self) -> bool {
+        self.retry_at.is_none_or(|t| Instant::now() >= t)
+    }
+
+    fn can_write(&self) -> bool {
+        self.writer.is_some() && self.retry_due() && self.fatal.is_none()
+    }
+
+    fn reset_backoff(&mut self) {
+        self.backoff = Self::backoff_builder(&self.settings.tuning).build();
+    }
+
+    fn schedule_retry(&mut self, why: &dyn std::fmt::Display) {
+        let delay = self
+            .backoff
+            .next()
+            .unwrap_or(self.settings.tuning.retry_max);
+        warn!(delay_ms = delay.as_millis() as u64, "{why}; retrying");
+        self.retry_at = Some(Instant::now() + delay);
+        self.reassign_needed = true;
+    }
+
+    /// Writes the open batch (and pending progress). If shutdown comes during the write, the
+    /// write may still finish within the grace period; otherwise its transaction is aborted.
+    /// `Ok(false)` means shutdown happened (and was handled).
+    async fn write_guarded<F: Future<Output = ()>>(
+        &mut self,
+        shutdown: &mut std::pin::Pin<&mut F>,
+    ) -> Result<bool, EngineError> {
+        let nothing = self.batch.is_empty()
+            && self.pending_progress.is_empty()
+            && self.pending_reset_marker.is_none();
+        if nothing || !self.can_write() {
+            return Ok(true);
+        }
+        let grace = self.settings.tuning.shutdown_grace;
+        let (result, interrupted) = {
+            let write = self.write_batch();
+            tokio::pin!(write);
+            tokio::select! {
+                r = &mut write => (Some(r), false),
+                _ = shutdown.as_mut() => (tokio::time::timeout(grace, write).await.ok(), true),
+            }
+        };
+        match result {
+            Some(r) => self.after_write(r)?,
+            None => warn!(
+                ?grace,
+                "the open batch did not finish within the shutdown grace period"
+            ),
+        }
+        if interrupted {
+            self.shutdown_gracefully().await;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    fn after_write(&mut self, r: Result<WriteOutcome, EngineError>) -> Result<(), EngineError> {
+        match r? {
+            WriteOutcome::Committed => {
+                self.reset_backoff();
+                self.out
+                    .metrics
+                    .batches
+                    .with_label_values(&["committed"])
+                    .inc();
+            }
+            WriteOutcome::Retry => {
+                self.out
+                    .metrics
+                    .batches
+                    .with_label_values(&["retried"])
+                    .inc();
+                self.schedule_retry(&"writing a batch to the target failed");
+            }
+            WriteOutcome::Replay => {
+                self.out
+                    .metrics
+                    .batches
+                    .with_label_values(&["retried"])
+                    .inc();
+            }
+        }
+        Ok(())
+    }
+
+    async fn shutdown_gracefully(&mut self) {
+        info!("shutting down");
+        let grace = self.settings.tuning.shutdown_grace;
+        if let Some(w) = &mut self.writer {
+            if w.in_transaction() {
+                // A write was interrupted: its transaction cannot be finished safely.
+                if let Err(e) = w.abort().await {
+                    warn!(
+                        "aborting the open transaction failed: {}",
+                        describe_error(&e)
+                    );
+                }
+                self.batch.clear();
+            }
+        }
+        if (!self.batch.is_empty() || !self.pending_progress.is_empty()) && self.can_write() {
+            match tokio::time::timeout(grace, self.write_batch()).await {
+                Ok(r) => {
+                    if let Err(e) = self.after_write(r) {
+                        warn!("final batch: {e}");
+                    }
+                }
+                Err(_) => {
+                    warn!(?grace, "final batch did not commit in time; aborting it");
+                    if let Some(w) = &mut self.writer {
+                        let _ = w.abort().await;
+                    }
+                }
+            }
+        }
+        self.batch.clear();
+        let _ = self.consumer.unassign();
+        self.out.readiness.set_not_ready("stopped");
+        info!("stopped");
+    }
+
+    fn on_message(&mut self, r: Result<Received, KafkaError>) {
+        match r {
+            Ok(rec) => {
+                let tp = TopicPartitionRef {
+                    topic: rec.topic,
+                    partition: rec.partition,
+                };
+                let Some(o) = self.owned.get_mut(&tp) else {
+                    return;
+                };
+                if !matches!(o.state, PartitionState::Replicating) {
+                    return;
+                }
+                if o.fetched.is_some_and(|f| rec.record.offset < f) {
+                    return; // stale, from before a re-assign
+                }
+                o.fetched = Some(rec.record.offset + 1);
+                self.batch
+                    .push(&tp.topic, tp.partition, rec.record, Instant::now());
+            }
+            Err(KafkaError::MessageConsumption(
+                RDKafkaErrorCode::AutoOffsetReset | RDKafkaErrorCode::LogTruncation,
+            )) => {
+                self.out.metrics.error(ErrorKind::OffsetValidation);
+                // librdkafka does not say which partition: check them all after this batch.
+                self.out_of_range_seen = true;
+            }
+            Err(e) => {
+                self.out.metrics.error(ErrorKind::Source);
+                debug!("source consumer: {e}");
+            }
+        }
+    }
+
+    /// Seam for offset validation: an out-of-range error arrived. Every replicating partition
+    /// whose committed position lies outside `[log start, high watermark]` is stopped as
+    /// DataLoss or TopicReset (classified by `worker::validation::classify`).
+    async fn handle_out_of_range(&mut self) {
+        let candidates: Vec<(String, i32)> = self
+            .owned
+            .iter()
+            .filter(|(_, o)| matches!(o.state, PartitionState::Replicating) && o.position.is_some())
+            .map(|(tp, _)| (tp.topic.clone(), tp.partition))
+            .collect();
+        let marks = match io::watermarks(
+            &self.source_meta,
+            candidates,
+            self.settings.tuning.io_timeout,
+        )
+        .await
+        {
+            Ok(m) => m,
+            Err(e) => {
+                warn!("out-of-range check: {e}");
+                self.reassign_needed = true;
+                return;
+            }
+        };
+        let mut found = 0;
+        for ((topic, partition), result) in marks {
+            let tp = TopicPartitionRef { topic, partition };
+            let Some(position) = self.owned.get(&tp).and_then(|o| o.position) else {
+                continue;
+            };
+            let (log_start, out_of_range) = match &result {
+                Ok((low, high)) => (Ok(*low), position < *low || position > *high),
+                Err(e) => (Err(e.clone()), false),
+            };
+            if let Ok((low, high)) = result {
+                self.observe_watermarks(&tp, low, high);
+            }
+            if !out_of_range {
+                continue;
+            }
+            found += 1;
+            let detection = classify_out_of_range(tp.clone(), position, log_start, None);
+            let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now());
+            let failure = detection.to_failure(self.flow_ref(), now);
+            let kind = match failure.type_ {
+                crate::api::FailureType::DataLoss => FailureKind::DataLoss,
+                crate::api::FailureType::TopicReset => FailureKind::TopicReset,
+            };
+            let message = failure.message.clone().unwrap_or_default();
+            error!(topic = %tp.topic, partition = tp.partition, "{message}");
+            self.fail_partition(
+                &tp,
+                PartitionFailed {
+                    kind,
+                    offset: position,
+                    message,
+                    failure: Some(failure),
+                },
+            );
+        }
+        if found == 0 {
+            warn!("the source reported an out-of-range position but every committed position is in range; re-assigning");
+        }
+        self.reassign_needed = true;
+    }
+
+    /// Seam for offset validation's periodic check: fresh watermarks of an owned partition.
+    /// Updates lag; `worker::validation::classify::check_partition` plugs in here.
+    fn observe_watermarks(&mut self, tp: &TopicPartitionRef, low: i64, high: i64) {
+        if let Some(o) = self.owned.get_mut(tp) {
+            o.low = Some(low);
+            o.high = Some(high);
+        }
+    }
+
+    fn fail_partition(&mut self, tp: &TopicPartitionRef, failed: PartitionFailed) {
+        if let Some(o) = self.owned.get_mut(tp) {
+            o.state = PartitionState::Failed(failed);
+            o.fetched = None;
+            self.reassign_needed = true;
+        }
+    }
+
+    /// Re-assigns the consumer to every replicating partition at its committed position.
+    fn reassign(&mut self) {
+        self.reassign_needed = false;
+        self.batch.clear();
+        let mut tpl = TopicPartitionList::new();
+        for (tp, o) in self.owned.iter_mut() {
+            if !matches!(o.state, PartitionState::Replicating) {
+                o.fetched = None;
+                continue;
+            }
+            let Some(pos) = o.position else { continue };
+            if let Err(e) = tpl.add_partition_offset(&tp.topic, tp.partition, Offset::Offset(pos)) {
+                warn!(topic = %tp.topic, partition = tp.partition, "cannot assign: {e}");
+                continue;
+            }
+            o.fetched = Some(pos);
+        }
+        let r = if tpl.count() == 0 {
+            self.consumer.unassign()
+        } else {
+            self.consumer.assign(&tpl)
+        };
+        if let Err(e) = r {
+            self.out.metrics.error(ErrorKind::Source);
+            warn!("assigning source partitions failed: {e}");
+            self.reassign_needed = true;
+        } else {
+            debug!(partitions = tpl.count(), "assigned source partitions");
+        }
+    }
+
+    fn apply_spec(&mut self, spec: MirrorFlowSpec) {
+        if spec == self.spec {
+            return;
+        }
+        let restart_needed = spec.source != self.spec.source
+            || spec.target != self.spec.target
+            || spec.delivery != self.spec.delivery
+            || spec.offset_validation != self.spec.offset_validation
+            || spec.replication_policy != self.spec.replication_policy;
+        if restart_needed {
+            warn!("the flow changed in fields that need a worker restart (source, target, delivery, offsetValidation, replicationPolicy); they apply after a restart");
+        }
+        let paused_changed = spec.paused != self.spec.paused;
+        let topics_changed = spec.topics != self.spec.topics;
+        match TopicFilter::new(&spec) {
+            Ok(f) if topics_changed => {
+                self.filter = f;
+                self.next_refresh = Instant::now();
+            }
+            Ok(_) => {}
+            Err(e) => warn!("ignoring the new topic selection: {e}"),
+        }
+        let policy = self.spec.replication_policy.clone();
+        let (source, target, delivery, validation) = (
+            self.spec.source.clone(),
+            self.spec.target.clone(),
+            self.spec.delivery,
+            self.spec.offset_validation.clone(),
+        );
+        self.spec = spec;
+        // Fields that need a restart keep their running values.
+        self.spec.replication_policy = policy;
+        self.spec.source = source;
+        self.spec.target = target;
+        self.spec.delivery = delivery;
+        self.spec.offset_validation = validation;
+        if paused_changed {
+            let paused = self.spec.paused;
+            info!(paused, "spec.paused changed");
+            self.out.metrics.paused.set(i64::from(paused));
+            for o in self.owned.values_mut() {
+                match (&o.state, paused) {
+                    (PartitionState::Replicating, true) => o.state = PartitionState::Paused,
+                    (PartitionState::Paused, false) => o.state = PartitionState::Replicating,
+                    _ => {}
+                }
+            }
+            self.reassign_needed = true;
+        }
+        self.publish();
+    }
+
+    /// Handles `spec.reset` (at most once per id, see `worker::validation::reset`): clears
+    /// DataLoss / TopicReset failures of the partitions this worker owns by seeking them to
+    /// the log start or the end. The id is persisted with the progress of the reset
+    /// partitions and in a per-worker marker record, so a restart never applies it again.
+    async fn apply_reset(&mut self) {
+        let Some(req) = self.spec.reset.clone() else {
+            return;
+        };
+        if self.handled_resets.contains(&req.id) {
+            return;
+        }
+        // Only this worker's partitions; a request naming only others' is not ours to judge.
+        let (index, count) = (self.settings.worker_index, self.settings.worker_count);
+        let mut mine = req.clone();
+        mine.partitions
+            .retain(|tp| super::assign::is_owned(&tp.topic, tp.partition, index, count));
+        if !req.partitions.is_empty() && mine.partitions.is_empty() {
+            self.mark_reset_handled(&req.id);
+            return;
+        }
+        let failed: Vec<crate::api::PartitionFailure> = self
+            .owned
+            .values()
+            .filter_map(|o| match &o.state {
+                PartitionState::Failed(PartitionFailed {
+                    failure: Some(f), ..
+                }) => Some(f.clone()),
+                _ => None,
+            })
+            .collect();
+        let decision = plan_reset(&mine, &failed, None);
+        let now = || k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now());
+        match &decision {
+            ResetDecision::NoOp => return,
+            ResetDecision::Refused(why) => {
+                warn!(id = %req.id, "reset refused: {why}");
+                self.last_applied_reset = decision.status(&req, now());
+            }
+            ResetDecision::Apply(actions) => {
+                let tps: Vec<(String, i32)> = actions
+                    .iter()
+                    .map(|a| (a.tp.topic.clone(), a.tp.partition))
+                    .collect();
+                let marks =
+                    io::watermarks(&self.source_meta, tps, self.settings.tuning.io_timeout).await;
+                let mut resolved = Vec::new();
+                let mut error = None;
+                match marks {
+                    Ok(m) => {
+                        let m: HashMap<(String, i32), Result<(i64, i64), String>> =
+                            m.into_iter().collect();
+                        for a in actions {
+                            match m.get(&(a.tp.topic.clone(), a.tp.partition)) {
+                                Some(Ok((low, high))) => resolved.push((
+                                    a.tp.clone(),
+                                    match a.target {
+                                        SeekTarget::LogStart => *low,
+                                        SeekTarget::End => *high,
+                                    },
+                                )),
+                                Some(Err(e)) => error = Some(e.clone()),
+                                None => {
+                                    error = Some(format!(
+                                        "no watermarks for {}/{}",
+                                        a.tp.topic, a.tp.partition
+                                    ))
+                                }
+                            }
+                        }
+                    }
+                    Err(e) => error = Some(e),
+                }
+                if let Some(e) = error {
+                    warn!(id = %req.id, "reset failed: {e}");
+                    self.last_applied_reset = Some(failed_status(&req, actions, &e, now()));
+                } else {
+                    let paused = self.spec.paused;
+                    for (tp, position) in resolved {
+                        if let Some(o) = self.owned.get_mut(&tp) {
+                            info!(topic = %tp.topic, partition = tp.partition, position, id = %req.id, "reset applied");
+                            o.position = Some(position);
+                            o.fetched = None;
+                            o.reset_id = req.id.clone();
+                            o.emitter = SyncEmitter::new(fresh_epoch());
+                            o.state = if paused {
+                                PartitionState::Paused
+                            } else {
+                                PartitionState::Replicating
+                            };
+                            self.pending_progress.insert(tp);
+                        }
+                    }
+                    self.reassign_needed = true;
+                    self.last_applied_reset = decision.status(&req, now());
+                }
+            }
+        }
+        self.mark_reset_handled(&req.id);
+        self.publish();
+    }
+
+    fn mark_reset_handled(&mut self, id: &str) {
+        self.handled_resets.insert(id.to_string());
+        self.pending_reset_marker = Some(id.to_string());
+    }
+
+    /// Discovers topics, creates/grows target topics, takes new partitions, drops vanished
+    /// ones, reads watermarks (lag).
+    async fn refresh(&mut self) {
+        let refresh_begin = Instant::now();
+        self.next_refresh = refresh_begin + self.refresh_interval();
+        let timeout = self.settings.tuning.io_timeout;
+        let source_topics = match io::list_topics(&self.source_meta, timeout).await {
+            Ok(t) => t,
+            Err(e) => {
+                self.out.metrics.error(ErrorKind::TopicSync);
+                warn!("source cluster {}: {e}", self.spec.source.alias);
+                return;
+            }
+        };
+        let (index, count) = (self.settings.worker_index, self.settings.worker_count);
+        // Source topic → (partitions, target topic) for the topics we own partitions of.
+        let mut wanted: BTreeMap<String, (i32, String)> = BTreeMap::new();
+        for (topic, partitions) in &source_topics {
+            if self.filter.decide(topic) != TopicDecision::Replicate {
+                continue;
+            }
+            let mine = (0..*partitions).any(|p| super::assign::is_owned(topic, p, index, count));
+            if mine {
+                wanted.insert(
+                    topic.clone(),
+                    (*partitions, self.filter.target_topic(topic)),
+                );
+            }
+        }
+        // Drop partitions that vanished or are no longer selected.
+        let gone: Vec<TopicPartitionRef> = self
+            .owned
+            .keys()
+            .filter(|tp| {
+                wanted
+                    .get(&tp.topic)
+                    .is_none_or(|(n, _)| tp.partition >= *n)
+            })
+            .cloned()
+            .collect();
+        for tp in gone {
+            info!(topic = %tp.topic, partition = tp.partition, "partition no longer replicated by this worker");
+            self.owned.remove(&tp);
+            self.pending_progress.remove(&tp);
+            self.out.metrics.forget_partition(&tp.topic, tp.partition);
+            self.reassign_needed = true;
+        }
+        // Target topics: create or grow.
+        let target_topics = match io::list_topics(&self.target_meta, timeout).await {
+            Ok(t) => t,
+            Err(e) => {
+                self.out.metrics.error(ErrorKind::TopicSync);
+                warn!("target cluster {}: {e}", self.spec.target.alias);
+                return;
+            }
+        };
+        let mut ready_targets: BTreeSet<String> = BTreeSet::new();
+        for (topic, (partitions, target)) in &wanted {
+            match target_topic_action(*partitions, target_topics.get(target).copied()) {
+                TargetTopicAction::Ready => {
+                    ready_targets.insert(target.clone());
+                }
+                TargetTopicAction::Grow { from, to } => {
+                    match io::add_partitions(&self.target_admin, target, to, timeout).await {
+                        Ok(()) => {
+                            info!(topic = %target, from, to, "grew target topic");
+                            ready_targets.insert(target.clone());
+                        }
+                        Err(e) => {
+                            self.out.metrics.error(ErrorKind::TopicSync);
+                            warn!("{e}");
+                        }
+                    }
+                }
+                TargetTopicAction::Create => {
+                    let configs = if self.spec.sync_topic_configs {
+                        match io::syncable_topic_configs(&self.source_admin, topic, timeout).await {
+                            Ok(c) => c,
+                            Err(e) => {
+                                self.out.metrics.error(ErrorKind::TopicSync);
+                                warn!("not creating target topic {target} yet (spec.syncTopicConfigs is true): {e}");
+                                continue;
+                            }
+                        }
+                    } else {
+                        Vec::new()
+                    };
+                    match io::create_topic(
+                        &self.target_admin,
+                        target,
+                        *partitions,
+                        &configs,
+                        timeout,
+                    )
+                    .await
+                    {
+                        Ok(()) => {
+                            info!(topic = %target, partitions, ?configs, "created target topic");
+                            ready_targets.insert(target.clone());
+                        }
+                        Err(e) => {
+                            self.out.metrics.error(ErrorKind::TopicSync);
+                            warn!("{e}");
+                        }
+                    }
+                }
+            }
+        }
+        // New partitions.
+        let latest_allowed = !self.refreshed_once;
+        let mut new_parts: Vec<TopicPartitionRef> = Vec::new();
+        for (topic, (partitions, target)) in &wanted {
+            for p in 0..*partitions {
+                if !super::assign::is_owned(topic, p, index, count) {
+                    continue;
+                }
+                let tp = TopicPartitionRef {
+                    topic: topic.clone(),
+                    partition: p,
+                };
+                let o = self
+                    .owned
+                    .entry(tp.clone())
+                    .or_insert_with(|| Owned::new(target.clone()));
+                if o.position.is_none() && ready_targets.contains(target) {
+                    new_parts.push(tp);
+                }
+            }
+        }
+        // Watermarks of every owned partition: positions for new ones, lag for all.
+        let all: Vec<(String, i32)> = self
+            .owned
+            .keys()
+            .map(|tp| (tp.topic.clone(), tp.partition))
+            .collect();
+        let marks = match io::watermarks(&self.source_meta, all, timeout).await {
+            Ok(m) => m,
+            Err(e) => {
+                warn!("{e}");
+                Vec::new()
+            }
+        };
+        let mut marks_by_tp: HashMap<TopicPartitionRef, (i64, i64)> = HashMap::new();
+        for ((topic, partition), r) in marks {
+            let tp = TopicPartitionRef { topic, partition };
+            match r {
+                Ok((low, high)) => {
+                    self.observe_watermarks(&tp, low, high);
+                    marks_by_tp.insert(tp, (low, high));
+                }
+                Err(e) => debug!("{e}"),
+            }
+        }
+        for tp in new_parts {
+            let stored = self
+                .stored_progress
+                .get(&(tp.topic.clone(), tp.partition))
+                .cloned();
+            let start_from = self.spec.start_from;
+            let paused = self.spec.paused;
+            let Some(o) = self.owned.get_mut(&tp) else {
+                continue;
+            };
+            let position = match &stored {
+                Some(p) => {
+                    o.topic_id = p.topic_id.clone();
+                    o.reset_id = p.reset_id.clone();
+                    p.next_offset
+                }
+                None => {
+                    let Some((low, high)) = marks_by_tp.get(&tp) else {
+                        continue; // retried at the next refresh
+                    };
+                    // startFrom applies to what exists when the worker starts; partitions
+                    // that appear later start at their beginning (nothing written to them
+                    // may be skipped).
+                    if start_from == StartFrom::Latest && latest_allowed {
+                        *high
+                    } else {
+                        *low
+                    }
+                }
+            };
+            info!(topic = %tp.topic, partition = tp.partition, position, resumed = stored.is_some(), "taking partition");
+            o.position = Some(position);
+            o.state = if paused {
+                PartitionState::Paused
+            } else {
+                PartitionState::Replicating
+            };
+            if stored.is_none() {
+                self.pending_progress.insert(tp.clone());
+            }
+            self.reassign_needed = true;
+        }
+        self.refreshed_once = true;
+        debug!(
+            elapsed_ms = refresh_begin.elapsed().as_millis() as u64,
+            owned = self.owned.len(),
+            "topics refreshed"
+        );
+        self.update_lag_gauges();
+        self.update_readiness();
+        self.publish();
+    }
+
+    fn update_lag_gauges(&self) {
+        let m = &self.out.metrics;
+        let mut owned = 0;
+        let mut failed = 0;
+        for (tp, o) in &self.owned {
+            owned += 1;
+            if o.state.is_failed() {
+                failed += 1;
+            }
+            let p = tp.partition.to_string();
+            if let (Some(high), Some(pos)) = (o.high, o.position) {
+                m.lag_records
+                    .with_label_values(&[&tp.topic, &p])
+                    .set((high - pos).max(0));
+            }
+            if let Some(s) = o.lag_seconds {
+                m.lag_seconds.with_label_values(&[&tp.topic, &p]).set(s);
+            }
+        }
+        m.partitions_owned.set(owned);
+        m.partitions_failed.set(failed);
+    }
+
+    fn update_readiness(&self) {
+        if let Some(msg) = &self.fatal {
+            self.out.readiness.set_not_ready(msg.clone());
+        } else if !self.started {
+            self.out.readiness.set_not_ready("starting");
+        } else {
+            self.out.readiness.set_ready();
+        }
+        self.out
+            .metrics
+            .ready
+            .set(if self.started && self.fatal.is_none() {
+                1.0
+            } else {
+                0.0
+            });
+    }
+
+    /// Builds and publishes the status snapshot.
+    fn publish(&self) {
+        self.update_lag_gauges();
+        let partitions: Vec<PartitionSnapshot> = self
+            .owned
+            .iter()
+            .map(|(tp, o)| PartitionSnapshot {
+                topic: tp.topic.clone(),
+                partition: tp.partition,
+                target_topic: o.target_topic.clone(),
+                position: o.position,
+                high_watermark: o.high,
+                lag_records: o.high.zip(o.position).map(|(h, p)| (h - p).max(0)),
+                lag_seconds: o.lag_seconds,
+                state: o.state.clone(),
+            })
+            .collect();
+        let (state, message) = worker_state(
+            self.fatal.as_deref(),
+            self.started,
+            self.spec.paused,
+            &partitions,
+        );
+        let mut snap = WorkerSnapshot::starting(
+            &self.settings.namespace,
+            &self.settings.flow_name,
+            self.settings.worker_index,
+            self.settings.worker_count,
+            self.spec.delivery,
+        );
+        snap.state = state;
+        snap.message = message.or_else(|| {
+            (state == WorkerState::Starting)
+                .then(|| self.out.readiness.not_ready_reason())
+                .flatten()
+        });
+        snap.replication_lag = total_lag(&partitions);
+        snap.failures = validation_failures(&partitions);
+        snap.partitions = partitions;
+        snap.last_applied_reset = self.last_applied_reset.clone();
+        self.out.sink.publish(&snap);
+    }
+
+    /// Writes the batch and pending progress. Errors other than fatal ones rewind and ask
+    /// for a retry; the batch is consumed either way.
+    async fn write_batch(&mut self) -> Result<WriteOutcome, EngineError> {
+        let batch = std::mem::take(&mut self.batch);
+        let begin = Instant::now();
+        let outcome = self.write_batch_inner(&batch).await;
+        debug!(
+            records = batch.len(),
+            bytes = batch.bytes(),
+            elapsed_ms = begin.elapsed().as_millis() as u64,
+            committed = matches!(outcome, Ok(WriteOutcome::Committed)),
+            "batch written"
+        );
+        if let Ok(WriteOutcome::Retry) = &outcome {
+            self.rewind(&batch).await?;
+        }
+        outcome
+    }
+
+    /// The error that stops a fenced worker.
+    fn fenced(&self, detail: &str) -> EngineError {
+        EngineError::Fatal(format!(
+            "this worker was fenced on target {}: another worker took over transactional.id {} \
+             ({detail}). Two workers with the same index were running; this one stops",
+            self.spec.target.alias,
+            self.settings.transactional_id()
+        ))
+    }
+
+    /// Fails if the producer is fenced (librdkafka then reports only "purged" deliveries):
+    /// a fenced worker must stop, never re-initialize and fence the worker that replaced it.
+    fn check_fenced(&self) -> Result<(), EngineError> {
+        match self.writer.as_ref().and_then(TargetWriter::fatal_error) {
+            Some((code, msg)) if classify_code(code, true) == ErrorClass::Fenced => {
+                Err(self.fenced(&msg))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    async fn rewind(&mut self, batch: &Batch) -> Result<(), EngineError> {
+        self.check_fenced()?;
+        if let Some(w) = &mut self.writer {
+            if let Err(e) = w.abort().await {
+                if classify_error(&e) == ErrorClass::Fenced {
+                    return Err(self.fenced(&describe_error(&e)));
+                }
+                warn!(
+                    "aborting the transaction failed ({}); recreating the producer",
+                    describe_error(&e)
+                );
+                self.writer = None;
+            }
+        }
+        // Emitters start over: the target may hold copies the next attempt writes again.
+        for p in batch.partitions() {
+            if let Some(o) = self.owned.get_mut(&p.tp) {
+                o.emitter = SyncEmitter::new(fresh_epoch());
+            }
+        }
+        self.reassign_needed = true;
+        self.out
+            .metrics
+            .transactions
+            .with_label_values(&["abort"])
+            .inc_by(u64::from(self.transactional()));
+        Ok(())
+    }
+
+    async fn write_batch_inner(&mut self, batch: &Batch) -> Result<WriteOutcome, EngineError> {
+        let Some(writer) = self.writer.as_mut() else {
+            return Ok(WriteOutcome::Retry);
+        };
+        if let Err(e) = writer.begin() {
+            return self.write_error("begin transaction", &e);
+        }
+        let producer = writer.producer().clone();
+        // Target topic per batch slot.
+        let targets: Vec<Option<String>> = batch
+            .partitions()
+            .iter()
+            .map(|p| self.owned.get(&p.tp).map(|o| o.target_topic.clone()))
+            .collect();
+        let mut results: Vec<Option<Result<i64, RecordFailure>>> = vec![None; batch.len()];
+        let mut pending: Vec<(usize, DeliveryFuture)> = Vec::with_capacity(batch.len());
+        let mut stopped = vec![false; batch.partitions().len()];
+        let careful: Vec<bool> = batch
+            .partitions()
+            .iter()
+            .map(|p| self.owned.get(&p.tp).is_some_and(|o| o.careful))
+            .collect();
+        for (i, rec) in batch.records().iter().enumerate() {
+            if stopped[rec.slot] {
+                continue;
+            }
+            let part = &batch.partitions()[rec.slot];
+            let Some(target) = targets[rec.slot].as_deref() else {
+                stopped[rec.slot] = true;
+                continue;
+            };
+            let mut drained = false;
+            loop {
+                let mut fr: FutureRecord<'_, [u8], [u8]> =
+                    FutureRecord::to(target).partition(part.tp.partition);
+                if let Some(k) = &rec.key {
+                    fr = fr.key(k.as_slice());
+                }
+                if let Some(v) = &rec.value {
+                    fr = fr.payload(v.as_slice());
+                }
+                if let Some(ts) = rec.timestamp {
+                    fr = fr.timestamp(ts);
+                }
+                if let Some(h) = &rec.headers {
+                    fr = fr.headers(h.clone());
+                }
+                match producer.send_result(fr) {
+                    Ok(f) => {
+                        pending.push((i, f));
+                        if careful[rec.slot] {
+                            // One record per produce request, so a size refusal names the
+                            // record that is really too large.
+                            for (j, f) in pending.drain(..) {
+                                let r = delivery_result(f.await);
+                                if let Err(fail) = &r {
+                                    if batch.records()[j].slot == rec.slot {
+                                        stopped[rec.slot] = fail.class == ErrorClass::Rejected;
+                                    }
+                                }
+                                results[j] = Some(r);
+                            }
+                        }
+                        break;
+                    }
+                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _))
+                        if !drained =>
+                    {
+                        // Wait for what is in flight, then try once more (keeps order).
+                        for (j, f) in pending.drain(..) {
+                            results[j] = Some(delivery_result(f.await));
+                        }
+                        drained = true;
+                    }
+                    Err((e, _)) => {
+                        results[i] = Some(Err(RecordFailure::from_error(&e, true)));
+                        stopped[rec.slot] = true;
+                        break;
+                    }
+                }
+            }
+        }
+        for (j, f) in pending {
+            results[j] = Some(delivery_result(f.await));
+        }
+        let acked_at = jiff::Timestamp::now().as_millisecond();
+        // Anything that makes the batch unusable? A fenced producer only reports "purged".
+        if results.iter().flatten().any(Result::is_err) {
+            self.check_fenced()?;
+        }
+        let mut retry = false;
+        let mut abort_needed = false;
+        for r in results.iter().flatten() {
+            if let Err(f) = r {
+                match f.class {
+                    ErrorClass::Fenced => return Err(self.fenced(&f.message)),
+                    ErrorClass::Unsupported => {
+                        return Err(EngineError::Fatal(format!(
+                            "target {} cannot store the records: {}",
+                            self.spec.target.alias, f.message
+                        )));
+                    }
+                    // A refusal at enqueue never reached the broker: the transaction is fine.
+                    ErrorClass::Rejected => abort_needed |= !f.at_enqueue,
+                    ErrorClass::ProducerBroken => {
+                        retry = true;
+                        self.writer = None;
+                    }
+                    ErrorClass::Retriable => retry = true,
+                }
+            }
+        }
+        let outcomes = partition_outcomes(batch, &results);
+        // Rejected records stop their partition, in both modes. A size refusal from the
+        // broker may cover a whole produce batch: first retry the partition one record per
+        // request to find the record that is really too large.
+        for (slot, o) in outcomes.iter().enumerate() {
+            let Some((offset, f)) = &o.failure else {
+                continue;
+            };
+            if f.class != ErrorClass::Rejected {
+                continue;
+            }
+            let tp = &batch.partitions()[slot].tp;
+            if f.size_related && !f.at_enqueue && !careful[slot] {
+                if let Some(owned) = self.owned.get_mut(tp) {
+                    info!(topic = %tp.topic, partition = tp.partition, offset, "the target refused a produce batch as too large; retrying this partition one record per request");
+                    owned.careful = true;
+                    self.reassign_needed = true;
+                }
+                continue;
+            }
+            self.out.metrics.error(ErrorKind::RecordRejected);
+            let message = format!(
+                "the target refused the record at source offset {offset} for {}/{}: {}. \
+                 The partition is stopped (no record is skipped); fix the target topic \
+                 (e.g. raise max.message.bytes, or the producer's message.max.bytes in \
+                 target.config) and restart the worker",
+                targets[slot].as_deref().unwrap_or("?"),
+                tp.partition,
+                f.message
+            );
+            error!(topic = %tp.topic, partition = tp.partition, "{message}");
+            self.fail_partition(
+                tp,
+                PartitionFailed {
+                    kind: FailureKind::RecordRejected,
+                    offset: *offset,
+                    message,
+                    failure: None,
+                },
+            );
+        }
+        if retry {
+            self.out.metrics.error(ErrorKind::TargetRetriable);
+            let first = results
+                .iter()
+                .flatten()
+                .find_map(|r| r.as_ref().err())
+                .map(|f| f.message.clone())
+                .unwrap_or_default();
+            warn!(
+                "records were not delivered to target {}: {first}",
+                self.spec.target.alias
+            );
+            return Ok(WriteOutcome::Retry);
+        }
+        if abort_needed && self.transactional() {
+            // The broker refused a record inside the transaction, which is now poisoned:
+            // abort and replay the other partitions (the refused one is Failed or careful).
+            self.rewind(batch).await?;
+            return Ok(WriteOutcome::Replay);
+        }
+        // Offset syncs (tentative emitters) and progress.
+        let lag_max = self.lag_max();
+        let mut syncs: Vec<(usize, EmittedSync)> = Vec::new();
+        let mut emitters: Vec<Option<SyncEmitter>> = vec![None; batch.partitions().len()];
+        for (slot, o) in outcomes.iter().enumerate() {
+            let tp = &batch.partitions()[slot].tp;
+            let Some(owned) = self.owned.get(tp) else {
+                continue;
+            };
+            let mut e = owned.emitter.clone();
+            let mut out = Vec::new();
+            for (u, d) in &o.delivered {
+                e.on_record(*u, *d, lag_max, &mut out);
+            }
+            out.extend(e.on_flush());
+            syncs.extend(out.into_iter().map(|s| (slot, s)));
+            emitters[slot] = Some(e);
+        }
+        let mut progress: Vec<Progress> = Vec::new();
+        let mut in_batch: BTreeSet<&TopicPartitionRef> = BTreeSet::new();
+        for (slot, o) in outcomes.iter().enumerate() {
+            let tp = &batch.partitions()[slot].tp;
+            in_batch.insert(tp);
+            let Some(owned) = self.owned.get(tp) else {
+                continue;
+            };
+            progress.push(Progress {
+                topic: tp.topic.clone(),
+                partition: tp.partition,
+                next_offset: o.next_offset,
+                topic_id: owned.topic_id.clone(),
+                reset_id: owned.reset_id.clone(),
+            });
+        }
+        let pending_written: Vec<TopicPartitionRef> = self
+            .pending_progress
+            .iter()
+            .filter(|tp| !in_batch.contains(tp))
+            .cloned()
+            .collect();
+        for tp in &pending_written {
+            if let Some(o) = self.owned.get(tp) {
+                if let Some(pos) = o.position {
+                    progress.push(Progress {
+                        topic: tp.topic.clone(),
+                        partition: tp.partition,
+                        next_offset: pos,
+                        topic_id: o.topic_id.clone(),
+                        reset_id: o.reset_id.clone(),
+                    });
+                }
+            }
+        }
+        let marker = self.pending_reset_marker.clone();
+        if let Some(id) = &marker {
+            progress.push(Progress {
+                topic: String::new(),
+                partition: reset_marker_partition(self.settings.worker_index),
+                next_offset: 0,
+                topic_id: String::new(),
+                reset_id: id.clone(),
+            });
+        }
+        // Syncs first; without transactions, progress only after the syncs are acknowledged.
+        let mut futures: Vec<DeliveryFuture> = Vec::new();
+        for (slot, s) in &syncs {
+            let tp = &batch.partitions()[*slot].tp;
+            let sync = OffsetSync {
+                topic: tp.topic.clone(),
+                partition: tp.partition,
+                upstream_offset: s.upstream,
+                downstream_offset: s.downstream,
+            };
+            let (key, value) = match (sync.encode_key(), sync.encode_value()) {
+                (Ok(k), Ok(v)) => (k, v),
+                (Err(e), _) | (_, Err(e)) => {
+                    return Err(EngineError::Fatal(format!("encoding an offset sync: {e}")))
+                }
+            };
+            let seq = s.sequence.encode();
+            let headers = OwnedHeaders::new().insert(Header {
+                key: SYNC_SEQUENCE_HEADER,
+                value: Some(seq.as_slice()),
+            });
+            let fr: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&self.syncs_topic)
+                .partition(0)
+                .key(key.as_slice())
+                .payload(value.as_slice())
+                .headers(headers);
+            match producer.send_result(fr) {
+                Ok(f) => futures.push(f),
+                Err((e, _)) => return self.write_error("send offset sync", &e),
+            }
+        }
+        if !self.transactional() {
+            for f in futures.drain(..) {
+                if let Err(fail) = delivery_result(f.await) {
+                    warn!("offset sync not delivered: {}", fail.message);
+                    return Ok(WriteOutcome::Retry);
+                }
+            }
+        }
+        for p in &progress {
+            let (key, value) = match (p.encode_key(), p.encode_value()) {
+                (Ok(k), Ok(v)) => (k, v),
+                (Err(e), _) | (_, Err(e)) => {
+                    return Err(EngineError::Fatal(format!("encoding progress: {e}")))
+                }
+            };
+            let fr: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&self.progress_topic)
+                .partition(0)
+                .key(key.as_slice())
+                .payload(value.as_slice());
+            match producer.send_result(fr) {
+                Ok(f) => futures.push(f),
+                Err((e, _)) => return self.write_error("send progress", &e),
+            }
+        }
+        if self.transactional() {
+            let Some(writer) = self.writer.as_mut() else {
+                return Ok(WriteOutcome::Retry);
+            };
+            if let Err(e) = writer.commit().await {
+                return self.write_error("commit transaction", &e);
+            }
+            for f in futures {
+                if let Err(fail) = delivery_result(f.await) {
+                    // Cannot happen after a successful commit; never claim success then.
+                    warn!("progress not delivered after commit: {}", fail.message);
+                    return Ok(WriteOutcome::Retry);
+                }
+            }
+            self.out
+                .metrics
+                .transactions
+                .with_label_values(&["commit"])
+                .inc();
+        } else {
+            for f in futures {
+                if let Err(fail) = delivery_result(f.await) {
+                    self.out.metrics.error(ErrorKind::Progress);
+                    warn!("progress not delivered: {}", fail.message);
+                    return Ok(WriteOutcome::Retry);
+                }
+            }
+        }
+        // Committed: apply.
+        self.out.metrics.offset_syncs.inc_by(syncs.len() as u64);
+        let mut per_topic: HashMap<&str, (u64, u64)> = HashMap::new();
+        let mut last_ts: Vec<Option<i64>> = vec![None; batch.partitions().len()];
+        let mut delivered_count: Vec<usize> = outcomes.iter().map(|o| o.delivered.len()).collect();
+        for rec in batch.records() {
+            if delivered_count[rec.slot] == 0 {
+                continue;
+            }
+            delivered_count[rec.slot] -= 1;
+            let e = per_topic
+                .entry(batch.partitions()[rec.slot].tp.topic.as_str())
+                .or_default();
+            e.0 += 1;
+            e.1 += (rec.size - super::batch::RECORD_OVERHEAD_BYTES) as u64;
+            if rec.timestamp.is_some() {
+                last_ts[rec.slot] = rec.timestamp;
+            }
+        }
+        for (topic, (n, bytes)) in per_topic {
+            self.out
+                .metrics
+                .records
+                .with_label_values(&[topic])
+                .inc_by(n);
+            self.out
+                .metrics
+                .bytes
+                .with_label_values(&[topic])
+                .inc_by(bytes);
+        }
+        for (slot, o) in outcomes.iter().enumerate() {
+            let tp = &batch.partitions()[slot].tp;
+            let Some(owned) = self.owned.get_mut(tp) else {
+                continue;
+            };
+            owned.position = Some(o.next_offset);
+            if let Some(e) = emitters[slot].take() {
+                owned.emitter = e;
+            }
+            if let Some(ts) = last_ts[slot] {
+                owned.lag_seconds = Some(((acked_at - ts).max(0) as f64) / 1000.0);
+            }
+            if o.failure.is_none() {
+                owned.high = owned.high.map(|h| h.max(o.next_offset));
+                owned.careful = false;
+            } else if !owned.state.is_failed() {
+                // Retried from the refused record (careful mode): fetch it again.
+                owned.fetched = None;
+                self.reassign_needed = true;
+            }
+        }
+        for tp in in_batch {
+            self.pending_progress.remove(tp);
+        }
+        for tp in pending_written {
+            self.pending_progress.remove(&tp);
+        }
+        if marker.is_some() && self.pending_reset_marker == marker {
+            self.pending_reset_marker = None;
+        }
+        Ok(WriteOutcome::Committed)
+    }
+
+    fn write_error(&mut self, what: &str, e: &KafkaError) -> Result<WriteOutcome, EngineError> {
+        self.check_fenced()?;
+        let detail = describe_error(e);
+        match classify_error(e) {
+            ErrorClass::Fenced => Err(self.fenced(&format!("{what}: {detail}"))),
+            ErrorClass::ProducerBroken => {
+                warn!("{what}: {detail}; recreating the producer");
+                self.writer = None;
+                self.out.metrics.error(ErrorKind::TargetRetriable);
+                Ok(WriteOutcome::Retry)
+            }
+            _ => {
+                warn!("{what}: {detail}");
+                self.out.metrics.error(ErrorKind::TargetRetriable);
+                Ok(WriteOutcome::Retry)
+            }
+        }
+    }
+}
+
+fn delivery_result(
+    r: Result<
+        rdkafka::producer::future_producer::OwnedDeliveryResult,
+        futures::channel::oneshot::Canceled,
+    >,
+) -> Result<i64, RecordFailure> {
+    match r {
+        Ok(Ok(d)) => Ok(d.offset),
+        Ok(Err((e, _))) => Err(RecordFailure::from_error(&e, false)),
+        Err(_) => Err(RecordFailure {
+            class: ErrorClass::Retriable,
+            message: "the producer was dropped before the delivery report".into(),
+            at_enqueue: false,
+            size_related: false,
+        }),
+    }
+}

@@ -1,0 +1,406 @@
+//! The replication engine and the standalone worker (`mirrorflow worker`).
+//!
+//! # What a worker does
+//! - **Ownership.** Partitions are split between the `N` workers of a flow by
+//!   [`assign::owner`]: `(fnv1a64(topic) + partition) mod N`. Stable, deterministic, no
+//!   consumer group: the source consumer uses `assign`, never `subscribe`.
+//! - **Topics.** Every `topics.refreshIntervalSeconds` the source is listed; topics selected
+//!   by [`select::TopicFilter`] (full-match include/exclude, never internal topics, never
+//!   topics that came from the target) get a target topic named by `kafka::naming` with the
+//!   same partition count and — with `syncTopicConfigs` — the source topic's own configs
+//!   (minus broker-specific ones, as MM2). Partition increases are followed.
+//! - **Records** keep key, value, headers, timestamp and partition number. No header is
+//!   added to replicated records.
+//! - **Progress** (next source offset per partition, [`crate::kafka::wire::Progress`]) lives on
+//!   the target in the compacted topic `mirrorflow-progress.<flow>.internal` and is read back
+//!   at start (read_committed), so a worker restarted anywhere resumes. A partition without
+//!   progress starts per `startFrom` at an explicit offset (log start or end); partitions
+//!   that appear while the worker runs start at their log start.
+//! - **Offset syncs** (MM2 format, plus the `mirrorflow.sync.seq` header) go to
+//!   `mm2-offset-syncs.<sourceAlias>.internal` on the target, emitted per [`syncs`], in the
+//!   same transaction/batch as the records they describe (never starved).
+//! - **ExactlyOnce**: one transactional producer (`mirrorflow-<ns>-<flow>-<index>`); a batch's
+//!   records, syncs and progress commit together. Starting fences a zombie with the same id.
+//!   A target that refuses transactions stops the worker with a message naming the fix
+//!   (`spec.delivery: AtLeastOnce`); there is no silent downgrade.
+//! - **AtLeastOnce**: idempotent producer; syncs, then progress, are written only after the
+//!   records are acknowledged. A crash duplicates at most one batch.
+//! - **Failures.** A record the target refuses for good (e.g. larger than `max.message.bytes`)
+//!   stops its partition ([`status::PartitionState::Failed`]) with the broker's message;
+//!   other partitions go on. Transient target errors rewind to the committed positions and
+//!   retry with exponential backoff. An out-of-range position (offset validation) stops the
+//!   partition as DataLoss or TopicReset.
+//! - **paused** stops consuming (partitions unassigned) and keeps positions; HTTP stays up.
+//! - **SIGTERM/SIGINT**: the open batch commits within 10 s or is aborted; exit 0.
+//!
+//! # Memory bound (defaults, per worker)
+//! - consumer prefetch: `queued.max.messages.kbytes` = 16 MiB, overshot by at most one
+//!   fetch (`fetch.max.bytes` = 8 MiB);
+//! - the batch: ≤ 5 000 records and ≤ 8 MiB (a single larger record forms a batch of its
+//!   own), held twice while producing (our copy and librdkafka's);
+//! - producer queue: ≤ 32 MiB (`queue.buffering.max.kbytes`), in practice the batch.
+//!
+//! So about 16 + 8 + 2 × 8 = 40 MiB of record data, plus librdkafka's buffers: plan ~64 MiB
+//! on top of the process baseline. A slow target slows consumption: nothing is consumed
+//! while a batch is being written. `source.config` may override the consumer bounds.
+
+pub mod assign;
+pub mod batch;
+pub mod engine;
+pub mod io;
+pub mod select;
+pub mod status;
+pub mod syncs;
+pub mod writer;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use crate::api::{load_flow_file, MirrorFlowSpec};
+use crate::telemetry::http::{self, HttpState, Readiness};
+use crate::telemetry::metrics::WorkerMetrics;
+
+pub use engine::{Engine, EngineError, EngineOutputs, EngineSettings, Tuning};
+pub use status::{PartitionState, StatusSink, WorkerSnapshot};
+
+/// Default secrets directory (where the controller mounts Secrets).
+pub const DEFAULT_SECRETS_DIR: &str = "/var/run/mirrorflow/secrets";
+
+/// `mirrorflow worker` arguments.
+#[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
+pub struct WorkerArgs {
+    /// Standalone mode: the MirrorFlow YAML file (the same document `kubectl apply` takes).
+    /// Re-read periodically: `paused`, `reset` and `topics` edits apply live.
+    #[arg(
+        long,
+        value_name = "FILE",
+        conflicts_with = "flow_ref",
+        required_unless_present = "flow_ref"
+    )]
+    pub flow: Option<PathBuf>,
+    /// Kubernetes mode: the MirrorFlow as NAMESPACE/NAME, read from the API server.
+    #[arg(long, value_name = "NS/NAME")]
+    pub flow_ref: Option<String>,
+    /// This worker's index; default: the trailing ordinal of $POD_NAME, else 0.
+    #[arg(long, value_name = "I")]
+    pub worker_index: Option<u32>,
+    /// Number of workers of the flow.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub worker_count: u32,
+    /// Address of the HTTP endpoints (/metrics, /healthz, /readyz, /status).
+    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8080")]
+    pub listen: SocketAddr,
+    /// Directory where Secret references resolve: DIR/<secretName>/<key>.
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_SECRETS_DIR)]
+    pub secrets_dir: PathBuf,
+    /// Rendered flow + OffsetCheckpoints (read by the checkpoint side).
+    #[arg(long, value_name = "FILE")]
+    pub checkpoints_file: Option<PathBuf>,
+    /// How often the flow file is re-read, in seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 5)]
+    pub flow_reload_seconds: u64,
+}
+
+impl WorkerArgs {
+    /// The worker index: `--worker-index`, else `pod_name`'s trailing ordinal, else 0.
+    pub fn resolve_index(&self, pod_name: Option<&str>) -> anyhow::Result<u32> {
+        let index = match (self.worker_index, pod_name) {
+            (Some(i), _) => i,
+            (None, Some(name)) => assign::ordinal_from_pod_name(name).with_context(|| {
+                format!("POD_NAME={name:?} has no trailing ordinal; pass --worker-index")
+            })?,
+            (None, None) => 0,
+        };
+        anyhow::ensure!(
+            self.worker_count >= 1,
+            "--worker-count must be at least 1 (got {})",
+            self.worker_count
+        );
+        anyhow::ensure!(
+            index < self.worker_count,
+            "--worker-index {index} must be below --worker-count {}",
+            self.worker_count
+        );
+        Ok(index)
+    }
+}
+
+/// A flow as the engine consumes it: identity plus a live spec.
+pub struct FlowInput {
+    /// `metadata.namespace` (`default` when absent).
+    pub namespace: String,
+    /// `metadata.name`.
+    pub name: String,
+    /// The spec; a new value applies live (`paused`, `reset`, `topics`, `offsetSyncs`).
+    pub spec: watch::Receiver<MirrorFlowSpec>,
+}
+
+/// Runs a standalone worker (`--flow FILE`) until SIGTERM/SIGINT.
+///
+/// Kubernetes mode (`--flow-ref`) builds its [`FlowInput`] and status sink from the API and
+/// calls [`run_with`].
+pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
+    let Some(path) = args.flow.clone() else {
+        anyhow::bail!(
+            "--flow-ref {} needs the Kubernetes flow source; this entry point runs a flow file (--flow FILE)",
+            args.flow_ref.as_deref().unwrap_or("")
+        );
+    };
+    let (input, _watcher) =
+        watch_flow_file(&path, Duration::from_secs(args.flow_reload_seconds.max(1)))?;
+    run_with(args, input, Vec::new(), shutdown_signal()).await
+}
+
+/// Runs a worker for `input`, serving HTTP on `args.listen`, publishing snapshots to
+/// `sinks` (and `/status`), until `shutdown`.
+pub async fn run_with(
+    args: WorkerArgs,
+    input: FlowInput,
+    sinks: Vec<Arc<dyn StatusSink>>,
+    shutdown: impl std::future::Future<Output = ()> + Send,
+) -> anyhow::Result<()> {
+    let pod = std::env::var("POD_NAME").ok();
+    let index = args.resolve_index(pod.as_deref())?;
+    let settings = EngineSettings {
+        namespace: input.namespace.clone(),
+        flow_name: input.name.clone(),
+        worker_index: index,
+        worker_count: args.worker_count,
+        secrets_dir: args.secrets_dir.clone(),
+        tuning: Tuning::default(),
+    };
+    let metrics = WorkerMetrics::new().context("creating metrics")?;
+    let readiness = Readiness::new("starting");
+    let delivery = input.spec.borrow().delivery;
+    let (status_tx, status_rx) = watch::channel(WorkerSnapshot::starting(
+        &input.namespace,
+        &input.name,
+        index,
+        args.worker_count,
+        delivery,
+    ));
+    let mut all_sinks: Vec<Arc<dyn StatusSink>> = vec![Arc::new(status_tx)];
+    all_sinks.extend(sinks);
+    let sink: Arc<dyn StatusSink> = Arc::new(Fanout(all_sinks));
+    let status_fn: http::StatusFn = Arc::new(move || {
+        serde_json::to_value(&*status_rx.borrow()).unwrap_or(serde_json::Value::Null)
+    });
+    let router = http::router(HttpState {
+        registry: metrics.registry.clone(),
+        readiness: readiness.clone(),
+        status: status_fn,
+    });
+    let (stop_http_tx, stop_http_rx) = tokio::sync::oneshot::channel::<()>();
+    let (addr, http_task) = http::serve(args.listen, router, async {
+        let _ = stop_http_rx.await;
+    })
+    .await?;
+    info!(%addr, worker = %status::worker_id(&input.name, index), count = args.worker_count, "worker HTTP endpoints up");
+    let outputs = EngineOutputs {
+        metrics,
+        sink,
+        readiness,
+    };
+    let result = match Engine::new(settings, input.spec, outputs) {
+        Ok(engine) => engine.run(shutdown).await,
+        Err(e) => Err(e),
+    };
+    let _ = stop_http_tx.send(());
+    let _ = http_task.await;
+    result.map_err(anyhow::Error::from)
+}
+
+/// Publishes to several sinks.
+struct Fanout(Vec<Arc<dyn StatusSink>>);
+
+impl StatusSink for Fanout {
+    fn publish(&self, snapshot: &WorkerSnapshot) {
+        for s in &self.0 {
+            s.publish(snapshot);
+        }
+    }
+}
+
+/// Completes on SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            warn!("cannot listen for SIGINT: {e}");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                warn!("cannot listen for SIGTERM: {e}");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => info!("SIGINT received"),
+        _ = term => info!("SIGTERM received"),
+    }
+}
+
+/// Loads `path` and re-reads it every `every`, publishing changed specs. An unreadable or
+/// invalid file at start is an error; later, the last good spec stays in force and the
+/// problem is logged (once per distinct error). Returns the input and the watcher task
+/// (aborting it freezes the spec).
+pub fn watch_flow_file(
+    path: &Path,
+    every: Duration,
+) -> anyhow::Result<(FlowInput, tokio::task::JoinHandle<()>)> {
+    let file = load_flow_file(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let meta = &file.flow.metadata;
+    let name = meta.name.clone().unwrap_or_default();
+    let namespace = meta
+        .namespace
+        .clone()
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| "default".to_string());
+    let (tx, rx) = watch::channel(file.flow.spec.clone());
+    let path = path.to_path_buf();
+    let (name_c, ns_c) = (name.clone(), namespace.clone());
+    let task = tokio::spawn(async move {
+        let mut last_error: Option<String> = None;
+        let mut tick = tokio::time::interval(every);
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            match load_flow_file(&path) {
+                Ok(f) => {
+                    last_error = None;
+                    let new_ns = f.flow.metadata.namespace.clone().filter(|n| !n.is_empty());
+                    if f.flow.metadata.name.as_deref() != Some(name_c.as_str())
+                        || new_ns.as_deref().unwrap_or("default") != ns_c
+                    {
+                        warn!(file = %path.display(), "the flow's name or namespace changed; restart the worker to run the new flow");
+                        continue;
+                    }
+                    tx.send_if_modified(|cur| {
+                        if *cur != f.flow.spec {
+                            info!(file = %path.display(), "flow file changed");
+                            *cur = f.flow.spec.clone();
+                            true
+                        } else {
+                            false
+                        }
+                    });
+                }
+                Err(e) => {
+                    let msg = e.to_string();
+                    if last_error.as_deref() != Some(msg.as_str()) {
+                        warn!(file = %path.display(), "keeping the last good flow: {msg}");
+                        last_error = Some(msg);
+                    }
+                }
+            }
+            if tx.is_closed() {
+                return;
+            }
+        }
+    });
+    Ok((
+        FlowInput {
+            namespace,
+            name,
+            spec: rx,
+        },
+        task,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser, Debug)]
+    struct Cli {
+        #[command(flatten)]
+        args: WorkerArgs,
+    }
+
+    #[test]
+    fn args_and_index_table() {
+        let parse = |argv: &[&str]| Cli::try_parse_from(argv).map(|c| c.args);
+        let a = parse(&["w", "--flow", "f.yaml"]).unwrap();
+        assert_eq!(a.worker_count, 1);
+        assert_eq!(a.listen, "0.0.0.0:8080".parse().unwrap());
+        assert_eq!(a.secrets_dir, PathBuf::from(DEFAULT_SECRETS_DIR));
+        assert!(parse(&["w"]).is_err(), "--flow or --flow-ref is required");
+        assert!(parse(&["w", "--flow", "f", "--flow-ref", "ns/f"]).is_err());
+        let b = parse(&[
+            "w",
+            "--flow-ref",
+            "ns/f",
+            "--worker-count",
+            "3",
+            "--checkpoints-file",
+            "/etc/x",
+        ])
+        .unwrap();
+        let cases = [
+            (None, None, 3, Some(0)),
+            (Some(2), None, 3, Some(2)),
+            (Some(2), Some("f-worker-1"), 3, Some(2)),
+            (None, Some("f-worker-1"), 3, Some(1)),
+            (None, Some("f-worker-3"), 3, None),
+            (None, Some("nonumber"), 3, None),
+            (Some(0), None, 0, None),
+        ];
+        for (index, pod, count, want) in cases {
+            let args = WorkerArgs {
+                worker_index: index,
+                worker_count: count,
+                ..b.clone()
+            };
+            let got = args.resolve_index(pod).ok();
+            assert_eq!(got, want, "{index:?} {pod:?} {count}");
+        }
+    }
+
+    #[tokio::test]
+    async fn flow_file_is_watched() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("flow.yaml");
+        let doc = |paused: bool| {
+            format!(
+                "apiVersion: mirrorflow.io/v1alpha1\nkind: MirrorFlow\nmetadata:\n  name: orders\nspec:\n  \
+                 source: {{alias: dc1, bootstrapServers: 'a:9092'}}\n  target: {{alias: dc2, bootstrapServers: 'b:9092'}}\n  \
+                 delivery: AtLeastOnce\n  paused: {paused}\n"
+            )
+        };
+        std::fs::write(&path, doc(false)).unwrap();
+        let (mut input, task) = watch_flow_file(&path, Duration::from_millis(20)).unwrap();
+        assert_eq!(
+            (input.namespace.as_str(), input.name.as_str()),
+            ("default", "orders")
+        );
+        assert!(!input.spec.borrow().paused);
+        // An invalid edit keeps the last good spec...
+        std::fs::write(&path, "kind: [").unwrap();
+        // ...and a valid one is published.
+        std::fs::write(&path, doc(true)).unwrap();
+        tokio::time::timeout(Duration::from_secs(10), input.spec.changed())
+            .await
+            .expect("change seen")
+            .unwrap();
+        assert!(input.spec.borrow().paused);
+        task.abort();
+        assert!(watch_flow_file(&dir.path().join("missing.yaml"), Duration::from_secs(1)).is_err());
+    }
+}

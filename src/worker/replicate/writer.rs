@@ -1,0 +1,259 @@
+//! The target producer: transactional (ExactlyOnce) or idempotent (AtLeastOnce), and what its
+//! errors mean.
+
+use std::time::Duration;
+
+use rdkafka::error::KafkaError;
+use rdkafka::producer::{FutureProducer, Producer};
+use rdkafka::types::RDKafkaErrorCode;
+
+use super::io::LogContext;
+use crate::kafka::config::ClientProperties;
+
+/// Producer tuning (see the module docs of `replicate` for the memory bound).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerLimits {
+    /// `queue.buffering.max.kbytes`.
+    pub queue_kbytes: u32,
+    /// `queue.buffering.max.messages`.
+    pub queue_messages: u32,
+    /// `transaction.timeout.ms` and the bound of commit/abort/init calls.
+    pub transaction_timeout: Duration,
+    /// `message.timeout.ms` (= `delivery.timeout.ms`): how long librdkafka retries a record.
+    pub delivery_timeout: Duration,
+}
+
+impl Default for ProducerLimits {
+    fn default() -> Self {
+        Self {
+            queue_kbytes: 32 * 1024,
+            queue_messages: 100_000,
+            transaction_timeout: Duration::from_secs(60),
+            delivery_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// What a produce, commit or init error means for the engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// The target refuses this record for good; stop its partition.
+    Rejected,
+    /// Transient: retry the batch after a backoff.
+    Retriable,
+    /// The producer instance is unusable (fatal idempotence/transaction state): recreate it,
+    /// then retry.
+    ProducerBroken,
+    /// Another producer with our transactional.id took over: this worker must stop.
+    Fenced,
+    /// The target cannot do what the spec asks (e.g. transactions): stop with a clear error.
+    Unsupported,
+}
+
+/// Classifies an error code from a delivery report or a transactional call.
+pub fn classify_code(code: RDKafkaErrorCode, fatal: bool) -> ErrorClass {
+    use RDKafkaErrorCode as C;
+    match code {
+        C::ProducerFenced
+        | C::Fenced
+        | C::InvalidProducerEpoch
+        | C::TransactionalIdAuthorizationFailed => ErrorClass::Fenced,
+        C::MessageSizeTooLarge
+        | C::MessageBatchTooLarge
+        | C::InvalidRecord
+        | C::InvalidMessage
+        | C::InvalidTimestamp
+        | C::PolicyViolation => ErrorClass::Rejected,
+        C::UnsupportedFeature | C::UnsupportedVersion | C::NotImplemented => {
+            ErrorClass::Unsupported
+        }
+        _ if fatal => ErrorClass::ProducerBroken,
+        C::Fatal => ErrorClass::ProducerBroken,
+        _ => ErrorClass::Retriable,
+    }
+}
+
+/// Classifies a [`KafkaError`].
+pub fn classify_error(err: &KafkaError) -> ErrorClass {
+    match err {
+        KafkaError::Transaction(e) => classify_code(e.code(), e.is_fatal()),
+        KafkaError::MessageProduction(code) => classify_code(*code, false),
+        other => match other.rdkafka_error_code() {
+            Some(code) => classify_code(code, false),
+            None => ErrorClass::Retriable,
+        },
+    }
+}
+
+/// Human text of an error, including the broker's/librdkafka's explanation for transactional
+/// calls.
+pub fn describe_error(err: &KafkaError) -> String {
+    match err {
+        KafkaError::Transaction(e) => format!("{} ({})", e.string(), e.name()),
+        KafkaError::MessageProduction(code) => format!("{code} ({code:?})"),
+        other => other.to_string(),
+    }
+}
+
+/// The target producer.
+pub struct TargetWriter {
+    producer: FutureProducer<LogContext>,
+    transactional: bool,
+    limits: ProducerLimits,
+    in_transaction: bool,
+}
+
+impl TargetWriter {
+    /// Creates the producer; with `transactional_id`, also `init_transactions` (which fences
+    /// an older instance with the same id and aborts its open transaction).
+    pub async fn create(
+        props: &ClientProperties,
+        ctx: LogContext,
+        transactional_id: Option<&str>,
+        limits: ProducerLimits,
+    ) -> Result<Self, KafkaError> {
+        let mut config = props.to_client_config();
+        config
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set(
+                "queue.buffering.max.kbytes",
+                limits.queue_kbytes.to_string(),
+            )
+            .set(
+                "queue.buffering.max.messages",
+                limits.queue_messages.to_string(),
+            )
+            .set(
+                "message.timeout.ms",
+                limits.delivery_timeout.as_millis().to_string(),
+            )
+            .set("linger.ms", "5");
+        if let Some(id) = transactional_id {
+            config.set("transactional.id", id).set(
+                "transaction.timeout.ms",
+                limits.transaction_timeout.as_millis().to_string(),
+            );
+        }
+        let producer: FutureProducer<LogContext> = config.create_with_context(ctx)?;
+        if transactional_id.is_some() {
+            let p = producer.clone();
+            let timeout = limits.transaction_timeout;
+            tokio::task::spawn_blocking(move || p.init_transactions(timeout))
+                .await
+                .map_err(|_| KafkaError::Canceled)??;
+        }
+        Ok(Self {
+            producer,
+            transactional: transactional_id.is_some(),
+            limits,
+            in_transaction: false,
+        })
+    }
+
+    /// The producer, to send records.
+    pub fn producer(&self) -> &FutureProducer<LogContext> {
+        &self.producer
+    }
+
+    /// The producer's fatal error, if it has one (e.g. fenced; then every later call fails
+    /// and delivery reports only say "purged").
+    pub fn fatal_error(&self) -> Option<(RDKafkaErrorCode, String)> {
+        self.producer.client().fatal_error()
+    }
+
+    /// Whether this writer uses transactions.
+    pub fn is_transactional(&self) -> bool {
+        self.transactional
+    }
+
+    /// Whether a transaction is open.
+    pub fn in_transaction(&self) -> bool {
+        self.in_transaction
+    }
+
+    /// Opens a transaction (no-op without transactions).
+    pub fn begin(&mut self) -> Result<(), KafkaError> {
+        if self.transactional && !self.in_transaction {
+            self.producer.begin_transaction()?;
+            self.in_transaction = true;
+        }
+        Ok(())
+    }
+
+    /// Commits the open transaction (flushing it first); without transactions, flushes.
+    pub async fn commit(&mut self) -> Result<(), KafkaError> {
+        let p = self.producer.clone();
+        let timeout = self.limits.transaction_timeout;
+        let transactional = self.transactional;
+        let r = tokio::task::spawn_blocking(move || {
+            if transactional {
+                p.commit_transaction(timeout)
+            } else {
+                p.flush(timeout)
+            }
+        })
+        .await
+        .map_err(|_| KafkaError::Canceled)?;
+        if r.is_ok() {
+            self.in_transaction = false;
+        }
+        r
+    }
+
+    /// Aborts the open transaction, if any.
+    pub async fn abort(&mut self) -> Result<(), KafkaError> {
+        if !self.in_transaction {
+            return Ok(());
+        }
+        let p = self.producer.clone();
+        let timeout = self.limits.transaction_timeout;
+        let r = tokio::task::spawn_blocking(move || p.abort_transaction(timeout))
+            .await
+            .map_err(|_| KafkaError::Canceled)?;
+        if r.is_ok() {
+            self.in_transaction = false;
+        }
+        r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use RDKafkaErrorCode as C;
+
+    #[test]
+    fn classification_table() {
+        let cases = [
+            (C::MessageSizeTooLarge, false, ErrorClass::Rejected),
+            (C::MessageBatchTooLarge, false, ErrorClass::Rejected),
+            (C::InvalidRecord, false, ErrorClass::Rejected),
+            (C::InvalidTimestamp, false, ErrorClass::Rejected),
+            (C::PolicyViolation, false, ErrorClass::Rejected),
+            (C::ProducerFenced, true, ErrorClass::Fenced),
+            (C::Fenced, true, ErrorClass::Fenced),
+            (C::InvalidProducerEpoch, false, ErrorClass::Fenced),
+            (C::UnsupportedFeature, false, ErrorClass::Unsupported),
+            (C::UnsupportedVersion, true, ErrorClass::Unsupported),
+            (C::MessageTimedOut, false, ErrorClass::Retriable),
+            (C::BrokerTransportFailure, false, ErrorClass::Retriable),
+            (C::NotEnoughReplicas, false, ErrorClass::Retriable),
+            (C::UnknownTopicOrPartition, false, ErrorClass::Retriable),
+            (
+                C::OutOfOrderSequenceNumber,
+                true,
+                ErrorClass::ProducerBroken,
+            ),
+            (C::Fatal, false, ErrorClass::ProducerBroken),
+        ];
+        for (code, fatal, want) in cases {
+            assert_eq!(classify_code(code, fatal), want, "{code:?} fatal={fatal}");
+        }
+        assert_eq!(
+            classify_error(&KafkaError::MessageProduction(C::MessageSizeTooLarge)),
+            ErrorClass::Rejected
+        );
+        assert_eq!(classify_error(&KafkaError::Canceled), ErrorClass::Retriable);
+    }
+}
