@@ -20,8 +20,16 @@ use serde_json::json;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-use crate::api::{validate_flow, MirrorFlow, MirrorFlowSpec, WorkerStatus, GROUP, VERSION};
-use crate::worker::replicate::{self, FlowInput, StatusSink, WorkerArgs, WorkerSnapshot};
+use std::path::PathBuf;
+
+use crate::api::{
+    load_flow_file, validate_flow, MirrorFlow, MirrorFlowSpec, OffsetCheckpoint, WorkerStatus,
+    GROUP, VERSION,
+};
+use crate::worker::replicate::{
+    self, checkpoint_reports, CheckpointReportSource, FlowInput, StatusSink, WorkerArgs,
+    WorkerSnapshot,
+};
 
 /// Heartbeat: an unchanged entry is re-applied this often (the controller counts entries
 /// older than 30 s as not ready; see docs/ARCHITECTURE.md).
@@ -65,7 +73,11 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         anyhow::anyhow!("cannot reach the Kubernetes API (in-cluster or KUBECONFIG): {e}")
     })?;
     let api: Api<MirrorFlow> = Api::namespaced(client, &namespace);
-    let (input, generation, source_task) = flow_source(api.clone(), &namespace, &name).await?;
+    let (mut input, generation, source_task) = flow_source(api.clone(), &namespace, &name).await?;
+    let reload = Duration::from_secs(args.flow_reload_seconds.max(1));
+    let (checkpoints, cp_task) =
+        watch_checkpoints_file(args.checkpoints_file.clone(), &name, reload);
+    input.checkpoints = checkpoints;
     let sink = Arc::new(KubeStatusSink::spawn(api, name.clone(), index, generation));
     let result = replicate::run_with(
         args,
@@ -75,6 +87,7 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
     )
     .await;
     source_task.abort();
+    cp_task.abort();
     // A final entry (e.g. Stopped) reaches the API before the pod goes away.
     sink.flush().await;
     result
@@ -127,8 +140,62 @@ pub async fn flow_source(
         namespace: namespace.to_string(),
         name: name.to_string(),
         spec: spec_rx,
+        // Filled from the rendered config file by `run` (see `watch_checkpoints_file`).
+        checkpoints: watch::channel(Vec::new()).1,
     };
     Ok((input, gen_rx, task))
+}
+
+/// The OffsetCheckpoints of flow `name` from the rendered config file the controller mounts
+/// (`--checkpoints-file`, a ConfigMap volume: kubelet updates it in place), re-read every
+/// `every`, so group settings change without restarting replication. A missing or bad file
+/// leaves the last good list (empty at first) and is logged once per distinct problem.
+pub fn watch_checkpoints_file(
+    path: Option<PathBuf>,
+    name: &str,
+    every: Duration,
+) -> (
+    watch::Receiver<Vec<OffsetCheckpoint>>,
+    tokio::task::JoinHandle<()>,
+) {
+    let (tx, rx) = watch::channel(Vec::new());
+    let name = name.to_string();
+    let task = tokio::spawn(async move {
+        let Some(path) = path else { return };
+        let mut last_error: Option<String> = None;
+        loop {
+            match load_flow_file(&path) {
+                Ok(f) => {
+                    last_error = None;
+                    let list: Vec<OffsetCheckpoint> = f
+                        .checkpoints
+                        .into_iter()
+                        .filter(|c| c.spec.flow_ref.name == name)
+                        .collect();
+                    tx.send_if_modified(|cur| {
+                        let changed = *cur != list;
+                        if changed {
+                            info!(file = %path.display(), count = list.len(), "OffsetCheckpoints loaded");
+                            *cur = list;
+                        }
+                        changed
+                    });
+                }
+                Err(e) => {
+                    let msg = e.to_string();
+                    if last_error.as_deref() != Some(&msg) {
+                        warn!(file = %path.display(), "reading OffsetCheckpoints: {msg}");
+                        last_error = Some(msg);
+                    }
+                }
+            }
+            if tx.is_closed() {
+                return;
+            }
+            tokio::time::sleep(every).await;
+        }
+    });
+    (rx, task)
 }
 
 /// Publish a watched flow's spec when it is valid and different. Pure apart from the channels.
@@ -158,6 +225,7 @@ pub fn publish_spec(
 /// heartbeat every [`HEARTBEAT`]. `publish` never blocks the engine.
 pub struct KubeStatusSink {
     latest: watch::Sender<Option<WorkerSnapshot>>,
+    reports: Arc<std::sync::Mutex<Option<CheckpointReportSource>>>,
     task: tokio::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
     flush: Arc<tokio::sync::Notify>,
     flushed: Arc<tokio::sync::Notify>,
@@ -175,6 +243,8 @@ impl KubeStatusSink {
         let flush = Arc::new(tokio::sync::Notify::new());
         let flushed = Arc::new(tokio::sync::Notify::new());
         let (flush_c, flushed_c) = (flush.clone(), flushed.clone());
+        let reports: Arc<std::sync::Mutex<Option<CheckpointReportSource>>> = Arc::default();
+        let reports_c = reports.clone();
         let task = tokio::spawn(async move {
             let params = PatchParams::apply(&field_manager(index)).force();
             let mut last_sent: Option<WorkerStatus> = None;
@@ -195,7 +265,11 @@ impl KubeStatusSink {
                     }
                     continue;
                 };
-                let entry = snapshot.to_worker_status(*generation.borrow());
+                let mut entry = snapshot.to_worker_status(*generation.borrow());
+                let source = reports_c.lock().expect("reports lock").clone();
+                if let Some(source) = source {
+                    entry.checkpoints = checkpoint_reports(&source);
+                }
                 let due = tokio::time::Instant::now() >= last_time + HEARTBEAT;
                 if flushing || due || !same_but_heartbeat(last_sent.as_ref(), &entry) {
                     let patch = worker_status_patch(&name, &entry);
@@ -222,6 +296,7 @@ impl KubeStatusSink {
         });
         Self {
             latest,
+            reports,
             task: tokio::sync::Mutex::new(Some(task)),
             flush,
             flushed,
@@ -241,6 +316,10 @@ impl KubeStatusSink {
 impl StatusSink for KubeStatusSink {
     fn publish(&self, snapshot: &WorkerSnapshot) {
         self.latest.send_replace(Some(snapshot.clone()));
+    }
+
+    fn attach_checkpoints(&self, source: CheckpointReportSource) {
+        *self.reports.lock().expect("reports lock") = Some(source);
     }
 }
 

@@ -62,9 +62,12 @@ use anyhow::Context as _;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use crate::api::{load_flow_file, MirrorFlowSpec};
+use crate::api::{
+    load_flow_file, MirrorFlow, MirrorFlowSpec, OffsetCheckpoint, WorkerCheckpointReport,
+};
 use crate::telemetry::http::{self, HttpState, Readiness};
 use crate::telemetry::metrics::WorkerMetrics;
+use crate::worker::checkpoint::{self, runner::CheckpointRunner, status::RunnerState};
 
 pub use engine::{Engine, EngineError, EngineOutputs, EngineSettings, Tuning};
 pub use status::{PartitionState, StatusSink, WorkerSnapshot};
@@ -139,6 +142,8 @@ pub struct FlowInput {
     pub name: String,
     /// The spec; a new value applies live (`paused`, `reset`, `topics`, `offsetSyncs`).
     pub spec: watch::Receiver<MirrorFlowSpec>,
+    /// The flow's OffsetCheckpoints; a new list applies live (worker 0 runs them).
+    pub checkpoints: watch::Receiver<Vec<OffsetCheckpoint>>,
 }
 
 /// Runs a standalone worker (`--flow FILE`) until SIGTERM/SIGINT.
@@ -185,11 +190,24 @@ pub async fn run_with(
         args.worker_count,
         delivery,
     ));
+    let (report_checkpoints, report_rx) = watch::channel(None);
+    for s in &sinks {
+        s.attach_checkpoints(report_rx.clone());
+    }
     let mut all_sinks: Vec<Arc<dyn StatusSink>> = vec![Arc::new(status_tx)];
     all_sinks.extend(sinks);
     let sink: Arc<dyn StatusSink> = Arc::new(Fanout(all_sinks));
+    let report_for_http = report_rx.clone();
     let status_fn: http::StatusFn = Arc::new(move || {
-        serde_json::to_value(&*status_rx.borrow()).unwrap_or(serde_json::Value::Null)
+        let mut v = serde_json::to_value(&*status_rx.borrow()).unwrap_or(serde_json::Value::Null);
+        if let Some(obj) = v.as_object_mut() {
+            let reports = checkpoint_reports(&report_for_http);
+            obj.insert(
+                "checkpoints".into(),
+                serde_json::to_value(reports).unwrap_or_default(),
+            );
+        }
+        v
     });
     let router = http::router(HttpState {
         registry: metrics.registry.clone(),
@@ -202,18 +220,99 @@ pub async fn run_with(
     })
     .await?;
     info!(%addr, worker = %status::worker_id(&input.name, index), count = args.worker_count, "worker HTTP endpoints up");
+    // The engine owns the shutdown future; completing it (or the engine returning and
+    // dropping it) stops the checkpoint runner too.
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let engine_shutdown = async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    };
+    let checkpoints = if checkpoint::runner::should_run(index) {
+        let mut flow = MirrorFlow::new(&input.name, input.spec.borrow().clone());
+        flow.metadata.namespace = Some(input.namespace.clone());
+        let cps = input.checkpoints.borrow().clone();
+        match CheckpointRunner::new(&flow, cps, &args.secrets_dir, &metrics.registry) {
+            Ok(runner) => {
+                let specs = runner.specs();
+                let state = runner.state();
+                let mut cp_rx = input.checkpoints.clone();
+                // Forward live OffsetCheckpoint changes to the runner.
+                let forward = tokio::spawn(async move {
+                    while cp_rx.changed().await.is_ok() {
+                        let list = cp_rx.borrow_and_update().clone();
+                        specs.send_replace(list);
+                    }
+                });
+                let task = tokio::spawn(runner.run(wait_for_stop(stop_rx.clone())));
+                report_checkpoints.send_replace(Some((state, input.checkpoints.clone())));
+                Some((task, forward))
+            }
+            Err(e) => {
+                warn!("checkpoints disabled: {e:#}");
+                None
+            }
+        }
+    } else {
+        None
+    };
     let outputs = EngineOutputs {
         metrics,
         sink,
         readiness,
     };
     let result = match Engine::new(settings, input.spec, outputs) {
-        Ok(engine) => engine.run(shutdown).await,
+        Ok(engine) => engine.run(engine_shutdown).await,
         Err(e) => Err(e),
     };
+    if let Some((task, forward)) = checkpoints {
+        // The engine stopped (signal or failure) and dropped `stop_tx`: the runner stops.
+        forward.abort();
+        let _ = tokio::time::timeout(Duration::from_secs(5), async {
+            match task.await {
+                Ok(Err(e)) => warn!("checkpoint runner: {e:#}"),
+                Err(e) if !e.is_cancelled() => warn!("checkpoint runner: {e}"),
+                _ => {}
+            }
+        })
+        .await;
+    }
     let _ = stop_http_tx.send(());
     let _ = http_task.await;
     result.map_err(anyhow::Error::from)
+}
+
+/// Completes when `stop` turns true or its sender goes away.
+async fn wait_for_stop(mut stop: watch::Receiver<bool>) {
+    while !*stop.borrow_and_update() {
+        if stop.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// The checkpoint side's state, for `/status` and the Kubernetes status entry.
+pub type CheckpointReportSource = watch::Receiver<
+    Option<(
+        watch::Receiver<RunnerState>,
+        watch::Receiver<Vec<OffsetCheckpoint>>,
+    )>,
+>;
+
+/// What the checkpoint runner reports, per OffsetCheckpoint, now.
+pub fn checkpoint_reports(source: &CheckpointReportSource) -> Vec<WorkerCheckpointReport> {
+    let Some((state, cps)) = source.borrow().clone() else {
+        return Vec::new();
+    };
+    let state = state.borrow().clone();
+    let cps = cps.borrow().clone();
+    checkpoint::runner::statuses(&state, &cps, jiff::Timestamp::now())
+        .into_iter()
+        .map(|(name, st)| WorkerCheckpointReport {
+            name,
+            groups: st.groups,
+            failures: st.failures,
+        })
+        .collect()
 }
 
 /// Publishes to several sinks.
@@ -272,6 +371,7 @@ pub fn watch_flow_file(
         .filter(|n| !n.is_empty())
         .unwrap_or_else(|| "default".to_string());
     let (tx, rx) = watch::channel(file.flow.spec.clone());
+    let (cp_tx, cp_rx) = watch::channel(file.checkpoints.clone());
     let path = path.to_path_buf();
     let (name_c, ns_c) = (name.clone(), namespace.clone());
     let task = tokio::spawn(async move {
@@ -290,6 +390,15 @@ pub fn watch_flow_file(
                         warn!(file = %path.display(), "the flow's name or namespace changed; restart the worker to run the new flow");
                         continue;
                     }
+                    cp_tx.send_if_modified(|cur| {
+                        if *cur != f.checkpoints {
+                            info!(file = %path.display(), "OffsetCheckpoints changed");
+                            *cur = f.checkpoints.clone();
+                            true
+                        } else {
+                            false
+                        }
+                    });
                     tx.send_if_modified(|cur| {
                         if *cur != f.flow.spec {
                             info!(file = %path.display(), "flow file changed");
@@ -318,6 +427,7 @@ pub fn watch_flow_file(
             namespace,
             name,
             spec: rx,
+            checkpoints: cp_rx,
         },
         task,
     ))
