@@ -46,10 +46,12 @@ pub const HEARTBEATS_TOPIC: &str = "heartbeats";
 /// Largest byte length a Kafka `STRING` can carry (its length prefix is an `INT16`).
 pub const MAX_STRING_BYTES: usize = i16::MAX as usize;
 
-/// MM2's offset-syncs topic for replication towards `target_alias`:
-/// `mm2-offset-syncs.<targetAlias>.internal`.
-pub fn offset_syncs_topic(target_alias: &str) -> String {
-    format!("mm2-offset-syncs.{target_alias}.internal")
+/// MM2's offset-syncs topic, `mm2-offset-syncs.<alias>.internal`. MM2 names it after the
+/// *other* cluster: with the topic on the source (MM2's default) that is the target alias;
+/// mirrorflow keeps it on the target (MM2 3.x `offset-syncs.topic.location=target`), so it
+/// passes the source alias.
+pub fn offset_syncs_topic(other_cluster_alias: &str) -> String {
+    format!("mm2-offset-syncs.{other_cluster_alias}.internal")
 }
 
 /// MM2's checkpoints topic (on the target) for groups of `source_alias`:
