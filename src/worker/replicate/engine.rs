@@ -8,6 +8,73 @@
 //! assignment (topic refresh, pause, a failed partition, a rewind after a failed batch) is
 //! applied between batches, from the committed positions, so the consumer never runs ahead
 //! of what the target holds.
+//!
+//! # Offset validation (`spec.offsetValidation.enabled`, default true)
+//!
+//! The consumer runs with `auto.offset.reset=error`: librdkafka never moves a position by
+//! itself. Partitions without progress start at an explicit offset (log start, or the end
+//! for `startFrom: Latest` at first start), so only a known position can fail. A failed
+//! partition stops (it is unassigned; nothing more is written for it, its committed position
+//! is kept) while the others go on. It is logged once at error level, counted in
+//! `mirrorflow_worker_partition_failures_total{type}`, and reported in the snapshot's
+//! `failures` with the message and `kubectl patch` command built by
+//! `worker::validation::classify`.
+//!
+//! Signals, where they are read, and what each can miss:
+//! 1. **Out of range** (librdkafka `AutoOffsetReset` / `LogTruncation` on the consumer): the
+//!    source refused our position. rdkafka drops the partition of consumer errors, so
+//!    `validate::attribute_out_of_range` ties the error to partitions: those whose
+//!    position lies outside `[log start, high watermark]` (ListOffsets) or whose topic id
+//!    changed; else the only assigned partition; else nobody (warned, retried with backoff;
+//!    librdkafka keeps refusing a real one). Classified by the log start: log start >
+//!    position → DataLoss (exact count); otherwise TopicReset; recreated and purged →
+//!    DataLoss; failed lookup → DataLoss with unknown counts. Misses every case where the
+//!    position stays fetchable: a recreated topic that already holds more records than our
+//!    position, and — nisshi and tansu answer a fetch past the high watermark with no error —
+//!    a shorter one too.
+//! 2. **Topic id** (KIP-516, DescribeTopics through `kafka::topic_id`): the id is recorded
+//!    when a partition is first checked and persisted in its progress record
+//!    (`Progress.topic_id`), then compared at start (before the partition is assigned) and on
+//!    every periodic check. Certain proof of recreation. Misses: brokers without ids (before
+//!    Kafka 2.8, or answering the zero id) and clusters where DescribeTopics fails (e.g. no
+//!    controller: the librdkafka mock); after a failed lookup ids are not asked for
+//!    [`TOPIC_ID_RETRY`]. Records of the new topic fetched between its creation and the next
+//!    check are written before the check stops the partition (at most one refresh interval:
+//!    librdkafka itself ignores id changes); they stay on the target, and a later
+//!    `RestartFromEarliest` replicates the new topic again from its start.
+//! 3. **Watermarks** (`fetch_watermarks` = ListOffsets on every owned partition each
+//!    `topics.refreshIntervalSeconds`, busy or idle, paused included): high watermark below
+//!    the highest seen, or our position past the high watermark → TopicReset (the shorter
+//!    recreated topic); log start back to 0 from above 0 → TopicReset; log start past our
+//!    position → DataLoss (an idle or paused partition whose unreplicated records were
+//!    purged: no fetch, so no error, would ever report it). A TopicReset that rests only on
+//!    the ListOffsets high watermark stops the partition only if a Fetch agrees (the
+//!    consumer's last fetch response for a partition it fetches, else a probe consumer;
+//!    `validate::needs_fetch_confirmation`): one ListOffsets answer can be wrong (a new
+//!    leader before Kafka 2.2; tansu always answers "last batch base + 1"). While the
+//!    consumer is fetching the partition, a bare "log start past position" is deferred to
+//!    the next check (the records may sit in librdkafka's prefetch queue). Highest
+//!    watermarks live in memory: after a restart only the recorded topic id and the current
+//!    watermarks count. Misses: without topic ids, a topic recreated between two checks that
+//!    already holds at least as many records as the highest high watermark seen (and whose
+//!    old log started at 0); and a failure detected by watermarks only is detected again
+//!    after a restart only while the evidence persists (the failure itself is not
+//!    persisted: `Progress` has no field for it).
+//! 4. **Leader epochs**: not read (rdkafka 0.39 exposes none; see `classify.rs`).
+//!
+//! A source topic that disappears (deleted, or deselected) parks its partitions with their
+//! positions, marks and failures; if it comes back, it resumes from there and is checked
+//! like any other (a recreated topic is then caught by signal 2 or 3).
+//!
+//! Recovery: `spec.reset` (see `worker::validation::reset`), scoped to this worker's own
+//! partitions by `validate::plan_worker_reset`, handled at most once per id: the id is
+//! persisted in the reset partitions' progress (`Progress.reset_id`) and in a per-worker
+//! marker record (`validate::handled_reset_ids` reads them back at start). A reset sets a
+//! new baseline (current topic id and watermarks) so the new log is not flagged again.
+//!
+//! With validation disabled the consumer runs with `auto.offset.reset=earliest` and no check
+//! runs: MirrorMaker 2's behaviour (an out-of-range position silently moves to the log
+//! start; nothing is reported).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
@@ -46,14 +113,22 @@ use crate::kafka::wire::{
 };
 use crate::telemetry::http::Readiness;
 use crate::telemetry::metrics::{ErrorKind, WorkerMetrics};
-use crate::worker::validation::classify::{classify_out_of_range, FlowRef};
-use crate::worker::validation::reset::{failed_status, plan_reset, ResetDecision, SeekTarget};
+use crate::worker::validation::classify::{
+    check_partition, Detection, FlowRef, KnownPartition, PartitionObservation, ReportedFailures,
+};
+use crate::worker::validation::reset::{failed_status, ResetDecision, SeekTarget};
+use validate::{
+    attribute_out_of_range, defer_while_fetching, failure_counter, failure_kind_name,
+    handled_reset_ids, kind_of, needs_fetch_confirmation, nothing_here_status, plan_worker_reset,
+    reset_marker, Attribution, OutOfRangeCandidate, WorkerReset,
+};
 
-/// Partition number of a worker's marker record in the progress topic (empty topic name):
-/// it carries the last reset id the worker handled, whatever the outcome.
-pub fn reset_marker_partition(worker_index: u32) -> i32 {
-    -1 - i32::try_from(worker_index).unwrap_or(i32::MAX - 1)
-}
+mod validate;
+
+pub use validate::reset_marker_partition;
+
+/// After a failed topic id lookup, ids are not asked for this long (other signals go on).
+pub const TOPIC_ID_RETRY: Duration = Duration::from_secs(300);
 
 /// Knobs with safe defaults. The memory bound of a worker follows from them (see the
 /// `replicate` module docs).
@@ -77,6 +152,10 @@ pub struct Tuning {
     pub retry_max: Duration,
     /// On shutdown, how long an open batch may take to commit before it is aborted.
     pub shutdown_grace: Duration,
+    /// Bound of offset validation's own lookups: topic ids (DescribeTopics) and the fetch
+    /// that confirms a ListOffsets answer. Short: on a cluster that reports no controller the
+    /// id lookup only ends with this timeout (then ids are skipped for [`TOPIC_ID_RETRY`]).
+    pub validation_timeout: Duration,
 }
 
 impl Default for Tuning {
@@ -91,6 +170,7 @@ impl Default for Tuning {
             retry_min: Duration::from_millis(200),
             retry_max: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(10),
+            validation_timeout: Duration::from_secs(5),
         }
     }
 }
@@ -167,11 +247,20 @@ struct Owned {
     /// Next offset expected from the consumer (drops stale records after a re-assign).
     fetched: Option<i64>,
     emitter: SyncEmitter,
+    /// Watermarks at the last lookup (lag, status).
     low: Option<i64>,
     high: Option<i64>,
     lag_seconds: Option<f64>,
+    /// Source topic id recorded for this partition (persisted in its progress); empty if
+    /// unknown.
     topic_id: String,
     reset_id: String,
+    /// Highest log start and high watermark seen through ListOffsets since the position was
+    /// taken or reset (offset validation baseline; never from fetch responses).
+    max_log_start: Option<i64>,
+    max_high_watermark: Option<i64>,
+    /// A record of this partition arrived since the last periodic check.
+    fetched_since_check: bool,
     /// Send one record per produce request (after a size refusal of a whole batch).
     careful: bool,
 }
@@ -189,8 +278,48 @@ impl Owned {
             lag_seconds: None,
             topic_id: String::new(),
             reset_id: String::new(),
+            max_log_start: None,
+            max_high_watermark: None,
+            fetched_since_check: false,
             careful: false,
         }
+    }
+
+    /// What validation knows about this partition at `position`.
+    fn known(&self, tp: &TopicPartitionRef, position: i64) -> KnownPartition {
+        KnownPartition {
+            tp: tp.clone(),
+            position,
+            topic_id: (!self.topic_id.is_empty()).then(|| self.topic_id.clone()),
+            high_watermark: self.max_high_watermark,
+            log_start: self.max_log_start,
+            leader_epoch: None,
+        }
+    }
+
+    /// Folds in a healthy observation; true if the topic id was learned just now (persist it).
+    fn record(
+        &mut self,
+        tp: &TopicPartitionRef,
+        position: i64,
+        now: &PartitionObservation,
+    ) -> bool {
+        let mut k = self.known(tp, position);
+        k.record(now);
+        self.max_log_start = k.log_start;
+        self.max_high_watermark = k.high_watermark;
+        let id = k.topic_id.unwrap_or_default();
+        let learned = id != self.topic_id;
+        self.topic_id = id;
+        learned
+    }
+
+    /// A new baseline after a reset: the current log is the reference.
+    fn rebase(&mut self, topic_id: Option<String>, log_start: i64, high: i64) {
+        self.topic_id = topic_id.unwrap_or_default();
+        self.max_log_start = Some(log_start);
+        self.max_high_watermark = Some(high);
+        self.fetched_since_check = false;
     }
 }
 
@@ -281,11 +410,13 @@ pub struct Engine {
     spec: MirrorFlowSpec,
     flow_rx: watch::Receiver<MirrorFlowSpec>,
     out: EngineOutputs,
+    source_props: ClientProperties,
     target_props: ClientProperties,
     consumer: StreamConsumer<LogContext>,
     source_meta: MetaClient,
     target_meta: MetaClient,
-    source_admin: Admin,
+    /// Shared with blocking topic id lookups.
+    source_admin: Arc<Admin>,
     target_admin: Admin,
     writer: Option<TargetWriter>,
     filter: TopicFilter,
@@ -309,6 +440,16 @@ pub struct Engine {
     handled_resets: BTreeSet<String>,
     /// A handled reset id to persist (worker marker record in the progress topic).
     pending_reset_marker: Option<String>,
+    /// Partitions whose source topic disappeared (deleted or deselected), kept with their
+    /// position, baseline and failure in case the topic comes back; and whether their
+    /// position still had to be persisted.
+    parked: HashMap<TopicPartitionRef, (Owned, bool)>,
+    /// Failures already logged (each is logged once at error level).
+    reported: ReportedFailures,
+    /// `mirrorflow_worker_partition_failures_total{type}`.
+    failures_total: prometheus::IntCounterVec,
+    /// Topic ids are not looked up before this instant (after a failed lookup).
+    topic_ids_paused_until: Option<Instant>,
     next_refresh: Instant,
     progress_topic: String,
     syncs_topic: String,
@@ -340,18 +481,24 @@ impl Engine {
             io::meta_client(&source_props, sctx.clone()).map_err(|e| fatal("source client", &e))?;
         let target_meta =
             io::meta_client(&target_props, tctx.clone()).map_err(|e| fatal("target client", &e))?;
-        let source_admin =
-            io::admin_client(&source_props, sctx).map_err(|e| fatal("source admin client", &e))?;
+        let source_admin = Arc::new(
+            io::admin_client(&source_props, sctx).map_err(|e| fatal("source admin client", &e))?,
+        );
         let target_admin =
             io::admin_client(&target_props, tctx).map_err(|e| fatal("target admin client", &e))?;
         let progress_topic = progress_topic(&settings.flow_name);
         // MM2 3.x keeps offset syncs on the target under the source's alias.
         let syncs_topic = offset_syncs_topic(&spec.source.alias);
         let backoff = Self::backoff_builder(&settings.tuning).build();
+        let (failures_total, register_error) = failure_counter(&out.metrics.registry);
+        if let Some(e) = register_error {
+            warn!("mirrorflow_worker_partition_failures_total is not exported: {e}");
+        }
         Ok(Self {
             spec,
             flow_rx,
             out,
+            source_props,
             target_props,
             consumer,
             source_meta,
@@ -376,6 +523,10 @@ impl Engine {
             last_applied_reset: None,
             handled_resets: BTreeSet::new(),
             pending_reset_marker: None,
+            parked: HashMap::new(),
+            reported: ReportedFailures::default(),
+            failures_total,
+            topic_ids_paused_until: None,
             next_refresh: Instant::now(),
             progress_topic,
             syncs_topic,
@@ -627,19 +778,7 @@ impl Engine {
                 Ok(p) => {
                     info!(topic = %self.progress_topic, partitions = p.len(), "progress read");
                     let (index, count) = (self.settings.worker_index, self.settings.worker_count);
-                    let marker = reset_marker_partition(index);
-                    self.handled_resets = p
-                        .iter()
-                        .filter(|((t, part), _)| {
-                            if t.is_empty() {
-                                *part == marker
-                            } else {
-                                super::assign::is_owned(t, *part, index, count)
-                            }
-                        })
-                        .map(|(_, pr)| pr.reset_id.clone())
-                        .filter(|id| !id.is_empty())
-                        .collect();
+                    self.handled_resets = handled_reset_ids(p.values(), index, count);
                     self.stored_progress = p;
                     self.progress_loaded = true;
                 }
@@ -861,6 +1000,7 @@ impl Engine {
                     return; // stale, from before a re-assign
                 }
                 o.fetched = Some(rec.record.offset + 1);
+                o.fetched_since_check = true;
                 self.batch
                     .push(&tp.topic, tp.partition, rec.record, Instant::now());
             }
@@ -878,79 +1018,273 @@ impl Engine {
         }
     }
 
-    /// Seam for offset validation: an out-of-range error arrived. Every replicating partition
-    /// whose committed position lies outside `[log start, high watermark]` is stopped as
-    /// DataLoss or TopicReset (classified by `worker::validation::classify`).
+    /// An out-of-range error arrived (offset validation): tie it to partitions
+    /// ([`attribute_out_of_range`]) and stop them as DataLoss or TopicReset.
     async fn handle_out_of_range(&mut self) {
-        let candidates: Vec<(String, i32)> = self
+        let assigned: Vec<(TopicPartitionRef, i64)> = self
             .owned
             .iter()
-            .filter(|(_, o)| matches!(o.state, PartitionState::Replicating) && o.position.is_some())
-            .map(|(tp, _)| (tp.topic.clone(), tp.partition))
+            .filter(|(_, o)| matches!(o.state, PartitionState::Replicating))
+            .filter_map(|(tp, o)| o.position.map(|p| (tp.clone(), p)))
             .collect();
         let marks = match io::watermarks(
             &self.source_meta,
-            candidates,
+            assigned
+                .iter()
+                .map(|(tp, _)| (tp.topic.clone(), tp.partition))
+                .collect(),
             self.settings.tuning.io_timeout,
         )
         .await
         {
             Ok(m) => m,
             Err(e) => {
-                warn!("out-of-range check: {e}");
-                self.reassign_needed = true;
+                self.schedule_retry(&format_args!("out-of-range check: {e}"));
                 return;
             }
         };
-        let mut found = 0;
-        for ((topic, partition), result) in marks {
-            let tp = TopicPartitionRef { topic, partition };
-            let Some(position) = self.owned.get(&tp).and_then(|o| o.position) else {
-                continue;
-            };
-            let (log_start, out_of_range) = match &result {
-                Ok((low, high)) => (Ok(*low), position < *low || position > *high),
-                Err(e) => (Err(e.clone()), false),
-            };
-            if let Ok((low, high)) = result {
-                self.observe_watermarks(&tp, low, high);
+        let mut marks: HashMap<(String, i32), Result<(i64, i64), String>> =
+            marks.into_iter().collect();
+        let topics: BTreeSet<String> = assigned.iter().map(|(tp, _)| tp.topic.clone()).collect();
+        let ids = self.current_topic_ids(topics).await;
+        let candidates: Vec<OutOfRangeCandidate> = assigned
+            .into_iter()
+            .map(|(tp, position)| {
+                let recorded = self
+                    .owned
+                    .get(&tp)
+                    .map(|o| o.topic_id.clone())
+                    .unwrap_or_default();
+                let topic_id_changed = match ids.get(&tp.topic) {
+                    Some(now) if !recorded.is_empty() => Some(*now != recorded),
+                    _ => None,
+                };
+                let marks = marks
+                    .remove(&(tp.topic.clone(), tp.partition))
+                    .unwrap_or_else(|| {
+                        Err(format!("no watermarks for {}/{}", tp.topic, tp.partition))
+                    });
+                OutOfRangeCandidate {
+                    tp,
+                    position,
+                    marks,
+                    topic_id_changed,
+                }
+            })
+            .collect();
+        for c in &candidates {
+            if let (Ok((low, high)), Some(o)) = (&c.marks, self.owned.get_mut(&c.tp)) {
+                o.low = Some(*low);
+                o.high = Some(*high);
             }
-            if !out_of_range {
-                continue;
+        }
+        match attribute_out_of_range(&candidates) {
+            Attribution::Failed(detections) => {
+                for d in detections {
+                    self.report_detection(d);
+                }
+                self.reassign_needed = true;
             }
-            found += 1;
-            let detection = classify_out_of_range(tp.clone(), position, log_start, None);
-            let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now());
-            let failure = detection.to_failure(self.flow_ref(), now);
-            let kind = match failure.type_ {
-                crate::api::FailureType::DataLoss => FailureKind::DataLoss,
-                crate::api::FailureType::TopicReset => FailureKind::TopicReset,
-            };
-            let message = failure.message.clone().unwrap_or_default();
-            error!(topic = %tp.topic, partition = tp.partition, "{message}");
-            self.fail_partition(
-                &tp,
-                PartitionFailed {
-                    kind,
-                    offset: position,
-                    message,
-                    failure: Some(failure),
-                },
-            );
+            Attribution::Unattributed => self.schedule_retry(&format_args!(
+                "the source reported an out-of-range position, but none of the {} assigned \
+                 partitions is outside its log and the error does not say which one it was",
+                candidates.len()
+            )),
         }
-        if found == 0 {
-            warn!("the source reported an out-of-range position but every committed position is in range; re-assigning");
-        }
-        self.reassign_needed = true;
     }
 
-    /// Seam for offset validation's periodic check: fresh watermarks of an owned partition.
-    /// Updates lag; `worker::validation::classify::check_partition` plugs in here.
-    fn observe_watermarks(&mut self, tp: &TopicPartitionRef, low: i64, high: i64) {
-        if let Some(o) = self.owned.get_mut(tp) {
-            o.low = Some(low);
-            o.high = Some(high);
+    /// Topic ids of `topics` on the source (for offset validation), by topic; topics whose id
+    /// is unknown are left out. Empty when validation is off or ids are paused after a failed
+    /// lookup.
+    async fn current_topic_ids(&mut self, topics: BTreeSet<String>) -> HashMap<String, String> {
+        if !self.spec.offset_validation.enabled
+            || topics.is_empty()
+            || self
+                .topic_ids_paused_until
+                .is_some_and(|t| Instant::now() < t)
+        {
+            return HashMap::new();
         }
+        let timeout = self.settings.tuning.validation_timeout;
+        match io::topic_ids(&self.source_admin, topics.into_iter().collect(), timeout).await {
+            Ok(ids) => {
+                self.topic_ids_paused_until = None;
+                ids.into_iter()
+                    .filter_map(|(topic, r)| match r {
+                        Ok(Some(id)) => Some((topic, id)),
+                        Ok(None) => None,
+                        Err(e) => {
+                            debug!("{e}");
+                            None
+                        }
+                    })
+                    .collect()
+            }
+            Err(e) => {
+                warn!(
+                    retry_in_s = TOPIC_ID_RETRY.as_secs(),
+                    "topic ids of source cluster {} unavailable ({e}); recreated topics are \
+                     detected from watermarks only until then",
+                    self.spec.source.alias
+                );
+                self.topic_ids_paused_until = Some(Instant::now() + TOPIC_ID_RETRY);
+                HashMap::new()
+            }
+        }
+    }
+
+    /// Fresh watermarks (and topic id, if known) of an owned partition: updates lag and runs
+    /// the periodic offset validation check (`worker::validation::classify::check_partition`)
+    /// on partitions with a known position. A detection that rests only on the ListOffsets
+    /// high watermark is returned instead, to be confirmed by a Fetch
+    /// ([`Engine::confirm_with_fetch`]).
+    fn observe_watermarks(
+        &mut self,
+        tp: &TopicPartitionRef,
+        low: i64,
+        high: i64,
+        topic_id: Option<String>,
+    ) -> Option<(PartitionObservation, Detection)> {
+        let validation = self.spec.offset_validation.enabled;
+        let o = self.owned.get_mut(tp)?;
+        o.low = Some(low);
+        o.high = Some(high);
+        let fetching = std::mem::take(&mut o.fetched_since_check);
+        if !validation
+            || !matches!(
+                o.state,
+                PartitionState::Replicating | PartitionState::Paused
+            )
+        {
+            return None;
+        }
+        let position = o.position?;
+        let now = PartitionObservation {
+            topic_id,
+            log_start: low,
+            high_watermark: high,
+            leader_epoch: None,
+        };
+        match check_partition(&o.known(tp, position), &now) {
+            None => {
+                if o.record(tp, position, &now) {
+                    // Persist the id with the position, also for an idle partition.
+                    self.pending_progress.insert(tp.clone());
+                }
+            }
+            Some(d) if defer_while_fetching(&d, fetching) => debug!(
+                topic = %tp.topic,
+                partition = tp.partition,
+                position,
+                log_start = low,
+                "log start past the committed position while fetching; checking again later"
+            ),
+            Some(d) if needs_fetch_confirmation(&d) => return Some((now, d)),
+            Some(d) => self.report_detection(d),
+        }
+        None
+    }
+
+    /// Confirms watermark-only detections with the high watermark of a fetch response: the
+    /// consumer's own (for partitions it fetches) or a probe's. The partition stops if the
+    /// check still fails with the larger of both high watermarks; without a fetch answer the
+    /// ListOffsets answer stands.
+    async fn confirm_with_fetch(
+        &mut self,
+        items: Vec<(TopicPartitionRef, PartitionObservation, Detection)>,
+    ) {
+        if items.is_empty() {
+            return;
+        }
+        let mut fetched: HashMap<TopicPartitionRef, i64> = HashMap::new();
+        let mut probe = Vec::new();
+        for (tp, _, d) in &items {
+            let assigned = self
+                .owned
+                .get(tp)
+                .is_some_and(|o| matches!(o.state, PartitionState::Replicating));
+            let cached = assigned
+                .then(|| io::cached_watermarks(self.consumer.client(), &tp.topic, tp.partition))
+                .flatten();
+            match cached {
+                Some((_, high)) => {
+                    fetched.insert(tp.clone(), high);
+                }
+                None => probe.push((tp.topic.clone(), tp.partition, d.requested_offset)),
+            }
+        }
+        if !probe.is_empty() {
+            let ctx = LogContext::new(&self.spec.source.alias);
+            let timeout = self.settings.tuning.validation_timeout;
+            match io::fetch_high_watermarks(&self.source_props, ctx, probe, timeout).await {
+                Ok(m) => fetched
+                    .extend(m.into_iter().map(|((topic, partition), h)| {
+                        (TopicPartitionRef { topic, partition }, h)
+                    })),
+                Err(e) => warn!("confirming source watermarks with a fetch: {e}"),
+            }
+        }
+        for (tp, mut now, d) in items {
+            let Some(h) = fetched.get(&tp).copied() else {
+                self.report_detection(d);
+                continue;
+            };
+            let Some(o) = self.owned.get_mut(&tp) else {
+                continue;
+            };
+            let Some(position) = o.position else {
+                continue;
+            };
+            let listed = now.high_watermark;
+            now.high_watermark = listed.max(h);
+            match check_partition(&o.known(&tp, position), &now) {
+                None => {
+                    debug!(
+                        topic = %tp.topic,
+                        partition = tp.partition,
+                        position,
+                        list_offsets = listed,
+                        fetch = h,
+                        "ListOffsets' high watermark is below the position but a fetch's is not; not stopping"
+                    );
+                    if o.record(&tp, position, &now) {
+                        self.pending_progress.insert(tp.clone());
+                    }
+                }
+                Some(d) => self.report_detection(d),
+            }
+        }
+    }
+
+    /// Stops a partition for a DataLoss / TopicReset detection: status entry, one error log,
+    /// one count.
+    fn report_detection(&mut self, d: Detection) {
+        let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now());
+        let failure = d.to_failure(self.flow_ref(), now);
+        let kind = kind_of(d.type_);
+        let message = failure.message.clone().unwrap_or_default();
+        if self.reported.first_report(&d) {
+            error!(
+                topic = %d.tp.topic,
+                partition = d.tp.partition,
+                requested_offset = d.requested_offset,
+                log_start = ?d.log_start,
+                records_lost = ?failure.records_lost,
+                "{message}"
+            );
+            self.failures_total
+                .with_label_values(&[failure_kind_name(kind)])
+                .inc();
+        }
+        self.fail_partition(
+            &d.tp,
+            PartitionFailed {
+                kind,
+                offset: d.requested_offset,
+                message,
+                failure: Some(failure),
+            },
+        );
     }
 
     fn fail_partition(&mut self, tp: &TopicPartitionRef, failed: PartitionFailed) {
@@ -1046,8 +1380,9 @@ impl Engine {
 
     /// Handles `spec.reset` (at most once per id, see `worker::validation::reset`): clears
     /// DataLoss / TopicReset failures of the partitions this worker owns by seeking them to
-    /// the log start or the end. The id is persisted with the progress of the reset
-    /// partitions and in a per-worker marker record, so a restart never applies it again.
+    /// the log start or the end ([`plan_worker_reset`] scopes the request to this worker).
+    /// The id is persisted with the progress of the reset partitions and in a per-worker
+    /// marker record, so a restart never applies it again.
     async fn apply_reset(&mut self) {
         let Some(req) = self.spec.reset.clone() else {
             return;
@@ -1055,15 +1390,7 @@ impl Engine {
         if self.handled_resets.contains(&req.id) {
             return;
         }
-        // Only this worker's partitions; a request naming only others' is not ours to judge.
         let (index, count) = (self.settings.worker_index, self.settings.worker_count);
-        let mut mine = req.clone();
-        mine.partitions
-            .retain(|tp| super::assign::is_owned(&tp.topic, tp.partition, index, count));
-        if !req.partitions.is_empty() && mine.partitions.is_empty() {
-            self.mark_reset_handled(&req.id);
-            return;
-        }
         let failed: Vec<crate::api::PartitionFailure> = self
             .owned
             .values()
@@ -1074,21 +1401,32 @@ impl Engine {
                 _ => None,
             })
             .collect();
-        let decision = plan_reset(&mine, &failed, None);
+        let worker = worker_id(&self.settings.flow_name, index);
         let now = || k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now());
-        match &decision {
-            ResetDecision::NoOp => return,
-            ResetDecision::Refused(why) => {
-                warn!(id = %req.id, "reset refused: {why}");
+        match plan_worker_reset(&req, &failed, index, count, &worker) {
+            WorkerReset::NothingHere(msg) => {
+                info!(id = %req.id, "{msg}");
+                self.last_applied_reset = Some(nothing_here_status(&req, msg, now()));
+            }
+            WorkerReset::Plan(_, ResetDecision::NoOp) => return,
+            WorkerReset::Plan(_, decision @ ResetDecision::Refused(_)) => {
+                if let ResetDecision::Refused(why) = &decision {
+                    warn!(id = %req.id, "reset refused: {why}");
+                }
                 self.last_applied_reset = decision.status(&req, now());
             }
-            ResetDecision::Apply(actions) => {
+            WorkerReset::Plan(_, decision @ ResetDecision::Apply(_)) => {
+                let ResetDecision::Apply(actions) = &decision else {
+                    unreachable!()
+                };
                 let tps: Vec<(String, i32)> = actions
                     .iter()
                     .map(|a| (a.tp.topic.clone(), a.tp.partition))
                     .collect();
+                let topics: BTreeSet<String> = actions.iter().map(|a| a.tp.topic.clone()).collect();
                 let marks =
                     io::watermarks(&self.source_meta, tps, self.settings.tuning.io_timeout).await;
+                let ids = self.current_topic_ids(topics).await;
                 let mut resolved = Vec::new();
                 let mut error = None;
                 match marks {
@@ -1103,6 +1441,7 @@ impl Engine {
                                         SeekTarget::LogStart => *low,
                                         SeekTarget::End => *high,
                                     },
+                                    (*low, *high),
                                 )),
                                 Some(Err(e)) => error = Some(e.clone()),
                                 None => {
@@ -1121,18 +1460,22 @@ impl Engine {
                     self.last_applied_reset = Some(failed_status(&req, actions, &e, now()));
                 } else {
                     let paused = self.spec.paused;
-                    for (tp, position) in resolved {
+                    for (tp, position, (low, high)) in resolved {
                         if let Some(o) = self.owned.get_mut(&tp) {
                             info!(topic = %tp.topic, partition = tp.partition, position, id = %req.id, "reset applied");
                             o.position = Some(position);
                             o.fetched = None;
                             o.reset_id = req.id.clone();
                             o.emitter = SyncEmitter::new(fresh_epoch());
+                            // The current log is the new reference: an unknown id is learned
+                            // at the next check rather than compared with the old topic's.
+                            o.rebase(ids.get(&tp.topic).cloned(), low, high);
                             o.state = if paused {
                                 PartitionState::Paused
                             } else {
                                 PartitionState::Replicating
                             };
+                            self.reported.forget(&tp);
                             self.pending_progress.insert(tp);
                         }
                     }
@@ -1192,8 +1535,14 @@ impl Engine {
             .collect();
         for tp in gone {
             info!(topic = %tp.topic, partition = tp.partition, "partition no longer replicated by this worker");
-            self.owned.remove(&tp);
-            self.pending_progress.remove(&tp);
+            if let Some(mut o) = self.owned.remove(&tp) {
+                // Kept in case the topic comes back (recreated or selected again): it resumes
+                // from its own position, baseline and failure, never from scratch.
+                o.fetched = None;
+                o.fetched_since_check = false;
+                let unpersisted = self.pending_progress.remove(&tp);
+                self.parked.insert(tp.clone(), (o, unpersisted));
+            }
             self.out.metrics.forget_partition(&tp.topic, tp.partition);
             self.reassign_needed = true;
         }
@@ -1270,6 +1619,25 @@ impl Engine {
                     topic: topic.clone(),
                     partition: p,
                 };
+                if !self.owned.contains_key(&tp) {
+                    if let Some((mut o, unpersisted)) = self.parked.remove(&tp) {
+                        info!(topic = %tp.topic, partition = tp.partition, position = ?o.position, "partition is back");
+                        o.target_topic = target.clone();
+                        o.emitter = SyncEmitter::new(fresh_epoch());
+                        if !o.state.is_failed() {
+                            o.state = match (o.position, self.spec.paused) {
+                                (None, _) => PartitionState::Starting,
+                                (Some(_), true) => PartitionState::Paused,
+                                (Some(_), false) => PartitionState::Replicating,
+                            };
+                        }
+                        if unpersisted {
+                            self.pending_progress.insert(tp.clone());
+                        }
+                        self.owned.insert(tp.clone(), o);
+                        self.reassign_needed = true;
+                    }
+                }
                 let o = self
                     .owned
                     .entry(tp.clone())
@@ -1292,13 +1660,12 @@ impl Engine {
                 Vec::new()
             }
         };
-        let mut marks_by_tp: HashMap<TopicPartitionRef, (i64, i64)> = HashMap::new();
+        let mut marks_by_tp: BTreeMap<TopicPartitionRef, (i64, i64)> = BTreeMap::new();
         for ((topic, partition), r) in marks {
             let tp = TopicPartitionRef { topic, partition };
             match r {
-                Ok((low, high)) => {
-                    self.observe_watermarks(&tp, low, high);
-                    marks_by_tp.insert(tp, (low, high));
+                Ok(m) => {
+                    marks_by_tp.insert(tp, m);
                 }
                 Err(e) => debug!("{e}"),
             }
@@ -1345,6 +1712,24 @@ impl Engine {
             }
             self.reassign_needed = true;
         }
+        // Offset validation: every partition with a position, busy or idle, against fresh
+        // watermarks and topic ids. New partitions are checked here too, before the consumer
+        // is assigned to them (the assignment happens after this refresh).
+        let topics: BTreeSet<String> = self
+            .owned
+            .iter()
+            .filter(|(_, o)| o.position.is_some() && !o.state.is_failed())
+            .map(|(tp, _)| tp.topic.clone())
+            .collect();
+        let ids = self.current_topic_ids(topics).await;
+        let mut to_confirm = Vec::new();
+        for (tp, (low, high)) in marks_by_tp {
+            let id = ids.get(&tp.topic).cloned();
+            if let Some((now, d)) = self.observe_watermarks(&tp, low, high, id) {
+                to_confirm.push((tp, now, d));
+            }
+        }
+        self.confirm_with_fetch(to_confirm).await;
         self.refreshed_once = true;
         debug!(
             elapsed_ms = refresh_begin.elapsed().as_millis() as u64,
@@ -1652,6 +2037,9 @@ impl Engine {
                 f.message
             );
             error!(topic = %tp.topic, partition = tp.partition, "{message}");
+            self.failures_total
+                .with_label_values(&[failure_kind_name(FailureKind::RecordRejected)])
+                .inc();
             self.fail_partition(
                 tp,
                 PartitionFailed {
@@ -1737,13 +2125,11 @@ impl Engine {
         }
         let marker = self.pending_reset_marker.clone();
         if let Some(id) = &marker {
-            progress.push(Progress {
-                topic: String::new(),
-                partition: reset_marker_partition(self.settings.worker_index),
-                next_offset: 0,
-                topic_id: String::new(),
-                reset_id: id.clone(),
-            });
+            progress.push(reset_marker(
+                self.settings.worker_index,
+                self.settings.worker_count,
+                id,
+            ));
         }
         // Syncs first; without transactions, progress only after the syncs are acknowledged.
         let mut futures: Vec<DeliveryFuture> = Vec::new();

@@ -10,7 +10,7 @@ use rdkafka::admin::{
     AdminClient, AdminOptions, ConfigSource, NewPartitions, NewTopic, ResourceSpecifier,
     TopicReplication,
 };
-use rdkafka::client::ClientContext;
+use rdkafka::client::{Client, ClientContext};
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
@@ -149,6 +149,95 @@ pub async fn watermarks(
             .collect())
     })
     .await
+}
+
+/// `(log start, high watermark)` from the last fetch response `client` received for
+/// `topic`/`partition` (librdkafka's cache, updated before the response's error is handled,
+/// so also after an out-of-range answer); `None` before any fetch response. A broker that
+/// answered a fetch with an error may report `-1` as its high watermark.
+pub fn cached_watermarks<C: ClientContext>(
+    client: &Client<C>,
+    topic: &str,
+    partition: i32,
+) -> Option<(i64, i64)> {
+    let name = std::ffi::CString::new(topic).ok()?;
+    let (mut low, mut high) = (0i64, 0i64);
+    // SAFETY: `client` is alive for the call; librdkafka copies the values under its lock.
+    let err = unsafe {
+        rdkafka::bindings::rd_kafka_get_watermark_offsets(
+            client.native_ptr(),
+            name.as_ptr(),
+            partition,
+            &mut low,
+            &mut high,
+        )
+    };
+    let invalid = i64::from(rdkafka::bindings::RD_KAFKA_OFFSET_INVALID);
+    (err == rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR && high != invalid)
+        .then_some((low, high))
+}
+
+/// The high watermark a Fetch reports for each `(topic, partition, position)`: a throw-away
+/// consumer (no group, `auto.offset.reset=error`, read_committed) fetches every partition at
+/// its position once. Offset validation uses it to confirm a ListOffsets answer before it
+/// stops a partition. Partitions without an answer within `timeout` are left out.
+pub async fn fetch_high_watermarks(
+    props: &ClientProperties,
+    ctx: LogContext,
+    positions: Vec<(String, i32, i64)>,
+    timeout: Duration,
+) -> Result<HashMap<(String, i32), i64>, String> {
+    let mut config = props.to_client_config();
+    config
+        .set("group.id", "mirrorflow-validation-probe")
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("isolation.level", "read_committed")
+        .set("auto.offset.reset", "error")
+        .set("fetch.wait.max.ms", "50")
+        // One small answer per partition is enough.
+        .set("max.partition.fetch.bytes", "1024");
+    blocking(move || {
+        let consumer: BaseConsumer<LogContext> = config
+            .create_with_context(ctx)
+            .map_err(|e| format!("fetch probe consumer: {e}"))?;
+        let mut tpl = TopicPartitionList::new();
+        for (t, p, pos) in &positions {
+            tpl.add_partition_offset(t, *p, Offset::Offset(*pos))
+                .map_err(|e| format!("fetch probe {t}/{p}: {e}"))?;
+        }
+        consumer
+            .assign(&tpl)
+            .map_err(|e| format!("fetch probe assign: {e}"))?;
+        let mut out = HashMap::new();
+        let begin = Instant::now();
+        while out.len() < positions.len() && begin.elapsed() < timeout {
+            // Records and errors are irrelevant: only the responses' watermarks count.
+            let _ = consumer.poll(Duration::from_millis(50));
+            for (t, p, _) in &positions {
+                if out.contains_key(&(t.clone(), *p)) {
+                    continue;
+                }
+                if let Some((_, high)) = cached_watermarks(consumer.client(), t, *p) {
+                    out.insert((t.clone(), *p), high);
+                }
+            }
+        }
+        Ok(out)
+    })
+    .await
+}
+
+/// Topic ids of `topics` (DescribeTopics through `admin`, see [`crate::kafka::topic_id`]):
+/// per topic the id, `None` (no id support) or the broker's error. The outer error means the
+/// lookup failed as a whole.
+pub async fn topic_ids(
+    admin: &Arc<Admin>,
+    topics: Vec<String>,
+    timeout: Duration,
+) -> Result<BTreeMap<String, crate::kafka::topic_id::TopicIdResult>, String> {
+    let admin = admin.clone();
+    blocking(move || crate::kafka::topic_id::describe_topic_ids(&admin, &topics, timeout)).await
 }
 
 /// Non-default, syncable configs of a source topic (see [`should_sync_config`]).
@@ -332,4 +421,38 @@ pub async fn read_progress(
     });
     task.await
         .map_err(|e| Unavailable(format!("blocking task failed: {e}")))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unreachable() -> ClientProperties {
+        let mut p = ClientProperties::default();
+        p.set("bootstrap.servers", "127.0.0.1:1");
+        p
+    }
+
+    #[tokio::test]
+    async fn fetch_probe_config_is_valid_and_bounded() {
+        // librdkafka rejects inconsistent configs at creation: that must not happen here.
+        let got = fetch_high_watermarks(
+            &unreachable(),
+            LogContext::new("dc1"),
+            vec![("orders".into(), 0, 5)],
+            Duration::from_millis(100),
+        )
+        .await;
+        assert_eq!(got, Ok(HashMap::new()), "no answer within the bound");
+    }
+
+    #[test]
+    fn no_cached_watermarks_before_a_fetch() {
+        let consumer: BaseConsumer<LogContext> = unreachable()
+            .to_client_config()
+            .set("group.id", "g")
+            .create_with_context(LogContext::new("dc1"))
+            .unwrap();
+        assert_eq!(cached_watermarks(consumer.client(), "orders", 0), None);
+    }
 }

@@ -58,8 +58,9 @@
 //! DescribeTopics. rdkafka-sys 4.10 (librdkafka 2.12.1) has them through FFI only:
 //! `rd_kafka_DescribeTopics` + `rd_kafka_TopicDescription_topic_id` (topic ids, librdkafka
 //! ≥ 2.3), `rd_kafka_topic_partition_get_leader_epoch` (e.g. on ListOffsets results) and
-//! `rd_kafka_message_leader_epoch` (record batch epoch). Until the engine wraps these,
-//! `topic_id` and `leader_epoch` are `None` and signals 4–6 carry the check.
+//! `rd_kafka_message_leader_epoch` (record batch epoch). The engine reads topic ids through
+//! `kafka::topic_id`; `leader_epoch` stays `None`, so signals 4–6 carry the check whenever
+//! ids are unavailable.
 //!
 //! # Choices
 //!

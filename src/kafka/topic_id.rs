@@ -1,0 +1,208 @@
+//! Topic ids (KIP-516) through librdkafka's DescribeTopics admin call.
+//!
+//! rdkafka 0.39 exposes neither topic ids in `Metadata` nor a `describe_topics` wrapper, but
+//! librdkafka 2.12 has `rd_kafka_DescribeTopics`, whose result carries the topic id (from a
+//! Metadata v10+ response). Offset validation compares ids to tell a recreated topic from
+//! the one it replicated; the testkit reads them to check that. This is the only place that
+//! calls it; every librdkafka handle is owned by a guard that destroys it.
+
+use std::collections::BTreeMap;
+use std::ffi::{c_char, c_int, CStr, CString};
+use std::time::Duration;
+
+use rdkafka::admin::AdminClient;
+use rdkafka::bindings as rd;
+use rdkafka::client::ClientContext;
+
+/// Destroys a librdkafka handle on drop.
+struct Owned<T> {
+    ptr: *mut T,
+    destroy: unsafe extern "C" fn(*mut T),
+}
+
+impl<T> Drop for Owned<T> {
+    fn drop(&mut self) {
+        if !self.ptr.is_null() {
+            // SAFETY: `ptr` came from the matching librdkafka constructor and is destroyed once.
+            unsafe { (self.destroy)(self.ptr) }
+        }
+    }
+}
+
+/// The id of one described topic: `Ok(Some(base64))`, `Ok(None)` when the broker reports the
+/// all-zero id (no id support), or the broker's error for that topic (e.g. unknown topic).
+pub type TopicIdResult = Result<Option<String>, String>;
+
+/// Blocking: the topic ids of `topics`, described in one request through `admin`'s client
+/// (its security settings apply). The outer error means the request as a whole failed (no
+/// answer within `timeout`, not supported, not authorized); errors name the topics.
+///
+/// librdkafka sends DescribeTopics to the controller: on a cluster that reports none (the
+/// librdkafka mock cluster) the call only ends with `timeout`, so keep it short.
+pub fn describe_topic_ids<C: ClientContext>(
+    admin: &AdminClient<C>,
+    topics: &[String],
+    timeout: Duration,
+) -> Result<BTreeMap<String, TopicIdResult>, String> {
+    let mut out = BTreeMap::new();
+    if topics.is_empty() {
+        return Ok(out);
+    }
+    let what = || {
+        if topics.len() == 1 {
+            format!("describe topic {}", topics[0])
+        } else {
+            format!("describe {} topics ({}, ...)", topics.len(), topics[0])
+        }
+    };
+    let names: Vec<CString> = topics
+        .iter()
+        .map(|t| CString::new(t.as_str()).map_err(|e| format!("topic name {t:?}: {e}")))
+        .collect::<Result<_, _>>()?;
+    let mut name_ptrs: Vec<*const c_char> = names.iter().map(|n| n.as_ptr()).collect();
+    let rk = admin.inner().native_ptr();
+    let timeout_ms = c_int::try_from(timeout.as_millis()).unwrap_or(c_int::MAX);
+
+    // SAFETY: all handles are created from the live client `rk` (borrowed from `admin` for
+    // the whole call), destroyed by guards in reverse order, and result pointers (names,
+    // ids, errors) are only read while `event` is alive.
+    unsafe {
+        let queue = Owned {
+            ptr: rd::rd_kafka_queue_new(rk),
+            destroy: rd::rd_kafka_queue_destroy,
+        };
+        let options = Owned {
+            ptr: rd::rd_kafka_AdminOptions_new(
+                rk,
+                rd::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_DESCRIBETOPICS,
+            ),
+            destroy: rd::rd_kafka_AdminOptions_destroy,
+        };
+        let mut errbuf = [0 as c_char; 256];
+        rd::rd_kafka_AdminOptions_set_request_timeout(
+            options.ptr,
+            timeout_ms,
+            errbuf.as_mut_ptr(),
+            errbuf.len(),
+        );
+        let collection = Owned {
+            ptr: rd::rd_kafka_TopicCollection_of_topic_names(
+                name_ptrs.as_mut_ptr(),
+                name_ptrs.len(),
+            ),
+            destroy: rd::rd_kafka_TopicCollection_destroy,
+        };
+        rd::rd_kafka_DescribeTopics(rk, collection.ptr, options.ptr, queue.ptr);
+        // A little slack over the request timeout so the request's own timeout reports first.
+        let event = Owned {
+            ptr: rd::rd_kafka_queue_poll(queue.ptr, timeout_ms.saturating_add(1000)),
+            destroy: rd::rd_kafka_event_destroy,
+        };
+        if event.ptr.is_null() {
+            return Err(format!("{}: no answer within {timeout:?}", what()));
+        }
+        if rd::rd_kafka_event_error(event.ptr)
+            != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
+        {
+            let msg = CStr::from_ptr(rd::rd_kafka_event_error_string(event.ptr));
+            return Err(format!("{}: {}", what(), msg.to_string_lossy()));
+        }
+        let result = rd::rd_kafka_event_DescribeTopics_result(event.ptr);
+        if result.is_null() {
+            return Err(format!("{}: unexpected event type", what()));
+        }
+        let mut count = 0usize;
+        let descs = rd::rd_kafka_DescribeTopics_result_topics(result, &mut count);
+        let descs: &[*const rd::rd_kafka_TopicDescription_t] = if descs.is_null() || count == 0 {
+            &[]
+        } else {
+            std::slice::from_raw_parts(descs, count)
+        };
+        for desc in descs.iter().copied() {
+            let name = CStr::from_ptr(rd::rd_kafka_TopicDescription_name(desc))
+                .to_string_lossy()
+                .into_owned();
+            let err = rd::rd_kafka_TopicDescription_error(desc);
+            let id = if !err.is_null()
+                && rd::rd_kafka_error_code(err)
+                    != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
+            {
+                let msg = CStr::from_ptr(rd::rd_kafka_error_string(err));
+                Err(format!("describe topic {name}: {}", msg.to_string_lossy()))
+            } else {
+                Ok(uuid_text(rd::rd_kafka_TopicDescription_topic_id(desc)))
+            };
+            out.insert(name, id);
+        }
+    }
+    for t in topics {
+        out.entry(t.clone())
+            .or_insert_with(|| Err(format!("describe topic {t}: topic missing from the answer")));
+    }
+    Ok(out)
+}
+
+/// Base64 text of a topic id; `None` for a null pointer or the all-zero id.
+///
+/// # Safety
+/// `id` is null or points to a live `rd_kafka_Uuid_t`.
+unsafe fn uuid_text(id: *const rd::rd_kafka_Uuid_t) -> Option<String> {
+    if id.is_null()
+        || (rd::rd_kafka_Uuid_most_significant_bits(id) == 0
+            && rd::rd_kafka_Uuid_least_significant_bits(id) == 0)
+    {
+        return None;
+    }
+    let text = rd::rd_kafka_Uuid_base64str(id);
+    if text.is_null() {
+        return None;
+    }
+    Some(CStr::from_ptr(text).to_string_lossy().into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdkafka::client::DefaultClientContext;
+    use rdkafka::ClientConfig;
+
+    #[test]
+    fn empty_request_needs_no_broker() {
+        // Nothing listens on this port; an empty request must not wait for it.
+        let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+            .set("bootstrap.servers", "127.0.0.1:1")
+            .create()
+            .unwrap();
+        assert_eq!(
+            describe_topic_ids(&admin, &[], Duration::from_millis(1)),
+            Ok(BTreeMap::new())
+        );
+    }
+
+    #[test]
+    fn unreachable_cluster_is_an_error_naming_the_topics() {
+        let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+            .set("bootstrap.servers", "127.0.0.1:1")
+            .create()
+            .unwrap();
+        let one = describe_topic_ids(&admin, &["orders".into()], Duration::from_millis(200));
+        let err = one.unwrap_err();
+        assert!(err.contains("describe topic orders"), "{err}");
+        let two = describe_topic_ids(
+            &admin,
+            &["orders".into(), "pay".into()],
+            Duration::from_millis(200),
+        );
+        let err = two.unwrap_err();
+        assert!(err.contains("describe 2 topics (orders, ...)"), "{err}");
+        assert!(
+            describe_topic_ids(&admin, &["bad\0name".into()], Duration::from_millis(1)).is_err()
+        );
+    }
+
+    #[test]
+    fn null_id_is_none() {
+        // SAFETY: a null pointer is explicitly allowed.
+        assert_eq!(unsafe { uuid_text(std::ptr::null()) }, None);
+    }
+}

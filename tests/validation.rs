@@ -1,0 +1,1061 @@
+//! Offset validation end to end: DataLoss and TopicReset detection on real brokers, the
+//! partition stopping alone, and every reset strategy. nisshi is the faithful broker here
+//! (DeleteRecords, topic deletion with new topic ids); the librdkafka mock covers log
+//! truncation past 5 MiB and injected fetch errors. Brokers whose binary is missing are
+//! skipped (`SKIPPED ...` on stderr) unless `MIRRORFLOW_REQUIRE_BROKERS=1`.
+//!
+//! Each nisshi test uses ONE broker as both source and target (the flow includes only the
+//! source topics; target topics are `dc1.<topic>`), to keep the shared machine light.
+
+mod replication_support;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use mirrorflow::api::{
+    Delivery, FailureType, MirrorFlowSpec, PartitionFailure, ResetOutcome, ResetRequest,
+    ResetStrategy, TopicPartitionRef, WorkerState,
+};
+use mirrorflow::testkit::brokers::{
+    broker_or_skip, delete_records_before, delete_topic, produce, topic_id, watermarks, BrokerKind,
+    ConsumedRecord, LocalBroker, ProduceRecord,
+};
+use mirrorflow::worker::replicate::{StatusSink, Tuning, WorkerSnapshot};
+use replication_support::*;
+use tokio::sync::watch;
+
+// ---------------------------------------------------------------------------------------
+// Helpers
+
+/// `n` records on `partition`, keys `<tag>-<i>`.
+fn recs(tag: &str, partition: i32, n: i32) -> Vec<ProduceRecord> {
+    (0..n)
+        .map(|i| {
+            ProduceRecord::new(format!("{tag}-{i}"), format!("v-{tag}-{i}")).partition(partition)
+        })
+        .collect()
+}
+
+/// Keys `<tag>-<from>` .. `<tag>-<to - 1>`.
+fn keys(tag: &str, from: i32, to: i32) -> Vec<String> {
+    (from..to).map(|i| format!("{tag}-{i}")).collect()
+}
+
+/// Keys of `records` on `partition`, in order.
+fn keys_of(records: &[ConsumedRecord], partition: i32) -> Vec<String> {
+    records
+        .iter()
+        .filter(|r| r.partition == partition)
+        .map(|r| String::from_utf8_lossy(r.key.as_deref().unwrap_or_default()).into_owned())
+        .collect()
+}
+
+/// A flow from `kafka` to itself replicating only `topics` (AtLeastOnce: nisshi refuses
+/// transactions), refreshing every second.
+fn spec_on(kafka: &LocalBroker, topics: &[&str]) -> MirrorFlowSpec {
+    include(flow_spec(kafka, kafka, Delivery::AtLeastOnce), topics)
+}
+
+fn with_reset(
+    spec: &MirrorFlowSpec,
+    id: &str,
+    strategy: ResetStrategy,
+    partitions: &[(&str, i32)],
+) -> MirrorFlowSpec {
+    let mut s = spec.clone();
+    s.reset = Some(ResetRequest {
+        id: id.into(),
+        strategy,
+        partitions: partitions
+            .iter()
+            .map(|(t, p)| TopicPartitionRef {
+                topic: t.to_string(),
+                partition: *p,
+            })
+            .collect(),
+    });
+    s
+}
+
+/// The `status.failures` entry of `topic`/`partition`.
+fn failure<'a>(s: &'a WorkerSnapshot, topic: &str, partition: i32) -> Option<&'a PartitionFailure> {
+    s.failures
+        .iter()
+        .find(|f| f.topic == topic && f.partition == partition)
+}
+
+fn position(s: &WorkerSnapshot, topic: &str, partition: i32) -> Option<i64> {
+    s.partitions
+        .iter()
+        .find(|p| p.topic == topic && p.partition == partition)
+        .and_then(|p| p.position)
+}
+
+/// Waits until `topic`/`partition` is reported failed by a started worker (a failure found
+/// by the start-up check is published once before the worker counts as started); returns
+/// the snapshot and the entry.
+async fn wait_failure(
+    w: &mut Worker,
+    topic: &str,
+    partition: i32,
+) -> (WorkerSnapshot, PartitionFailure) {
+    let (t, p) = (topic.to_string(), partition);
+    let s = w
+        .wait_status(&format!("a failure on {topic}/{partition}"), move |s| {
+            failure(s, &t, p).is_some() && s.state != WorkerState::Starting
+        })
+        .await;
+    let f = failure(&s, topic, partition).unwrap().clone();
+    (s, f)
+}
+
+/// Waits until reset `id` is reported and `pred` holds.
+async fn wait_reset(
+    w: &mut Worker,
+    id: &str,
+    pred: impl Fn(&WorkerSnapshot) -> bool,
+) -> WorkerSnapshot {
+    let id = id.to_string();
+    w.wait_status(&format!("reset {id} handled"), move |s| {
+        s.last_applied_reset.as_ref().is_some_and(|r| r.id == id) && pred(s)
+    })
+    .await
+}
+
+/// Value of the series starting with `series` (name and labels) in the worker's registry.
+fn metric(w: &Worker, series: &str) -> f64 {
+    let text = w.metrics.encode();
+    text.lines()
+        .find(|l| l.starts_with(series))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no series {series} in\n{text}"))
+}
+
+const CONSUMER_OUT_OF_RANGE: &str = "mirrorflow_worker_errors_total{kind=\"offset_validation\"}";
+
+fn failures_total(t: &str) -> String {
+    format!("mirrorflow_worker_partition_failures_total{{type=\"{t}\"}}")
+}
+
+fn assert_contains(text: &str, wants: &[&str]) {
+    for w in wants {
+        assert!(text.contains(w), "missing {w:?} in: {text}");
+    }
+}
+
+/// Lets a few refresh intervals (1 s each) pass, for "still true later" checks. Not a timed
+/// assertion: a longer wait could only find more problems.
+async fn a_few_refreshes() {
+    tokio::time::sleep(Duration::from_secs(3)).await;
+}
+
+// ---------------------------------------------------------------------------------------
+// DataLoss
+
+/// Records deleted (DeleteRecords) while the worker was stopped: at start, before the
+/// consumer is assigned, the partition stops as DataLoss with the exact count; nothing is
+/// written across the gap; the other partitions keep replicating. `ResumeFromLogStart`
+/// accepts the gap once; a restart with the same request does not apply it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn data_loss_at_start_then_resume_from_log_start_nisshi() {
+    let Some(kafka) = broker_or_skip(BrokerKind::Nisshi).await else {
+        return;
+    };
+    let bs = kafka.bootstrap_servers();
+    create(&kafka, "orders", 3).await;
+    for p in 0..3 {
+        produce(&bs, "orders", &recs(&format!("a{p}"), p, 10))
+            .await
+            .unwrap();
+    }
+    let spec = spec_on(&kafka, &["orders"]);
+    let mut w = start_worker("loss", spec.clone(), 0, 1, test_tuning(50));
+    w.wait_positions("orders", &[(0, 10), (1, 10), (2, 10)].into())
+        .await;
+    w.stop().await.unwrap();
+
+    // While stopped: 20 more on p0; offsets 10..16 are deleted before replication.
+    produce(&bs, "orders", &recs("b0", 0, 20)).await.unwrap();
+    assert_eq!(
+        delete_records_before(&bs, "orders", 0, 17).await.unwrap(),
+        17
+    );
+
+    let mut w = start_worker("loss", spec.clone(), 0, 1, test_tuning(50));
+    let (s, f) = wait_failure(&mut w, "orders", 0).await;
+    assert_eq!(
+        (
+            f.type_,
+            f.requested_offset,
+            f.log_start_offset,
+            f.records_lost
+        ),
+        (FailureType::DataLoss, 10, Some(17), Some(7))
+    );
+    assert_contains(
+        f.message.as_deref().unwrap(),
+        &[
+            "DataLoss on source topic \"orders\" partition 0",
+            "7 records (offsets 10 to 16) are lost",
+            "kubectl -n test patch mirrorflow loss --type merge",
+            "\"strategy\":\"ResumeFromLogStart\"",
+        ],
+    );
+    assert_eq!(s.state, WorkerState::Degraded);
+    assert_eq!(position(&s, "orders", 0), Some(10), "position kept");
+    // Found by the start-up check, before the consumer fetched: no consumer error.
+    assert_eq!(metric(&w, CONSUMER_OUT_OF_RANGE), 0.0);
+    assert_eq!(metric(&w, &failures_total("DataLoss")), 1.0);
+
+    // The other partitions keep flowing.
+    for p in 1..3 {
+        produce(&bs, "orders", &recs(&format!("c{p}"), p, 15))
+            .await
+            .unwrap();
+    }
+    w.wait_positions("orders", &[(1, 25), (2, 25)].into()).await;
+    a_few_refreshes().await;
+    assert_eq!(
+        metric(&w, &failures_total("DataLoss")),
+        1.0,
+        "counted (and logged) once, not on every check"
+    );
+    let dst = read_n(&bs, "dc1.orders", 10 + 25 + 25).await;
+    assert_eq!(
+        keys_of(&dst, 0),
+        keys("a0", 0, 10),
+        "nothing written across the gap"
+    );
+    for p in 1..3 {
+        let want: Vec<String> = keys(&format!("a{p}"), 0, 10)
+            .into_iter()
+            .chain(keys(&format!("c{p}"), 0, 15))
+            .collect();
+        assert_eq!(keys_of(&dst, p), want, "partition {p}");
+    }
+
+    // The operator accepts the gap.
+    let reset = with_reset(&spec, "accept-gap", ResetStrategy::ResumeFromLogStart, &[]);
+    w.spec.send(reset.clone()).unwrap();
+    let s = wait_reset(&mut w, "accept-gap", |s| {
+        position(s, "orders", 0) == Some(30)
+    })
+    .await;
+    let applied = s.last_applied_reset.clone().unwrap();
+    assert_eq!(applied.outcome, ResetOutcome::Applied);
+    assert_eq!(
+        applied.partitions,
+        vec![TopicPartitionRef {
+            topic: "orders".into(),
+            partition: 0
+        }]
+    );
+    let s = w
+        .wait_status("running again", |s| s.state == WorkerState::Running)
+        .await;
+    assert!(s.failures.is_empty(), "{:?}", s.failures);
+    w.stop().await.unwrap();
+    let dst = read_n(&bs, "dc1.orders", 10 + 13 + 25 + 25).await;
+    let want: Vec<String> = keys("a0", 0, 10)
+        .into_iter()
+        .chain(keys("b0", 7, 20))
+        .collect();
+    assert_eq!(
+        keys_of(&dst, 0),
+        want,
+        "resumed at the log start (offset 17)"
+    );
+
+    // Restarted with the same request in the spec: not applied again (no seek back to 17).
+    let mut w = start_worker("loss", reset, 0, 1, test_tuning(50));
+    w.wait_status("running", |s| s.state == WorkerState::Running)
+        .await;
+    produce(&bs, "orders", &recs("d0", 0, 1)).await.unwrap();
+    let s = w.wait_positions("orders", &[(0, 31)].into()).await;
+    assert!(s.last_applied_reset.is_none(), "{:?}", s.last_applied_reset);
+    w.stop().await.unwrap();
+    let dst = read_idle(&bs, "dc1.orders", Duration::from_secs(2)).await;
+    assert_eq!(
+        keys_of(&dst, 0).len(),
+        10 + 13 + 1,
+        "no duplicates from a second reset"
+    );
+}
+
+/// An idle partition (paused: the consumer does not fetch it) whose unreplicated records are
+/// purged is caught by the periodic check within a refresh interval, not by a fetch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn idle_purged_partition_is_caught_by_the_periodic_check_nisshi() {
+    let Some(kafka) = broker_or_skip(BrokerKind::Nisshi).await else {
+        return;
+    };
+    let bs = kafka.bootstrap_servers();
+    create(&kafka, "orders", 2).await;
+    for p in 0..2 {
+        produce(&bs, "orders", &recs(&format!("a{p}"), p, 5))
+            .await
+            .unwrap();
+    }
+    let spec = spec_on(&kafka, &["orders"]);
+    let mut w = start_worker("idle", spec.clone(), 0, 1, test_tuning(50));
+    w.wait_positions("orders", &[(0, 5), (1, 5)].into()).await;
+    let mut paused = spec.clone();
+    paused.paused = true;
+    w.spec.send(paused).unwrap();
+    w.wait_status("paused", |s| s.state == WorkerState::Paused)
+        .await;
+    // No new records after this: everything written is purged before replication.
+    produce(&bs, "orders", &recs("b0", 0, 10)).await.unwrap();
+    assert_eq!(
+        delete_records_before(&bs, "orders", 0, 15).await.unwrap(),
+        15
+    );
+    let (s, f) = wait_failure(&mut w, "orders", 0).await;
+    assert_eq!(
+        (
+            f.type_,
+            f.requested_offset,
+            f.log_start_offset,
+            f.records_lost
+        ),
+        (FailureType::DataLoss, 5, Some(15), Some(10))
+    );
+    assert!(failure(&s, "orders", 1).is_none());
+    assert_eq!(
+        metric(&w, CONSUMER_OUT_OF_RANGE),
+        0.0,
+        "no fetch was involved"
+    );
+    assert_eq!(s.state, WorkerState::Degraded);
+
+    // Unpaused: partition 1 replicates, partition 0 stays stopped.
+    w.spec.send(spec.clone()).unwrap();
+    produce(&bs, "orders", &recs("c1", 1, 3)).await.unwrap();
+    let s = w.wait_positions("orders", &[(1, 8)].into()).await;
+    assert_eq!(position(&s, "orders", 0), Some(5));
+    assert!(failure(&s, "orders", 0).is_some());
+    w.stop().await.unwrap();
+}
+
+/// The librdkafka mock truncates a partition's log beyond 5 MiB, which really moves its log
+/// start: DataLoss. `SkipToLatest` then replicates only what is written afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn data_loss_by_log_truncation_then_skip_to_latest_mock() {
+    let (Some(source), Some(target)) = (
+        broker_or_skip(BrokerKind::Mock).await,
+        broker_or_skip(BrokerKind::Nisshi).await,
+    ) else {
+        return;
+    };
+    let sb = source.bootstrap_servers();
+    create(&source, "big", 1).await;
+    produce(&sb, "big", &recs("a", 0, 5)).await.unwrap();
+    let mut spec = include(flow_spec(&source, &target, Delivery::AtLeastOnce), &["big"]);
+    // The mock has no DescribeConfigs.
+    spec.sync_topic_configs = false;
+    let tuning = Tuning {
+        // The mock has no controller: DescribeTopics only ends with its timeout.
+        validation_timeout: Duration::from_millis(500),
+        ..test_tuning(50)
+    };
+    let mut w = start_worker("trunc", spec.clone(), 0, 1, tuning.clone());
+    w.wait_positions("big", &[(0, 5)].into()).await;
+    w.stop().await.unwrap();
+
+    // ~7 MiB of 100 KiB records: the mock drops the oldest message sets.
+    let large: Vec<ProduceRecord> = (0..70)
+        .map(|i| ProduceRecord::new(format!("big-{i}"), vec![b'x'; 100 * 1024]).partition(0))
+        .collect();
+    produce(&sb, "big", &large).await.unwrap();
+    let (low, high) = watermarks(&sb, "big", 0).await.unwrap();
+    assert!(low > 5, "the mock truncated the log (log start {low})");
+    assert_eq!(high, 75);
+
+    let mut w = start_worker("trunc", spec.clone(), 0, 1, tuning.clone());
+    let (_, f) = wait_failure(&mut w, "big", 0).await;
+    assert_eq!(
+        (
+            f.type_,
+            f.requested_offset,
+            f.log_start_offset,
+            f.records_lost
+        ),
+        (FailureType::DataLoss, 5, Some(low), Some(low - 5))
+    );
+
+    let reset = with_reset(&spec, "skip", ResetStrategy::SkipToLatest, &[("big", 0)]);
+    w.spec.send(reset).unwrap();
+    let s = wait_reset(&mut w, "skip", |s| position(s, "big", 0) == Some(75)).await;
+    assert_eq!(
+        s.last_applied_reset.as_ref().unwrap().outcome,
+        ResetOutcome::Applied
+    );
+    produce(&sb, "big", &recs("c", 0, 3)).await.unwrap();
+    w.wait_positions("big", &[(0, 78)].into()).await;
+    w.stop().await.unwrap();
+    let dst = read_n(&target.bootstrap_servers(), "dc1.big", 8).await;
+    let want: Vec<String> = keys("a", 0, 5).into_iter().chain(keys("c", 0, 3)).collect();
+    assert_eq!(
+        keys_of(&dst, 0),
+        want,
+        "only records written after the reset"
+    );
+}
+
+/// An OFFSET_OUT_OF_RANGE injected into a Fetch (mock cluster) reaches the engine as
+/// librdkafka's AutoOffsetReset (auto.offset.reset=error: never repaired silently). The
+/// position is inside the log, so by the classification rule the partition is TopicReset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn injected_out_of_range_stops_the_partition_mock() {
+    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+    let (Some(source), Some(target)) = (
+        broker_or_skip(BrokerKind::Mock).await,
+        broker_or_skip(BrokerKind::Nisshi).await,
+    ) else {
+        return;
+    };
+    let sb = source.bootstrap_servers();
+    create(&source, "orders", 1).await;
+    produce(&sb, "orders", &recs("a", 0, 5)).await.unwrap();
+    let mut spec = include(
+        flow_spec(&source, &target, Delivery::AtLeastOnce),
+        &["orders"],
+    );
+    spec.sync_topic_configs = false;
+    let tuning = Tuning {
+        validation_timeout: Duration::from_millis(500),
+        ..test_tuning(50)
+    };
+    let mut w = start_worker("inject", spec.clone(), 0, 1, tuning);
+    w.wait_positions("orders", &[(0, 5)].into()).await;
+    assert_eq!(metric(&w, CONSUMER_OUT_OF_RANGE), 0.0);
+    source
+        .with_mock(|m| {
+            m.request_errors(
+                RDKafkaApiKey::Fetch,
+                &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_OFFSET_OUT_OF_RANGE],
+            )
+        })
+        .unwrap();
+    let (s, f) = wait_failure(&mut w, "orders", 0).await;
+    assert_eq!(
+        (
+            f.type_,
+            f.requested_offset,
+            f.log_start_offset,
+            f.records_lost
+        ),
+        (FailureType::TopicReset, 5, Some(0), None)
+    );
+    assert_contains(
+        f.message.as_deref().unwrap(),
+        &["OFFSET_OUT_OF_RANGE for offset 5", "RestartFromEarliest"],
+    );
+    assert!(
+        metric(&w, CONSUMER_OUT_OF_RANGE) >= 1.0,
+        "reported by the consumer"
+    );
+    assert_eq!(metric(&w, &failures_total("TopicReset")), 1.0);
+    assert_eq!(s.state, WorkerState::Degraded);
+    w.stop().await.unwrap();
+}
+
+// ---------------------------------------------------------------------------------------
+// TopicReset
+
+/// A topic deleted and recreated shorter than our position while the worker runs: nisshi
+/// answers the fetch past its end with nothing, so only the periodic check (position past
+/// the high watermark, new topic id) sees it. `RestartFromEarliest` then replicates the new
+/// topic from its start, after the old records on the target.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn recreated_shorter_topic_then_restart_from_earliest_nisshi() {
+    let Some(kafka) = broker_or_skip(BrokerKind::Nisshi).await else {
+        return;
+    };
+    let bs = kafka.bootstrap_servers();
+    create(&kafka, "orders", 2).await;
+    for p in 0..2 {
+        produce(&bs, "orders", &recs(&format!("old{p}"), p, 10))
+            .await
+            .unwrap();
+    }
+    let spec = spec_on(&kafka, &["orders"]);
+    let mut w = start_worker("shorter", spec.clone(), 0, 1, test_tuning(50));
+    w.wait_positions("orders", &[(0, 10), (1, 10)].into()).await;
+    let old_id = topic_id(&bs, "orders").await.unwrap();
+
+    delete_topic(&bs, "orders").await.unwrap();
+    create(&kafka, "orders", 2).await;
+    for p in 0..2 {
+        produce(&bs, "orders", &recs(&format!("new{p}"), p, 3))
+            .await
+            .unwrap();
+    }
+    let new_id = topic_id(&bs, "orders").await.unwrap();
+    assert_ne!(old_id, new_id, "nisshi gives a recreated topic a new id");
+    for p in 0..2 {
+        let (_, f) = wait_failure(&mut w, "orders", p).await;
+        assert_eq!(
+            (f.type_, f.requested_offset, f.log_start_offset),
+            (FailureType::TopicReset, 10, Some(0)),
+            "partition {p}"
+        );
+        let m = f.message.unwrap();
+        assert_contains(
+            &m,
+            &[
+                "TopicReset on source topic \"orders\"",
+                "is past the high watermark 3",
+            ],
+        );
+        if let (Some(a), Some(b)) = (&old_id, &new_id) {
+            assert_contains(&m, &[&format!("the topic id changed from {a} to {b}")]);
+        }
+    }
+    let dst = read_idle(&bs, "dc1.orders", Duration::from_secs(2)).await;
+    assert_eq!(dst.len(), 20, "nothing of the new topic was written");
+
+    let reset = with_reset(&spec, "restart", ResetStrategy::RestartFromEarliest, &[]);
+    w.spec.send(reset).unwrap();
+    let s = wait_reset(&mut w, "restart", |s| {
+        (0..2).all(|p| position(s, "orders", p) == Some(3))
+    })
+    .await;
+    assert_eq!(s.last_applied_reset.as_ref().unwrap().partitions.len(), 2);
+    assert!(s.failures.is_empty());
+    // The new topic is the baseline now: not flagged again.
+    a_few_refreshes().await;
+    produce(&bs, "orders", &recs("more0", 0, 2)).await.unwrap();
+    let s = w.wait_positions("orders", &[(0, 5)].into()).await;
+    assert!(s.failures.is_empty(), "{:?}", s.failures);
+    assert_eq!(metric(&w, &failures_total("TopicReset")), 2.0);
+    w.stop().await.unwrap();
+    let dst = read_n(&bs, "dc1.orders", 20 + 6 + 2).await;
+    let want: Vec<String> = keys("old0", 0, 10)
+        .into_iter()
+        .chain(keys("new0", 0, 3))
+        .chain(keys("more0", 0, 2))
+        .collect();
+    assert_eq!(keys_of(&dst, 0), want);
+}
+
+/// A topic recreated while the worker was stopped, already holding MORE records than our
+/// position: no fetch would ever fail. The recorded topic id (persisted with the progress)
+/// catches it at start, before anything is fetched. Then: a refused reset naming a healthy
+/// partition, a refused incompatible strategy, `RestartFromEarliest` for one partition,
+/// `SkipToLatest` for the other, and an already-applied id after a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn recreated_longer_topic_caught_by_topic_id_and_resets_nisshi() {
+    let Some(kafka) = broker_or_skip(BrokerKind::Nisshi).await else {
+        return;
+    };
+    let bs = kafka.bootstrap_servers();
+    if topic_id_unsupported(&kafka).await {
+        return;
+    }
+    create(&kafka, "orders", 2).await;
+    create(&kafka, "pay", 1).await;
+    for p in 0..2 {
+        produce(&bs, "orders", &recs(&format!("old{p}"), p, 5))
+            .await
+            .unwrap();
+    }
+    produce(&bs, "pay", &recs("pay", 0, 4)).await.unwrap();
+    let spec = spec_on(&kafka, &["orders", "pay"]);
+    let mut w = start_worker("longer", spec.clone(), 0, 1, test_tuning(50));
+    w.wait_positions("orders", &[(0, 5), (1, 5)].into()).await;
+    w.wait_positions("pay", &[(0, 4)].into()).await;
+    w.stop().await.unwrap();
+
+    delete_topic(&bs, "orders").await.unwrap();
+    create(&kafka, "orders", 2).await;
+    for p in 0..2 {
+        produce(&bs, "orders", &recs(&format!("new{p}"), p, 20))
+            .await
+            .unwrap();
+    }
+
+    let mut w = start_worker("longer", spec.clone(), 0, 1, test_tuning(50));
+    for p in 0..2 {
+        let (_, f) = wait_failure(&mut w, "orders", p).await;
+        assert_eq!(
+            (
+                f.type_,
+                f.requested_offset,
+                f.log_start_offset,
+                f.records_lost
+            ),
+            (FailureType::TopicReset, 5, Some(0), None),
+            "partition {p}"
+        );
+        assert_contains(
+            f.message.as_deref().unwrap(),
+            &["the topic id changed from"],
+        );
+    }
+    assert_eq!(metric(&w, CONSUMER_OUT_OF_RANGE), 0.0);
+    w.wait_positions("pay", &[(0, 4)].into()).await;
+    a_few_refreshes().await;
+    let dst = read_idle(&bs, "dc1.orders", Duration::from_secs(2)).await;
+    assert_eq!(dst.len(), 10, "nothing of the new topic was written");
+
+    // Naming a healthy partition refuses the whole request.
+    let r = with_reset(
+        &spec,
+        "r1",
+        ResetStrategy::RestartFromEarliest,
+        &[("orders", 0), ("pay", 0)],
+    );
+    w.spec.send(r).unwrap();
+    let s = wait_reset(&mut w, "r1", |_| true).await;
+    let rec = s.last_applied_reset.clone().unwrap();
+    assert_eq!(rec.outcome, ResetOutcome::Refused);
+    assert_contains(
+        rec.message.as_deref().unwrap(),
+        &["Not failed: topic \"pay\" partition 0", "nothing was reset"],
+    );
+    assert_eq!(s.failures.len(), 2, "still both failed");
+    // A strategy meant for DataLoss is refused for a TopicReset.
+    let r = with_reset(&spec, "r2", ResetStrategy::ResumeFromLogStart, &[]);
+    w.spec.send(r).unwrap();
+    let s = wait_reset(&mut w, "r2", |_| true).await;
+    let rec = s.last_applied_reset.clone().unwrap();
+    assert_eq!(rec.outcome, ResetOutcome::Refused);
+    assert_contains(
+        rec.message.as_deref().unwrap(),
+        &["use RestartFromEarliest"],
+    );
+    assert_eq!(s.failures.len(), 2);
+
+    // Partition 0 from the new topic's beginning, partition 1 from its end.
+    let r = with_reset(
+        &spec,
+        "r3",
+        ResetStrategy::RestartFromEarliest,
+        &[("orders", 0)],
+    );
+    w.spec.send(r).unwrap();
+    let s = wait_reset(&mut w, "r3", |s| position(s, "orders", 0) == Some(20)).await;
+    assert_eq!(
+        s.last_applied_reset.as_ref().unwrap().outcome,
+        ResetOutcome::Applied
+    );
+    assert!(
+        failure(&s, "orders", 1).is_some(),
+        "only the named partition"
+    );
+    let r4 = with_reset(&spec, "r4", ResetStrategy::SkipToLatest, &[("orders", 1)]);
+    w.spec.send(r4.clone()).unwrap();
+    let s = wait_reset(&mut w, "r4", |s| position(s, "orders", 1) == Some(20)).await;
+    assert!(s.failures.is_empty(), "{:?}", s.failures);
+    produce(&bs, "orders", &recs("after1", 1, 2)).await.unwrap();
+    w.wait_positions("orders", &[(1, 22)].into()).await;
+    w.stop().await.unwrap();
+
+    // Restarted with r4 still in the spec: not applied again.
+    let mut w = start_worker("longer", r4, 0, 1, test_tuning(50));
+    w.wait_status("running", |s| s.state == WorkerState::Running)
+        .await;
+    produce(&bs, "orders", &recs("again1", 1, 1)).await.unwrap();
+    let s = w.wait_positions("orders", &[(1, 23)].into()).await;
+    assert!(s.last_applied_reset.is_none());
+    assert!(
+        s.failures.is_empty(),
+        "the new topic id was persisted: {:?}",
+        s.failures
+    );
+    w.stop().await.unwrap();
+    let dst = read_n(&bs, "dc1.orders", 5 + 20 + 5 + 3).await;
+    let p0: Vec<String> = keys("old0", 0, 5)
+        .into_iter()
+        .chain(keys("new0", 0, 20))
+        .collect();
+    let p1: Vec<String> = keys("old1", 0, 5)
+        .into_iter()
+        .chain(keys("after1", 0, 2))
+        .chain(keys("again1", 0, 1))
+        .collect();
+    assert_eq!(keys_of(&dst, 0), p0);
+    assert_eq!(keys_of(&dst, 1), p1);
+}
+
+/// A topic recreated longer while the worker runs: the periodic check compares topic ids
+/// and stops the partition (records of the new topic fetched before that check may already
+/// be on the target: the documented window, at most one refresh interval). Another topic
+/// keeps replicating.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn recreated_longer_topic_while_running_nisshi() {
+    let Some(kafka) = broker_or_skip(BrokerKind::Nisshi).await else {
+        return;
+    };
+    let bs = kafka.bootstrap_servers();
+    if topic_id_unsupported(&kafka).await {
+        return;
+    }
+    create(&kafka, "orders", 1).await;
+    create(&kafka, "pay", 1).await;
+    produce(&bs, "orders", &recs("old", 0, 5)).await.unwrap();
+    let spec = spec_on(&kafka, &["orders", "pay"]);
+    let mut w = start_worker("running", spec.clone(), 0, 1, test_tuning(50));
+    w.wait_positions("orders", &[(0, 5)].into()).await;
+    delete_topic(&bs, "orders").await.unwrap();
+    create(&kafka, "orders", 1).await;
+    produce(&bs, "orders", &recs("new", 0, 20)).await.unwrap();
+    let (_, f) = wait_failure(&mut w, "orders", 0).await;
+    assert_eq!(f.type_, FailureType::TopicReset);
+    assert!(f.requested_offset >= 5);
+    assert_contains(
+        f.message.as_deref().unwrap(),
+        &["the topic id changed from"],
+    );
+    produce(&bs, "pay", &recs("pay", 0, 3)).await.unwrap();
+    w.wait_positions("pay", &[(0, 3)].into()).await;
+    w.stop().await.unwrap();
+    let dst = read_idle(&bs, "dc1.orders", Duration::from_secs(2)).await;
+    let got = keys_of(&dst, 0);
+    let window = usize::try_from(f.requested_offset - 5).unwrap();
+    let want: Vec<String> = keys("old", 0, 5)
+        .into_iter()
+        .chain(keys("new", 5, 5 + i32::try_from(window).unwrap()))
+        .collect();
+    assert_eq!(
+        got, want,
+        "old records, then at most the window up to the detection"
+    );
+    let dst = read_n(&bs, "dc1.pay", 3).await;
+    assert_eq!(keys_of(&dst, 0), keys("pay", 0, 3));
+}
+
+/// Whether the broker reports no topic ids (then id-based tests are skipped, saying so).
+async fn topic_id_unsupported(kafka: &LocalBroker) -> bool {
+    create(kafka, "probe-ids", 1).await;
+    let id = topic_id(&kafka.bootstrap_servers(), "probe-ids")
+        .await
+        .unwrap();
+    if id.is_none() {
+        eprintln!("SKIPPED: {} reports no topic ids", kafka.kind());
+    }
+    id.is_none()
+}
+
+// ---------------------------------------------------------------------------------------
+// Several workers, standalone mode, validation disabled
+
+/// Two workers: each scopes a reset to the partitions it owns. The owner of the failed
+/// partition applies it; the other reports nothing to do (never "healthy" for a partition
+/// failed elsewhere). A request naming the other worker's healthy partition is refused by
+/// that worker only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_workers_scope_resets_to_their_partitions_nisshi() {
+    use mirrorflow::worker::replicate::assign::owner;
+    let Some(kafka) = broker_or_skip(BrokerKind::Nisshi).await else {
+        return;
+    };
+    let bs = kafka.bootstrap_servers();
+    create(&kafka, "orders", 2).await;
+    for p in 0..2 {
+        produce(&bs, "orders", &recs(&format!("a{p}"), p, 5))
+            .await
+            .unwrap();
+    }
+    let spec = spec_on(&kafka, &["orders"]);
+    // Partition 0's owner loses records; the other worker owns partition 1.
+    let (w0, w1) = (owner("orders", 0, 2), owner("orders", 1, 2));
+    assert_ne!(w0, w1);
+    let start = |spec: &MirrorFlowSpec| {
+        let mut ws: BTreeMap<u32, Worker> = BTreeMap::new();
+        for i in 0..2 {
+            ws.insert(i, start_worker("pair", spec.clone(), i, 2, test_tuning(50)));
+        }
+        ws
+    };
+    let mut ws = start(&spec);
+    ws.get_mut(&w0)
+        .unwrap()
+        .wait_positions("orders", &[(0, 5)].into())
+        .await;
+    ws.get_mut(&w1)
+        .unwrap()
+        .wait_positions("orders", &[(1, 5)].into())
+        .await;
+    for (_, w) in std::mem::take(&mut ws) {
+        w.stop().await.unwrap();
+    }
+    produce(&bs, "orders", &recs("b0", 0, 10)).await.unwrap();
+    delete_records_before(&bs, "orders", 0, 8).await.unwrap();
+    let mut ws = start(&spec);
+    wait_failure(ws.get_mut(&w0).unwrap(), "orders", 0).await;
+
+    // Named: partition 0 only. Its owner applies; the other has nothing to do.
+    let r = with_reset(
+        &spec,
+        "one",
+        ResetStrategy::ResumeFromLogStart,
+        &[("orders", 0)],
+    );
+    for w in ws.values() {
+        w.spec.send(r.clone()).unwrap();
+    }
+    let s = wait_reset(ws.get_mut(&w0).unwrap(), "one", |s| {
+        position(s, "orders", 0) == Some(15)
+    })
+    .await;
+    let rec = s.last_applied_reset.unwrap();
+    assert_eq!(
+        (rec.outcome, rec.partitions.len()),
+        (ResetOutcome::Applied, 1)
+    );
+    let s = wait_reset(ws.get_mut(&w1).unwrap(), "one", |_| true).await;
+    let rec = s.last_applied_reset.unwrap();
+    assert_eq!(
+        (rec.outcome, rec.partitions.len()),
+        (ResetOutcome::Applied, 0)
+    );
+    assert_contains(
+        rec.message.as_deref().unwrap(),
+        &[&format!(
+            "pair-worker-{w1} owns none of the 1 partition(s) named"
+        )],
+    );
+
+    // Named: partition 1, healthy. Its owner refuses; the other has nothing to do.
+    let r = with_reset(&spec, "two", ResetStrategy::SkipToLatest, &[("orders", 1)]);
+    for w in ws.values() {
+        w.spec.send(r.clone()).unwrap();
+    }
+    let s = wait_reset(ws.get_mut(&w1).unwrap(), "two", |_| true).await;
+    let rec = s.last_applied_reset.unwrap();
+    assert_eq!(rec.outcome, ResetOutcome::Refused);
+    assert_contains(
+        rec.message.as_deref().unwrap(),
+        &["Not failed: topic \"orders\" partition 1"],
+    );
+    let s = wait_reset(ws.get_mut(&w0).unwrap(), "two", |_| true).await;
+    assert_eq!(s.last_applied_reset.unwrap().outcome, ResetOutcome::Applied);
+    for (_, w) in ws {
+        w.stop().await.unwrap();
+    }
+}
+
+/// Standalone mode: adding `reset` to the flow file applies it (the file is re-read), and
+/// the failure counter is served on /metrics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn standalone_file_reset_applies_nisshi() {
+    use mirrorflow::telemetry::http::get_text;
+    use mirrorflow::worker::replicate::{run_with, watch_flow_file, WorkerArgs};
+    let Some(kafka) = broker_or_skip(BrokerKind::Nisshi).await else {
+        return;
+    };
+    let bs = kafka.bootstrap_servers();
+    create(&kafka, "orders", 1).await;
+    produce(&bs, "orders", &recs("a", 0, 6)).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flow.yaml");
+    let doc = |extra: &str| {
+        format!(
+            "apiVersion: mirrorflow.io/v1alpha1\nkind: MirrorFlow\nmetadata:\n  name: file\nspec:\n  \
+             source: {{alias: dc1, bootstrapServers: '{bs}'}}\n  target: {{alias: dc2, bootstrapServers: '{bs}'}}\n  \
+             delivery: AtLeastOnce\n  topics: {{include: [orders], refreshIntervalSeconds: 1}}\n{extra}"
+        )
+    };
+    std::fs::write(&path, doc("")).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let args = WorkerArgs {
+        flow: Some(path.clone()),
+        flow_ref: None,
+        worker_index: Some(0),
+        worker_count: 1,
+        listen: addr,
+        secrets_dir: dir.path().to_path_buf(),
+        checkpoints_file: None,
+        flow_reload_seconds: 1,
+    };
+    let (tx, mut rx) = watch::channel(WorkerSnapshot::starting(
+        "default",
+        "file",
+        0,
+        1,
+        Delivery::AtLeastOnce,
+    ));
+    let sink: std::sync::Arc<dyn StatusSink> = std::sync::Arc::new(tx);
+    let run = || {
+        let (input, watcher) = watch_flow_file(&path, Duration::from_millis(200)).unwrap();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(run_with(args.clone(), input, vec![sink.clone()], async {
+            let _ = stop_rx.await;
+        }));
+        (task, stop_tx, watcher)
+    };
+    let (task, stop, watcher) = run();
+    wait_snapshot(&mut rx, "caught up", |s| {
+        position(s, "orders", 0) == Some(6)
+    })
+    .await;
+    stop.send(()).unwrap();
+    tokio::time::timeout(WAIT, task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    watcher.abort();
+
+    produce(&bs, "orders", &recs("b", 0, 10)).await.unwrap();
+    delete_records_before(&bs, "orders", 0, 12).await.unwrap();
+    let (task, stop, watcher) = run();
+    let s = wait_snapshot(&mut rx, "DataLoss", |s| failure(s, "orders", 0).is_some()).await;
+    let f = failure(&s, "orders", 0).unwrap();
+    assert_eq!((f.type_, f.records_lost), (FailureType::DataLoss, Some(6)));
+    assert_contains(
+        f.message.as_deref().unwrap(),
+        &["kubectl -n default patch mirrorflow file"],
+    );
+    let metrics = wait_http(addr, "/metrics", |b| {
+        b.contains("mirrorflow_worker_partition_failures_total{type=\"DataLoss\"} 1")
+    })
+    .await;
+    assert!(
+        metrics.contains("mirrorflow_worker_partitions_failed 1"),
+        "{metrics}"
+    );
+
+    std::fs::write(
+        &path,
+        doc("  reset: {id: from-file, strategy: ResumeFromLogStart}\n"),
+    )
+    .unwrap();
+    let s = wait_snapshot(&mut rx, "reset from the file", |s| {
+        s.last_applied_reset
+            .as_ref()
+            .is_some_and(|r| r.id == "from-file")
+            && position(s, "orders", 0) == Some(16)
+    })
+    .await;
+    assert_eq!(s.last_applied_reset.unwrap().outcome, ResetOutcome::Applied);
+    let body = wait_http(addr, "/status", |b| b.contains("\"failures\":[]")).await;
+    assert!(body.contains("\"lastAppliedReset\""), "{body}");
+    stop.send(()).unwrap();
+    tokio::time::timeout(WAIT, task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    watcher.abort();
+
+    async fn wait_http(
+        addr: std::net::SocketAddr,
+        path: &str,
+        pred: impl Fn(&str) -> bool,
+    ) -> String {
+        let begin = Instant::now();
+        loop {
+            if let Ok((200, body)) = get_text(addr, path).await {
+                if pred(&body) {
+                    return body;
+                }
+                assert!(begin.elapsed() < WAIT, "GET {path}: {body}");
+            }
+            assert!(begin.elapsed() < WAIT, "GET {path} never answered");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// Waits until `pred` holds for the latest snapshot on `rx`.
+async fn wait_snapshot(
+    rx: &mut watch::Receiver<WorkerSnapshot>,
+    what: &str,
+    pred: impl Fn(&WorkerSnapshot) -> bool,
+) -> WorkerSnapshot {
+    let begin = Instant::now();
+    loop {
+        {
+            let s = rx.borrow_and_update();
+            if pred(&s) {
+                return s.clone();
+            }
+        }
+        assert!(
+            begin.elapsed() < WAIT,
+            "timed out waiting for {what}; last: {}",
+            serde_json::to_string_pretty(&*rx.borrow()).unwrap()
+        );
+        let _ = tokio::time::timeout(Duration::from_millis(200), rx.changed()).await;
+    }
+}
+
+/// Validation disabled: MirrorMaker 2's forgiving behaviour. Deleted records are skipped
+/// silently (the consumer resets to the log start), nothing is reported or counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn validation_disabled_is_forgiving_nisshi() {
+    let Some(kafka) = broker_or_skip(BrokerKind::Nisshi).await else {
+        return;
+    };
+    let bs = kafka.bootstrap_servers();
+    create(&kafka, "orders", 1).await;
+    produce(&bs, "orders", &recs("a", 0, 10)).await.unwrap();
+    let mut spec = spec_on(&kafka, &["orders"]);
+    spec.offset_validation.enabled = false;
+    let mut w = start_worker("lenient", spec.clone(), 0, 1, test_tuning(50));
+    w.wait_positions("orders", &[(0, 10)].into()).await;
+    w.stop().await.unwrap();
+    produce(&bs, "orders", &recs("b", 0, 20)).await.unwrap();
+    delete_records_before(&bs, "orders", 0, 17).await.unwrap();
+
+    let mut w = start_worker("lenient", spec.clone(), 0, 1, test_tuning(50));
+    let s = w.wait_positions("orders", &[(0, 30)].into()).await;
+    assert!(s.failures.is_empty());
+    assert_eq!(s.state, WorkerState::Running);
+    for t in ["DataLoss", "TopicReset"] {
+        assert_eq!(metric(&w, &failures_total(t)), 0.0, "{t}");
+    }
+    assert_eq!(metric(&w, CONSUMER_OUT_OF_RANGE), 0.0);
+    w.stop().await.unwrap();
+    let dst = read_n(&bs, "dc1.orders", 10 + 13).await;
+    let want: Vec<String> = keys("a", 0, 10)
+        .into_iter()
+        .chain(keys("b", 7, 20))
+        .collect();
+    assert_eq!(
+        keys_of(&dst, 0),
+        want,
+        "offsets 10..16 skipped without a word"
+    );
+}
+
+/// tansu's ListOffsets reports "last batch base + 1" as the high watermark, below positions
+/// it really holds; its fetch responses are right. A watermark-only detection is confirmed
+/// by a fetch, so this broker bug does not stop partitions, neither at start (probe
+/// consumer) nor while running (the consumer's own fetch responses).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn wrong_list_offsets_is_not_a_topic_reset_tansu() {
+    let Some(kafka) = broker_or_skip(BrokerKind::Tansu).await else {
+        return;
+    };
+    let bs = kafka.bootstrap_servers();
+    create(&kafka, "orders", 1).await;
+    produce(&bs, "orders", &recs("a", 0, 10)).await.unwrap();
+    let (_, listed_high) = watermarks(&bs, "orders", 0).await.unwrap();
+    if listed_high == 10 {
+        eprintln!("tansu's ListOffsets is right now; the quirk this test covers is gone");
+    }
+    let spec = spec_on(&kafka, &["orders"]);
+    let mut w = start_worker("quirk", spec.clone(), 0, 1, test_tuning(50));
+    w.wait_positions("orders", &[(0, 10)].into()).await;
+    a_few_refreshes().await;
+    w.stop().await.unwrap();
+    let mut w = start_worker("quirk", spec, 0, 1, test_tuning(50));
+    w.wait_status("running", |s| s.state == WorkerState::Running)
+        .await;
+    a_few_refreshes().await;
+    produce(&bs, "orders", &recs("b", 0, 1)).await.unwrap();
+    let s = w.wait_positions("orders", &[(0, 11)].into()).await;
+    assert!(s.failures.is_empty(), "{:?}", s.failures);
+    assert_eq!(metric(&w, &failures_total("TopicReset")), 0.0);
+    w.stop().await.unwrap();
+}
