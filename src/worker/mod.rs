@@ -1,5 +1,5 @@
 //! Data plane: replication, offset validation and checkpoints.
 pub mod checkpoint;
-pub mod validation;
-pub mod replicate;
 pub mod k8s;
+pub mod replicate;
+pub mod validation;
