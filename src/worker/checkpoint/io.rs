@@ -46,7 +46,11 @@ impl TopicTail {
             .set("enable.partition.eof", "true")
             .set("isolation.level", "read_committed")
             .set("allow.auto.create.topics", "false")
-            .set("fetch.wait.max.ms", "100");
+            .set("fetch.wait.max.ms", "100")
+            // Bounded read-ahead: reading a long offset-syncs topic at start must not grow
+            // the worker's memory (librdkafka's default prefetch is up to 64 MiB).
+            .set("queued.max.messages.kbytes", "2048")
+            .set("fetch.max.bytes", "1048576");
         let consumer: BaseConsumer = config
             .create()
             .map_err(|e| format!("{what}: create consumer for topic {topic}: {e}"))?;

@@ -34,13 +34,13 @@
 //! - **SIGTERM/SIGINT**: the open batch commits within 10 s or is aborted; exit 0.
 //!
 //! # Memory bound (defaults, per worker)
-//! - consumer prefetch: `queued.max.messages.kbytes` = 16 MiB, overshot by at most one
-//!   fetch (`fetch.max.bytes` = 8 MiB);
+//! - consumer prefetch: `queued.max.messages.kbytes` = 4 MiB, overshot by at most one
+//!   fetch (`fetch.max.bytes` = 2 MiB);
 //! - the batch: ≤ 5 000 records and ≤ 8 MiB (a single larger record forms a batch of its
 //!   own), held twice while producing (our copy and librdkafka's);
 //! - producer queue: ≤ 32 MiB (`queue.buffering.max.kbytes`), in practice the batch.
 //!
-//! So about 16 + 8 + 2 × 8 = 40 MiB of record data, plus librdkafka's buffers: plan ~64 MiB
+//! So about 4 + 2 + 2 × 8 = 22 MiB of record data, plus librdkafka's buffers: plan ~64 MiB
 //! on top of the process baseline. A slow target slows consumption: nothing is consumed
 //! while a batch is being written. `source.config` may override the consumer bounds.
 

@@ -127,8 +127,12 @@ impl TargetWriter {
             .set(
                 "message.timeout.ms",
                 limits.delivery_timeout.as_millis().to_string(),
-            )
-            .set("linger.ms", "5");
+            );
+        // A batch is enqueued at once and then awaited, so lingering only adds latency; the
+        // user's `target.config` wins.
+        if props.get("linger.ms").is_none() {
+            config.set("linger.ms", "0");
+        }
         if let Some(id) = transactional_id {
             config.set("transactional.id", id).set(
                 "transaction.timeout.ms",
