@@ -9,5 +9,5 @@ export PATH="$HOME/.cargo/bin:$PATH"
 export MIRRORFLOW_REQUIRE_BROKERS="${MIRRORFLOW_REQUIRE_BROKERS:-1}"
 cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
-cargo nextest run --all-targets --locked --no-fail-fast
+cargo nextest run --lib --bins --tests --locked --no-fail-fast
 cargo test --doc --locked
