@@ -10,4 +10,3 @@ export MIRRORFLOW_REQUIRE_BROKERS="${MIRRORFLOW_REQUIRE_BROKERS:-1}"
 cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
 cargo nextest run --lib --bins --tests --locked --no-fail-fast
-cargo test --doc --locked
