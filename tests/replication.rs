@@ -571,7 +571,7 @@ async fn target_down_then_back_mock_at_least_once() {
     create(&source, "orders", 2).await;
     // The mock has no CreateTopics: the worker finds these existing.
     create(&target, "dc1.orders", 2).await;
-    create(&target, "mirrorflow-progress.down.internal", 1).await;
+    create(&target, "mirrorflow-progress.test.down.internal", 1).await;
     create(&target, "mm2-offset-syncs.dc1.internal", 1).await;
     let first = records("a", 2, 30);
     produce(&sb, "orders", &first).await.unwrap();

@@ -61,9 +61,10 @@ pub fn checkpoints_topic(source_alias: &str) -> String {
 }
 
 /// mirrorflow's compacted progress topic (on the target) for a flow:
-/// `mirrorflow-progress.<flow>.internal`.
-pub fn progress_topic(flow_name: &str) -> String {
-    format!("mirrorflow-progress.{flow_name}.internal")
+/// `mirrorflow-progress.<namespace>.<flow>.internal`, so same-named flows of different
+/// namespaces writing to one target cluster never share positions.
+pub fn progress_topic(namespace: &str, flow_name: &str) -> String {
+    format!("mirrorflow-progress.{namespace}.{flow_name}.internal")
 }
 
 /// Which serialized part an error refers to.
@@ -1096,8 +1097,8 @@ mod tests {
         assert_eq!(offset_syncs_topic("dc2"), "mm2-offset-syncs.dc2.internal");
         assert_eq!(checkpoints_topic("dc1"), "dc1.checkpoints.internal");
         assert_eq!(
-            progress_topic("orders"),
-            "mirrorflow-progress.orders.internal"
+            progress_topic("kafka", "orders"),
+            "mirrorflow-progress.kafka.orders.internal"
         );
         assert_eq!(HEARTBEATS_TOPIC, "heartbeats");
     }

@@ -487,7 +487,7 @@ impl Engine {
         );
         let target_admin =
             io::admin_client(&target_props, tctx).map_err(|e| fatal("target admin client", &e))?;
-        let progress_topic = progress_topic(&settings.flow_name);
+        let progress_topic = progress_topic(&settings.namespace, &settings.flow_name);
         // MM2 3.x keeps offset syncs on the target under the source's alias.
         let syncs_topic = offset_syncs_topic(&spec.source.alias);
         let backoff = Self::backoff_builder(&settings.tuning).build();

@@ -12,7 +12,7 @@
 //! - **Records** keep key, value, headers, timestamp and partition number. No header is
 //!   added to replicated records.
 //! - **Progress** (next source offset per partition, [`crate::kafka::wire::Progress`]) lives on
-//!   the target in the compacted topic `mirrorflow-progress.<flow>.internal` and is read back
+//!   the target in the compacted topic `mirrorflow-progress.<namespace>.<flow>.internal` and is read back
 //!   at start (read_committed), so a worker restarted anywhere resumes. A partition without
 //!   progress starts per `startFrom` at an explicit offset (log start or end); partitions
 //!   that appear while the worker runs start at their log start.
