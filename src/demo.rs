@@ -154,7 +154,13 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     // Compare the target with the source, record by record.
     let until = |n: u64| ConsumeUntil::count(n as usize).timeout(Duration::from_secs(120));
     let src_records = brokers::consume_all(&src, "orders", until(args.records)).await?;
-    let tgt_records = brokers::consume_all(&tgt, "dc1.orders", until(args.records)).await?;
+    // Read the target to its end (not just `records` of it), so duplicates are counted.
+    let tgt_records = brokers::consume_all(
+        &tgt,
+        "dc1.orders",
+        ConsumeUntil::idle(Duration::from_secs(2)).timeout(Duration::from_secs(120)),
+    )
+    .await?;
     let mut mismatches = 0usize;
     let by_key = |rs: &[brokers::ConsumedRecord]| {
         let mut m: BTreeMap<(i32, Vec<u8>), Vec<brokers::ConsumedRecord>> = BTreeMap::new();

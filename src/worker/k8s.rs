@@ -75,8 +75,12 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
     let api: Api<MirrorFlow> = Api::namespaced(client, &namespace);
     let (mut input, generation, source_task) = flow_source(api.clone(), &namespace, &name).await?;
     let reload = Duration::from_secs(args.flow_reload_seconds.max(1));
-    let (checkpoints, cp_task) =
-        watch_checkpoints_file(args.checkpoints_file.clone(), &name, reload);
+    // Only worker 0 runs checkpoints (checkpoint::runner::should_run); the others skip the file.
+    let cp_file = args
+        .checkpoints_file
+        .clone()
+        .filter(|_| crate::worker::checkpoint::runner::should_run(index));
+    let (checkpoints, cp_task) = watch_checkpoints_file(cp_file, &name, reload);
     input.checkpoints = checkpoints;
     let sink = Arc::new(KubeStatusSink::spawn(api, name.clone(), index, generation));
     let result = replicate::run_with(
@@ -266,6 +270,11 @@ impl KubeStatusSink {
                     continue;
                 };
                 let mut entry = snapshot.to_worker_status(*generation.borrow());
+                // The heartbeat is this apply: a snapshot can be older while the engine waits
+                // on a slow cluster call, and the worker is still alive.
+                entry.last_heartbeat_time = Some(
+                    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now()),
+                );
                 let source = reports_c.lock().expect("reports lock").clone();
                 if let Some(source) = source {
                     entry.checkpoints = checkpoint_reports(&source);

@@ -992,7 +992,12 @@ impl Engine {
     fn drain_ready(&mut self, limits: &BatchLimits) {
         use futures::FutureExt as _;
         for _ in 0..limits.max_records {
-            if !(self.can_write() && !self.batch.is_full(limits) && !self.reassign_needed) {
+            // An out-of-range error must be handled (next loop turn) before taking more.
+            if !(self.can_write()
+                && !self.batch.is_full(limits)
+                && !self.reassign_needed
+                && !self.out_of_range_seen)
+            {
                 return;
             }
             match recv_owned(&self.consumer).now_or_never() {

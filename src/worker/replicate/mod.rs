@@ -262,11 +262,15 @@ pub async fn run_with(
     };
     let result = match Engine::new(settings, input.spec, outputs) {
         Ok(engine) => engine.run(engine_shutdown).await,
-        Err(e) => Err(e),
+        Err(e) => {
+            drop(engine_shutdown); // releases `stop_tx`: the runner stops at once
+            Err(e)
+        }
     };
     if let Some((task, forward)) = checkpoints {
         // The engine stopped (signal or failure) and dropped `stop_tx`: the runner stops.
         forward.abort();
+        let abort = task.abort_handle();
         let _ = tokio::time::timeout(Duration::from_secs(5), async {
             match task.await {
                 Ok(Err(e)) => warn!("checkpoint runner: {e:#}"),
@@ -275,6 +279,8 @@ pub async fn run_with(
             }
         })
         .await;
+        // A runner stuck in a cluster call past the grace period must not outlive us.
+        abort.abort();
     }
     let _ = stop_http_tx.send(());
     let _ = http_task.await;
