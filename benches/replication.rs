@@ -62,8 +62,9 @@
 //! contender run, default 300), `MIRRORFLOW_BIN`, `MIRRORFLOW_BENCH_KCAT_LIBDIR`,
 //! `MIRRORFLOW_BENCH_KEEP_LOGS` (keep contender logs), `MIRRORFLOW_BENCH_WORKER_RUST_LOG` (the
 //! worker's `RUST_LOG`; `RUST_LOG` itself is removed so the brokers never log at debug
-//! level), `MIRRORFLOW_BENCH_WORKER_SOURCE_CONFIG` (`key=value,...` added to the flow's
-//! `source.config`, for tuning experiments).
+//! level), `MIRRORFLOW_BENCH_WORKER_SOURCE_CONFIG` / `MIRRORFLOW_BENCH_WORKER_TARGET_CONFIG`
+//! (`key=value,...` added to the flow's `source.config` / `target.config`, for tuning
+//! experiments).
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -1055,20 +1056,27 @@ impl Run<'_> {
 }
 
 /// The flow the worker runs (one per topic and round, so progress starts empty).
-fn flow_yaml(run: &Run<'_>, port: u16) -> String {
-    // Tuning experiments: `MIRRORFLOW_BENCH_WORKER_SOURCE_CONFIG=key=value,key=value` lands
-    // in `spec.source.config` (the worker's consumer), e.g. `queued.max.messages.kbytes=4096`.
-    let source_config: String = std::env::var("MIRRORFLOW_BENCH_WORKER_SOURCE_CONFIG")
+/// `key=value,key=value` from `var`, as a YAML `config:` block (empty when unset).
+fn config_block(var: &str) -> String {
+    let entries: String = std::env::var(var)
         .unwrap_or_default()
         .split(',')
         .filter_map(|kv| kv.split_once('='))
         .map(|(k, v)| format!("\n      {}: \"{}\"", k.trim(), v.trim()))
         .collect();
-    let source_config = if source_config.is_empty() {
+    if entries.is_empty() {
         String::new()
     } else {
-        format!("\n    config:{source_config}")
-    };
+        format!("\n    config:{entries}")
+    }
+}
+
+fn flow_yaml(run: &Run<'_>, port: u16) -> String {
+    // Tuning experiments: `MIRRORFLOW_BENCH_WORKER_SOURCE_CONFIG=key=value,key=value` lands
+    // in `spec.source.config` (the worker's consumer), e.g. `queued.max.messages.kbytes=4096`;
+    // `MIRRORFLOW_BENCH_WORKER_TARGET_CONFIG` in `spec.target.config` (its producer).
+    let source_config = config_block("MIRRORFLOW_BENCH_WORKER_SOURCE_CONFIG");
+    let target_config = config_block("MIRRORFLOW_BENCH_WORKER_TARGET_CONFIG");
     format!(
         "apiVersion: mirrorflow.io/v1alpha1
 kind: MirrorFlow
@@ -1080,7 +1088,7 @@ spec:
     bootstrapServers: \"{src}\"{source_config}
   target:
     alias: dc2
-    bootstrapServers: \"{tgt}\"
+    bootstrapServers: \"{tgt}\"{target_config}
   topics:
     include: [\"{topic}\"]
   # nisshi refuses transactions.

@@ -27,8 +27,8 @@ pub struct BatchLimits {
 impl Default for BatchLimits {
     fn default() -> Self {
         Self {
-            max_records: 5_000,
-            max_bytes: 8 * 1024 * 1024,
+            max_records: 40_000,
+            max_bytes: 16 * 1024 * 1024,
             linger: Duration::from_millis(100),
         }
     }
@@ -41,16 +41,56 @@ pub struct BatchRecord {
     pub slot: usize,
     /// Source offset.
     pub offset: i64,
-    /// Key bytes (`None` = null).
-    pub key: Option<Vec<u8>>,
-    /// Value bytes (`None` = null).
-    pub value: Option<Vec<u8>>,
+    /// Key bytes then value bytes: one allocation per record.
+    data: Vec<u8>,
+    /// Key length (`None` = null key).
+    key_len: Option<usize>,
+    /// Whether the value is non-null.
+    has_value: bool,
     /// Headers, in order.
     pub headers: Option<OwnedHeaders>,
     /// Source timestamp (create or log-append time), ms.
     pub timestamp: Option<i64>,
     /// Bytes counted for this record.
     pub size: usize,
+}
+
+impl BatchRecord {
+    /// A record copied from borrowed key and value (`None` = null).
+    pub fn new(
+        offset: i64,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        headers: Option<OwnedHeaders>,
+        timestamp: Option<i64>,
+        size: usize,
+    ) -> Self {
+        let (k, v) = (key.unwrap_or_default(), value.unwrap_or_default());
+        let mut data = Vec::with_capacity(k.len() + v.len());
+        data.extend_from_slice(k);
+        data.extend_from_slice(v);
+        Self {
+            slot: 0,
+            offset,
+            data,
+            key_len: key.map(<[u8]>::len),
+            has_value: value.is_some(),
+            headers,
+            timestamp,
+            size,
+        }
+    }
+
+    /// Key bytes (`None` = null).
+    pub fn key(&self) -> Option<&[u8]> {
+        self.key_len.map(|n| &self.data[..n])
+    }
+
+    /// Value bytes (`None` = null).
+    pub fn value(&self) -> Option<&[u8]> {
+        self.has_value
+            .then(|| &self.data[self.key_len.unwrap_or(0)..])
+    }
 }
 
 /// The records of one partition in a batch.
@@ -97,12 +137,19 @@ impl Batch {
 
     /// Adds a record of `topic`/`partition`; `record.slot` is filled in.
     pub fn push(&mut self, topic: &str, partition: i32, mut record: BatchRecord, now: Instant) {
-        let slot = match self
-            .index
-            .get(topic)
-            .and_then(|v| v.iter().find(|(p, _)| *p == partition))
-        {
-            Some((_, slot)) => *slot,
+        // Records come in runs per partition: try the partition of the previous record first.
+        let last = self.records.last().map(|r| r.slot).filter(|&s| {
+            let tp = &self.partitions[s].tp;
+            tp.partition == partition && tp.topic == topic
+        });
+        let found = last.or_else(|| {
+            self.index
+                .get(topic)
+                .and_then(|v| v.iter().find(|(p, _)| *p == partition))
+                .map(|(_, slot)| *slot)
+        });
+        let slot = match found {
+            Some(slot) => slot,
             None => {
                 let slot = self.partitions.len();
                 self.partitions.push(BatchPartition {
@@ -128,6 +175,18 @@ impl Batch {
         self.bytes += record.size;
         self.opened_at.get_or_insert(now);
         self.records.push(record);
+    }
+
+    /// Frees key, value and headers of every record (the producer holds its own copy once a
+    /// record is sent); offsets, sizes and timestamps stay. `key()`/`value()` are `None`
+    /// afterwards.
+    pub fn release_payloads(&mut self) {
+        for r in &mut self.records {
+            r.data = Vec::new();
+            r.key_len = None;
+            r.has_value = false;
+            r.headers = None;
+        }
     }
 
     /// Records in consumption order (per partition: source order).
@@ -158,6 +217,11 @@ impl Batch {
     /// Whether the batch reached a bound and must be written before consuming more.
     pub fn is_full(&self, limits: &BatchLimits) -> bool {
         self.records.len() >= limits.max_records || self.bytes >= limits.max_bytes
+    }
+
+    /// When the first record arrived (`None` while empty).
+    pub fn opened_at(&self) -> Option<Instant> {
+        self.opened_at
     }
 
     /// When the batch must be written at the latest (`None` while empty).
@@ -234,15 +298,14 @@ mod tests {
     use pretty_assertions::assert_eq;
 
     fn rec(offset: i64, size: usize) -> BatchRecord {
-        BatchRecord {
-            slot: usize::MAX,
+        BatchRecord::new(
             offset,
-            key: None,
-            value: Some(vec![0; size]),
-            headers: None,
-            timestamp: Some(0),
-            size: size + RECORD_OVERHEAD_BYTES,
-        }
+            None,
+            Some(&vec![0; size]),
+            None,
+            Some(0),
+            size + RECORD_OVERHEAD_BYTES,
+        )
     }
 
     #[test]

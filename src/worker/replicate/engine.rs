@@ -76,7 +76,7 @@
 //! runs: MirrorMaker 2's behaviour (an out-of-range position silently moves to the log
 //! start; nothing is reported).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -86,14 +86,15 @@ use std::time::{Duration, Instant};
 use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
-use rdkafka::message::{Header, Headers, OwnedHeaders};
-use rdkafka::producer::{DeliveryFuture, FutureRecord};
+use rdkafka::message::{BorrowedMessage, Header, Headers, OwnedHeaders};
+use rdkafka::producer::BaseRecord;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Message, Offset, TopicPartitionList};
 use tokio::sync::watch;
 use tracing::{debug, error, info, warn};
 
 use super::batch::{partition_outcomes, record_size, Batch, BatchLimits, BatchRecord};
+use super::delivery::{DeliveryReport, GroupHandle};
 use super::io::{self, Admin, LogContext, MetaClient};
 use super::select::{target_topic_action, TargetTopicAction, TopicDecision, TopicFilter};
 use super::status::{
@@ -142,6 +143,11 @@ pub struct Tuning {
     pub consumer_queue_kbytes: u32,
     /// `fetch.max.bytes` (unless set in `source.config`).
     pub fetch_max_bytes: u32,
+    /// AtLeastOnce: batches sent to the target before the oldest one's delivery reports are
+    /// in, and batches whose syncs and progress may await acknowledgement (1 = one at a
+    /// time). `batch` then bounds all of them together, so after a crash at most
+    /// `batch.max_records` records are replicated again.
+    pub pipeline_depth: usize,
     /// Bound of metadata, admin and watermark calls, and of reading progress.
     pub io_timeout: Duration,
     /// How often the status is published and lag gauges refreshed between refreshes.
@@ -166,6 +172,7 @@ impl Default for Tuning {
             // Sized for ≤ 64 MiB RSS at 1,000 partitions (measured by benches/replication.rs).
             consumer_queue_kbytes: 4 * 1024,
             fetch_max_bytes: 2 * 1024 * 1024,
+            pipeline_depth: 2,
             io_timeout: Duration::from_secs(30),
             status_interval: Duration::from_secs(2),
             retry_min: Duration::from_millis(200),
@@ -324,34 +331,91 @@ impl Owned {
     }
 }
 
-/// A consumed record, detached from the consumer.
-struct Received {
-    topic: String,
-    partition: i32,
-    record: BatchRecord,
+/// Copies a consumed record out of librdkafka's buffer (one allocation for key and value;
+/// headers are parsed once).
+fn detach_record(m: &BorrowedMessage<'_>) -> BatchRecord {
+    let (key, value) = (m.key(), m.payload());
+    let (headers, size) = match m.headers() {
+        Some(h) => {
+            let list: Vec<(&str, Option<&[u8]>)> = h.iter().map(|x| (x.key, x.value)).collect();
+            (Some(h.detach()), record_size(key, value, &list))
+        }
+        None => (None, record_size(key, value, &[])),
+    };
+    BatchRecord::new(
+        m.offset(),
+        key,
+        value,
+        headers,
+        m.timestamp().to_millis(),
+        size,
+    )
 }
 
-async fn recv_owned(consumer: &StreamConsumer<LogContext>) -> Result<Received, KafkaError> {
-    let m = consumer.recv().await?;
-    let headers = m.headers().map(|h| h.detach());
-    let header_list: Vec<(&str, Option<&[u8]>)> = m
-        .headers()
-        .map(|h| h.iter().map(|x| (x.key, x.value)).collect())
-        .unwrap_or_default();
-    let size = record_size(m.key(), m.payload(), &header_list);
-    Ok(Received {
-        topic: m.topic().to_string(),
-        partition: m.partition(),
-        record: BatchRecord {
-            slot: 0,
-            offset: m.offset(),
-            key: m.key().map(<[u8]>::to_vec),
-            value: m.payload().map(<[u8]>::to_vec),
-            headers,
-            timestamp: m.timestamp().to_millis(),
-            size,
-        },
-    })
+/// Records read while a batch is written, bounded like a batch (so at most two batches of
+/// records are held: the one being written and this one). Stops at the first consumer error,
+/// which is handled with the records (an out-of-range error must be seen before more are
+/// taken).
+struct ReadAhead {
+    open: bool,
+    limits: BatchLimits,
+    bytes: usize,
+    /// Topics of the records, so a record carries an index instead of a copied name.
+    topics: Vec<String>,
+    items: Vec<Result<(usize, i32, BatchRecord), KafkaError>>,
+}
+
+impl ReadAhead {
+    fn new(enabled: bool, limits: BatchLimits) -> Self {
+        Self {
+            open: enabled,
+            limits,
+            bytes: 0,
+            topics: Vec::new(),
+            items: Vec::new(),
+        }
+    }
+
+    fn open(&self) -> bool {
+        self.open
+    }
+
+    fn push(&mut self, r: Result<BorrowedMessage<'_>, KafkaError>) {
+        match r {
+            Ok(m) => {
+                let topic = match self.topics.iter().rposition(|t| t == m.topic()) {
+                    Some(i) => i,
+                    None => {
+                        self.topics.push(m.topic().to_string());
+                        self.topics.len() - 1
+                    }
+                };
+                let record = detach_record(&m);
+                self.bytes += record.size;
+                self.items.push(Ok((topic, m.partition(), record)));
+            }
+            Err(e) => {
+                self.open = false;
+                self.items.push(Err(e));
+            }
+        }
+        if self.items.len() >= self.limits.max_records || self.bytes >= self.limits.max_bytes {
+            self.open = false;
+        }
+    }
+
+    /// Takes what librdkafka already has queued, without waiting.
+    fn drain(&mut self, consumer: &StreamConsumer<LogContext>) {
+        use futures::{FutureExt as _, StreamExt as _};
+        // One stream for the whole drain: each `recv` registers and drops a waker slot.
+        let mut stream = consumer.stream();
+        while self.open {
+            match stream.next().now_or_never() {
+                Some(Some(r)) => self.push(r),
+                _ => return,
+            }
+        }
+    }
 }
 
 /// A record-level failure from a batch.
@@ -389,6 +453,74 @@ enum WriteOutcome {
     Replay,
 }
 
+/// A batch whose records were handed to the producer; delivery reports are pending.
+struct Dispatched {
+    batch: Batch,
+    /// Target topic per batch slot.
+    targets: Vec<Option<String>>,
+    /// Partitions sent one record per request, per slot.
+    careful: Vec<bool>,
+    /// Per record, once known (`Ok(target offset)`).
+    results: Vec<Option<Result<i64, RecordFailure>>>,
+    /// Where the delivery reports arrive.
+    group: GroupHandle,
+    /// Records sent whose report is still to be collected from `group`.
+    pending: Vec<usize>,
+    sent_at: Instant,
+}
+
+/// Waits until every record of the oldest dispatched batch has its delivery report.
+async fn head_delivered(in_flight: &mut VecDeque<Dispatched>) {
+    match in_flight.front_mut() {
+        Some(d) => d.group.complete().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Offset syncs and progress of a finished batch, sent without transactions; their delivery
+/// reports are pending.
+struct MetaPending {
+    group: GroupHandle,
+    /// Records sent (indexes `0..sent` of `group`).
+    sent: usize,
+    /// Partitions whose position these progress records persist.
+    progress: Vec<TopicPartitionRef>,
+    /// The reset marker among them.
+    marker: Option<String>,
+}
+
+impl MetaPending {
+    /// The first failed delivery, if any.
+    fn failure(&self) -> Option<String> {
+        (0..self.sent).find_map(|j| delivery_result(self.group.take(j)).err().map(|f| f.message))
+    }
+}
+
+/// Waits until the oldest syncs and progress in flight are acknowledged.
+async fn meta_delivered(meta: &mut VecDeque<MetaPending>) {
+    match meta.front_mut() {
+        Some(m) => m.group.complete().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// What a guarded write does.
+#[derive(Debug, Clone, Copy)]
+enum Job {
+    /// Finish every dispatched batch, then write the open batch and pending progress.
+    Open,
+    /// Finish the oldest dispatched batch.
+    Head,
+}
+
+/// Result of handing a batch to the producer.
+enum Dispatch {
+    /// Sent; finish it once its delivery reports are in.
+    Sent(Dispatched),
+    /// Nothing sent (no producer, or the transaction did not open).
+    Done(Batch, WriteOutcome),
+}
+
 /// The message when the target refuses transactions.
 pub fn transactions_unsupported_message(
     target_alias: &str,
@@ -413,7 +545,8 @@ pub struct Engine {
     out: EngineOutputs,
     source_props: ClientProperties,
     target_props: ClientProperties,
-    consumer: StreamConsumer<LogContext>,
+    /// Shared so records can be read ahead while a batch is being written.
+    consumer: Arc<StreamConsumer<LogContext>>,
     source_meta: MetaClient,
     target_meta: MetaClient,
     /// Shared with blocking topic id lookups.
@@ -429,6 +562,12 @@ pub struct Engine {
     /// Partitions whose position is not persisted yet.
     pending_progress: BTreeSet<TopicPartitionRef>,
     batch: Batch,
+    /// Batches sent and not finished yet, oldest first (AtLeastOnce pipelines them).
+    in_flight: VecDeque<Dispatched>,
+    /// Syncs and progress of finished batches awaiting acknowledgement (AtLeastOnce).
+    meta_in_flight: VecDeque<MetaPending>,
+    /// Key of the partition of the last consumed record (saves a copy of the name).
+    last_tp: Option<TopicPartitionRef>,
     reassign_needed: bool,
     out_of_range_seen: bool,
     refreshed_once: bool,
@@ -501,7 +640,7 @@ impl Engine {
             out,
             source_props,
             target_props,
-            consumer,
+            consumer: Arc::new(consumer),
             source_meta,
             target_meta,
             source_admin,
@@ -514,6 +653,9 @@ impl Engine {
             internal_topics_ready: false,
             pending_progress: BTreeSet::new(),
             batch: Batch::new(),
+            in_flight: VecDeque::new(),
+            meta_in_flight: VecDeque::new(),
+            last_tp: None,
             reassign_needed: false,
             out_of_range_seen: false,
             refreshed_once: false,
@@ -669,7 +811,7 @@ impl Engine {
                     self.schedule_retry(&"the target producer is not available");
                 }
             }
-            let limits = self.settings.tuning.batch;
+            let limits = self.fill_limits();
             let batch_due = !self.batch.is_empty()
                 && (self.batch.is_full(&limits)
                     || self
@@ -678,8 +820,14 @@ impl Engine {
                         .is_some_and(|d| Instant::now() >= d));
             let progress_due = self.batch.is_empty()
                 && (!self.pending_progress.is_empty() || self.pending_reset_marker.is_some());
-            if (batch_due || progress_due || self.out_of_range_seen) && self.can_write() {
-                if !self.write_guarded(shutdown).await? {
+            if batch_due && self.can_write() && self.pipelined() && !self.out_of_range_seen {
+                if self.in_flight.len() < self.settings.tuning.pipeline_depth.max(1) {
+                    self.dispatch_open().await?;
+                    continue;
+                }
+                // The pipeline is full: wait for the oldest batch (select below).
+            } else if (batch_due || progress_due || self.out_of_range_seen) && self.can_write() {
+                if !self.write_guarded(shutdown, Job::Open).await? {
                     return Ok(());
                 }
                 if self.out_of_range_seen && self.batch.is_empty() {
@@ -688,7 +836,11 @@ impl Engine {
                 }
                 continue;
             }
-            if self.reassign_needed && self.batch.is_empty() && self.retry_due() {
+            if self.reassign_needed
+                && self.batch.is_empty()
+                && self.in_flight.is_empty()
+                && self.retry_due()
+            {
                 self.reassign();
             }
             let consuming =
@@ -697,17 +849,18 @@ impl Engine {
             let batch_deadline = self.batch.deadline(&limits).unwrap_or(far);
             let retry_at = self.retry_at.unwrap_or(far);
             let next_refresh = self.next_refresh;
+            let consumer = Arc::clone(&self.consumer);
             tokio::select! {
                 biased;
                 _ = shutdown.as_mut() => {
-                    self.shutdown_gracefully().await;
+                    self.shutdown_gracefully(true).await;
                     return Ok(());
                 }
                 changed = self.flow_rx.changed(), if flow_open => {
                     match changed {
                         Ok(()) => {
                             let spec = self.flow_rx.borrow_and_update().clone();
-                            if !self.write_guarded(shutdown).await? {
+                            if !self.write_guarded(shutdown, Job::Open).await? {
                                 return Ok(());
                             }
                             self.apply_spec(spec);
@@ -717,7 +870,7 @@ impl Engine {
                     }
                 }
                 _ = tokio::time::sleep_until(next_refresh.into()) => {
-                    if !self.write_guarded(shutdown).await? {
+                    if !self.write_guarded(shutdown, Job::Open).await? {
                         return Ok(());
                     }
                     self.refresh().await;
@@ -727,13 +880,25 @@ impl Engine {
                     self.update_readiness();
                     self.publish();
                 }
+                _ = meta_delivered(&mut self.meta_in_flight), if !self.meta_in_flight.is_empty() => {
+                    self.on_meta_delivered();
+                }
+                _ = head_delivered(&mut self.in_flight), if !self.in_flight.is_empty()
+                    && self.meta_in_flight.len() < self.settings.tuning.pipeline_depth.max(1) => {
+                    if !self.write_guarded(shutdown, Job::Head).await? {
+                        return Ok(());
+                    }
+                }
                 _ = tokio::time::sleep_until(batch_deadline.into()), if !self.batch.is_empty() => {}
                 _ = tokio::time::sleep_until(retry_at.into()), if self.retry_at.is_some() => {
                     self.retry_at = None;
                 }
-                r = recv_owned(&self.consumer), if consuming => {
-                    self.on_message(r);
-                    self.drain_ready(&limits);
+                r = consumer.recv(), if consuming => {
+                    match r {
+                        Ok(m) => self.on_record(m.topic(), m.partition(), detach_record(&m)),
+                        Err(e) => self.on_consumer_error(e),
+                    }
+                    self.drain_ready(&consumer, &limits);
                 }
             }
         }
@@ -886,28 +1051,63 @@ impl Engine {
         self.reassign_needed = true;
     }
 
-    /// Writes the open batch (and pending progress). If shutdown comes during the write, the
-    /// write may still finish within the grace period; otherwise its transaction is aborted.
-    /// `Ok(false)` means shutdown happened (and was handled).
+    /// Runs `job` (a write). If shutdown comes during it, it may still finish within the grace
+    /// period; otherwise its transaction is aborted. `Ok(false)` means shutdown happened (and
+    /// was handled).
     async fn write_guarded<F: Future<Output = ()>>(
         &mut self,
         shutdown: &mut std::pin::Pin<&mut F>,
+        job: Job,
     ) -> Result<bool, EngineError> {
-        let nothing = self.batch.is_empty()
-            && self.pending_progress.is_empty()
-            && self.pending_reset_marker.is_none();
+        let nothing = match job {
+            Job::Open => {
+                self.batch.is_empty()
+                    && self.in_flight.is_empty()
+                    && self.pending_progress.is_empty()
+                    && self.pending_reset_marker.is_none()
+            }
+            Job::Head => self.in_flight.is_empty(),
+        };
         if nothing || !self.can_write() {
             return Ok(true);
         }
         let grace = self.settings.tuning.shutdown_grace;
+        let mut limits = self.fill_limits();
+        if let Job::Head = job {
+            // The open batch stays open: read ahead only what it still has room for.
+            limits.max_records = limits.max_records.saturating_sub(self.batch.len());
+            limits.max_bytes = limits.max_bytes.saturating_sub(self.batch.bytes());
+        }
+        // While the batch is written, the next one is read ahead (the write waits on the
+        // target most of the time). Not when the assignment is about to change: those
+        // records would be dropped anyway.
+        let mut ahead = ReadAhead::new(
+            self.started
+                && !self.reassign_needed
+                && !self.out_of_range_seen
+                && limits.max_records > 0
+                && limits.max_bytes > 0,
+            limits,
+        );
+        let consumer = Arc::clone(&self.consumer);
         let (result, interrupted) = {
-            let write = self.write_batch();
+            let write = self.run_job(job);
             tokio::pin!(write);
-            tokio::select! {
-                r = &mut write => (Some(r), false),
-                _ = shutdown.as_mut() => (tokio::time::timeout(grace, write).await.ok(), true),
+            loop {
+                tokio::select! {
+                    biased;
+                    r = &mut write => break (Some(r), false),
+                    _ = shutdown.as_mut() => {
+                        break (tokio::time::timeout(grace, write).await.ok(), true)
+                    }
+                    r = consumer.recv(), if ahead.open() => {
+                        ahead.push(r);
+                        ahead.drain(&consumer);
+                    }
+                }
             }
         };
+        let finished = result.is_some();
         match result {
             Some(r) => self.after_write(r)?,
             None => warn!(
@@ -916,8 +1116,22 @@ impl Engine {
             ),
         }
         if interrupted {
-            self.shutdown_gracefully().await;
+            let clean = finished && !self.reassign_needed;
+            self.shutdown_gracefully(clean).await;
             return Ok(false);
+        }
+        // Records read ahead follow the batch just written; they are kept only if it
+        // committed as a whole. After a rewind, a stopped partition or anything else that
+        // re-assigns, the consumer starts again from the committed positions: keeping them
+        // would put them after a hole.
+        if !self.reassign_needed {
+            let ReadAhead { topics, items, .. } = ahead;
+            for item in items {
+                match item {
+                    Ok((t, partition, record)) => self.on_record(&topics[t], partition, record),
+                    Err(e) => self.on_consumer_error(e),
+                }
+            }
         }
         Ok(true)
     }
@@ -951,9 +1165,15 @@ impl Engine {
         Ok(())
     }
 
-    async fn shutdown_gracefully(&mut self) {
+    /// `clean`: every write so far finished; otherwise what is left (dispatched batches, the
+    /// open batch) is dropped, since it would follow a batch whose outcome is unknown.
+    async fn shutdown_gracefully(&mut self, clean: bool) {
         info!("shutting down");
         let grace = self.settings.tuning.shutdown_grace;
+        if !clean {
+            self.in_flight.clear();
+            self.batch.clear();
+        }
         if let Some(w) = &mut self.writer {
             if w.in_transaction() {
                 // A write was interrupted: its transaction cannot be finished safely.
@@ -966,7 +1186,10 @@ impl Engine {
                 self.batch.clear();
             }
         }
-        if (!self.batch.is_empty() || !self.pending_progress.is_empty()) && self.can_write() {
+        let open = !self.batch.is_empty()
+            || !self.in_flight.is_empty()
+            || !self.pending_progress.is_empty();
+        if open && self.can_write() {
             match tokio::time::timeout(grace, self.write_batch()).await {
                 Ok(r) => {
                     if let Err(e) = self.after_write(r) {
@@ -982,6 +1205,7 @@ impl Engine {
             }
         }
         self.batch.clear();
+        self.in_flight.clear();
         let _ = self.consumer.unassign();
         self.out.readiness.set_not_ready("stopped");
         info!("stopped");
@@ -989,8 +1213,10 @@ impl Engine {
 
     /// Takes the records librdkafka already has queued without another trip through the
     /// select loop (whose timers cost more than a record), up to the batch bound.
-    fn drain_ready(&mut self, limits: &BatchLimits) {
-        use futures::FutureExt as _;
+    fn drain_ready(&mut self, consumer: &StreamConsumer<LogContext>, limits: &BatchLimits) {
+        use futures::{FutureExt as _, StreamExt as _};
+        // One stream for the whole drain: each `recv` registers and drops a waker slot.
+        let mut stream = consumer.stream();
         for _ in 0..limits.max_records {
             // An out-of-range error must be handled (next loop turn) before taking more.
             if !(self.can_write()
@@ -1000,42 +1226,55 @@ impl Engine {
             {
                 return;
             }
-            match recv_owned(&self.consumer).now_or_never() {
-                Some(r) => self.on_message(r),
-                None => return,
+            match stream.next().now_or_never() {
+                Some(Some(Ok(m))) => self.on_record(m.topic(), m.partition(), detach_record(&m)),
+                Some(Some(Err(e))) => self.on_consumer_error(e),
+                _ => return,
             }
         }
     }
 
-    fn on_message(&mut self, r: Result<Received, KafkaError>) {
-        match r {
-            Ok(rec) => {
-                let tp = TopicPartitionRef {
-                    topic: rec.topic,
-                    partition: rec.partition,
-                };
-                let Some(o) = self.owned.get_mut(&tp) else {
-                    return;
-                };
-                if !matches!(o.state, PartitionState::Replicating) {
-                    return;
-                }
-                if o.fetched.is_some_and(|f| rec.record.offset < f) {
-                    return; // stale, from before a re-assign
-                }
-                o.fetched = Some(rec.record.offset + 1);
-                o.fetched_since_check = true;
-                self.batch
-                    .push(&tp.topic, tp.partition, rec.record, Instant::now());
-            }
-            Err(KafkaError::MessageConsumption(
+    /// A consumed record: into the batch if its partition replicates and it is not stale.
+    fn on_record(&mut self, topic: &str, partition: i32, record: BatchRecord) {
+        // Records come in runs per partition: reuse the key of the previous one.
+        if !self
+            .last_tp
+            .as_ref()
+            .is_some_and(|tp| tp.partition == partition && tp.topic == topic)
+        {
+            self.last_tp = Some(TopicPartitionRef {
+                topic: topic.to_string(),
+                partition,
+            });
+        }
+        let Some(tp) = self.last_tp.as_ref() else {
+            return;
+        };
+        let Some(o) = self.owned.get_mut(tp) else {
+            return;
+        };
+        if !matches!(o.state, PartitionState::Replicating) {
+            return;
+        }
+        if o.fetched.is_some_and(|f| record.offset < f) {
+            return; // stale, from before a re-assign
+        }
+        o.fetched = Some(record.offset + 1);
+        o.fetched_since_check = true;
+        let now = self.batch.opened_at().unwrap_or_else(Instant::now);
+        self.batch.push(topic, partition, record, now);
+    }
+
+    fn on_consumer_error(&mut self, e: KafkaError) {
+        match e {
+            KafkaError::MessageConsumption(
                 RDKafkaErrorCode::AutoOffsetReset | RDKafkaErrorCode::LogTruncation,
-            )) => {
+            ) => {
                 self.out.metrics.error(ErrorKind::OffsetValidation);
                 // librdkafka does not say which partition: check them all after this batch.
                 self.out_of_range_seen = true;
             }
-            Err(e) => {
+            e => {
                 self.out.metrics.error(ErrorKind::Source);
                 debug!("source consumer: {e}");
             }
@@ -1849,21 +2088,130 @@ impl Engine {
         self.out.sink.publish(&snap);
     }
 
-    /// Writes the batch and pending progress. Errors other than fatal ones rewind and ask
-    /// for a retry; the batch is consumed either way.
+    /// Writes the open batch and pending progress, after every dispatched batch (in order).
+    /// Errors other than fatal ones rewind and ask for a retry; the batch is consumed either
+    /// way.
     async fn write_batch(&mut self) -> Result<WriteOutcome, EngineError> {
+        while let Some(d) = self.in_flight.pop_front() {
+            let outcome = self.finish(d).await?;
+            if !matches!(outcome, WriteOutcome::Committed) || self.reassign_needed {
+                self.discard_in_flight().await?;
+                self.batch.clear();
+                return Ok(outcome);
+            }
+            self.after_write(Ok(outcome))?;
+        }
         let batch = std::mem::take(&mut self.batch);
-        let begin = Instant::now();
-        let outcome = self.write_batch_inner(&batch).await;
+        let outcome = match self.dispatch(batch).await? {
+            Dispatch::Sent(d) => self.finish(d).await?,
+            Dispatch::Done(batch, outcome) => {
+                if let WriteOutcome::Retry = outcome {
+                    self.rewind(&batch).await?;
+                }
+                outcome
+            }
+        };
+        self.drain_meta().await;
+        Ok(outcome)
+    }
+
+    /// Waits for every sync and progress record in flight.
+    async fn drain_meta(&mut self) {
+        while !self.meta_in_flight.is_empty() {
+            meta_delivered(&mut self.meta_in_flight).await;
+            self.on_meta_delivered();
+        }
+    }
+
+    async fn run_job(&mut self, job: Job) -> Result<WriteOutcome, EngineError> {
+        match job {
+            Job::Open => self.write_batch().await,
+            Job::Head => self.finish_head().await,
+        }
+    }
+
+    /// Whether batches may be dispatched before the previous ones finished: AtLeastOnce only
+    /// (a transaction holds one batch), and not while a partition is being retried one record
+    /// at a time.
+    fn pipelined(&self) -> bool {
+        !self.transactional() && !self.owned.values().any(|o| o.careful)
+    }
+
+    /// Bounds of the open batch: a share of `Tuning::batch`, which bounds the record data
+    /// held (the producer's copies of sent records, the open batch, records read ahead) and,
+    /// without transactions, the records not yet covered by acknowledged progress (what a
+    /// crash may replicate again). AtLeastOnce: up to `pipeline_depth` batches await their
+    /// delivery reports and as many their progress, so each gets an equal share.
+    /// ExactlyOnce: the batch in the transaction and the one read meanwhile.
+    fn fill_limits(&self) -> BatchLimits {
+        let limits = self.settings.tuning.batch;
+        let parts = if self.transactional() {
+            2
+        } else {
+            2 * self.settings.tuning.pipeline_depth.max(1)
+        };
+        BatchLimits {
+            max_records: (limits.max_records / parts).max(1),
+            max_bytes: (limits.max_bytes / parts).max(1),
+            linger: limits.linger,
+        }
+    }
+
+    /// Sends the open batch without waiting for its delivery reports.
+    async fn dispatch_open(&mut self) -> Result<(), EngineError> {
+        let batch = std::mem::take(&mut self.batch);
+        match self.dispatch(batch).await? {
+            Dispatch::Sent(d) => self.in_flight.push_back(d),
+            Dispatch::Done(batch, outcome) => {
+                if let WriteOutcome::Retry = outcome {
+                    self.rewind(&batch).await?;
+                }
+                self.after_write(Ok(outcome))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Finishes the oldest dispatched batch (its records were sent before any later one's).
+    /// A batch that did not commit as a whole drops every later one: the consumer restarts
+    /// from the committed positions.
+    async fn finish_head(&mut self) -> Result<WriteOutcome, EngineError> {
+        let Some(d) = self.in_flight.pop_front() else {
+            return Ok(WriteOutcome::Committed);
+        };
+        let outcome = self.finish(d).await?;
+        if !matches!(outcome, WriteOutcome::Committed) || self.reassign_needed {
+            self.discard_in_flight().await?;
+        }
+        Ok(outcome)
+    }
+
+    /// Drops the dispatched batches: their records may still reach the target (at least
+    /// once: they are sent again from the committed positions), their syncs start over.
+    async fn discard_in_flight(&mut self) -> Result<(), EngineError> {
+        while let Some(d) = self.in_flight.pop_front() {
+            debug!(
+                records = d.batch.len(),
+                "dropping a dispatched batch after a failed one"
+            );
+            self.rewind(&d.batch).await?;
+        }
+        Ok(())
+    }
+
+    /// Waits for every delivery report of the batch and finishes it: offset syncs and
+    /// progress, then the committed positions. `Retry` has rewound.
+    async fn finish(&mut self, mut d: Dispatched) -> Result<WriteOutcome, EngineError> {
+        let outcome = self.finish_inner(&mut d).await;
         debug!(
-            records = batch.len(),
-            bytes = batch.bytes(),
-            elapsed_ms = begin.elapsed().as_millis() as u64,
+            records = d.batch.len(),
+            bytes = d.batch.bytes(),
+            elapsed_ms = d.sent_at.elapsed().as_millis() as u64,
             committed = matches!(outcome, Ok(WriteOutcome::Committed)),
             "batch written"
         );
         if let Ok(WriteOutcome::Retry) = &outcome {
-            self.rewind(&batch).await?;
+            self.rewind(&d.batch).await?;
         }
         outcome
     }
@@ -1918,14 +2266,19 @@ impl Engine {
         Ok(())
     }
 
-    async fn write_batch_inner(&mut self, batch: &Batch) -> Result<WriteOutcome, EngineError> {
+    /// Hands the batch's records to the producer (opening the transaction first). Only a
+    /// partition in careful mode, or a full producer queue, waits for delivery reports here.
+    async fn dispatch(&mut self, batch: Batch) -> Result<Dispatch, EngineError> {
+        let sent_at = Instant::now();
         let Some(writer) = self.writer.as_mut() else {
-            return Ok(WriteOutcome::Retry);
+            return Ok(Dispatch::Done(batch, WriteOutcome::Retry));
         };
         if let Err(e) = writer.begin() {
-            return self.write_error("begin transaction", &e);
+            let outcome = self.write_error("begin transaction", &e)?;
+            return Ok(Dispatch::Done(batch, outcome));
         }
         let producer = writer.producer().clone();
+        let group = writer.tracker().group(batch.len());
         // Target topic per batch slot.
         let targets: Vec<Option<String>> = batch
             .partitions()
@@ -1933,7 +2286,9 @@ impl Engine {
             .map(|p| self.owned.get(&p.tp).map(|o| o.target_topic.clone()))
             .collect();
         let mut results: Vec<Option<Result<i64, RecordFailure>>> = vec![None; batch.len()];
-        let mut pending: Vec<(usize, DeliveryFuture)> = Vec::with_capacity(batch.len());
+        // Sent records whose report is not collected yet, and how many were sent in all.
+        let mut pending: Vec<usize> = Vec::with_capacity(batch.len());
+        let mut sent = 0usize;
         let mut stopped = vec![false; batch.partitions().len()];
         let careful: Vec<bool> = batch
             .partitions()
@@ -1951,28 +2306,32 @@ impl Engine {
             };
             let mut drained = false;
             loop {
-                let mut fr: FutureRecord<'_, [u8], [u8]> =
-                    FutureRecord::to(target).partition(part.tp.partition);
-                if let Some(k) = &rec.key {
-                    fr = fr.key(k.as_slice());
+                let mut br: BaseRecord<'_, [u8], [u8], usize> =
+                    BaseRecord::with_opaque_to(target, group.ticket(i))
+                        .partition(part.tp.partition);
+                if let Some(k) = rec.key() {
+                    br = br.key(k);
                 }
-                if let Some(v) = &rec.value {
-                    fr = fr.payload(v.as_slice());
+                if let Some(v) = rec.value() {
+                    br = br.payload(v);
                 }
                 if let Some(ts) = rec.timestamp {
-                    fr = fr.timestamp(ts);
+                    br = br.timestamp(ts);
                 }
                 if let Some(h) = &rec.headers {
-                    fr = fr.headers(h.clone());
+                    br = br.headers(h.clone());
                 }
-                match producer.send_result(fr) {
-                    Ok(f) => {
-                        pending.push((i, f));
+                match producer.send(br) {
+                    Ok(()) => {
+                        pending.push(i);
+                        sent += 1;
                         if careful[rec.slot] {
                             // One record per produce request, so a size refusal names the
                             // record that is really too large.
-                            for (j, f) in pending.drain(..) {
-                                let r = delivery_result(f.await);
+                            group.expect(sent);
+                            group.complete().await;
+                            for j in pending.drain(..) {
+                                let r = delivery_result(group.take(j));
                                 if let Err(fail) = &r {
                                     if batch.records()[j].slot == rec.slot {
                                         stopped[rec.slot] = fail.class == ErrorClass::Rejected;
@@ -1987,8 +2346,10 @@ impl Engine {
                         if !drained =>
                     {
                         // Wait for what is in flight, then try once more (keeps order).
-                        for (j, f) in pending.drain(..) {
-                            results[j] = Some(delivery_result(f.await));
+                        group.expect(sent);
+                        group.complete().await;
+                        for j in pending.drain(..) {
+                            results[j] = Some(delivery_result(group.take(j)));
                         }
                         drained = true;
                     }
@@ -2000,9 +2361,37 @@ impl Engine {
                 }
             }
         }
-        for (j, f) in pending {
-            results[j] = Some(delivery_result(f.await));
+        group.expect(sent);
+        // librdkafka copied every sent record; a retry re-reads from the source. Only the
+        // bookkeeping stays while the batch is in flight.
+        let mut batch = batch;
+        batch.release_payloads();
+        Ok(Dispatch::Sent(Dispatched {
+            batch,
+            targets,
+            careful,
+            results,
+            group,
+            pending,
+            sent_at,
+        }))
+    }
+
+    async fn finish_inner(&mut self, d: &mut Dispatched) -> Result<WriteOutcome, EngineError> {
+        d.group.complete().await;
+        for j in std::mem::take(&mut d.pending) {
+            d.results[j] = Some(delivery_result(d.group.take(j)));
         }
+        let Some(producer) = self.writer.as_ref().map(|w| w.producer().clone()) else {
+            return Ok(WriteOutcome::Retry);
+        };
+        let Dispatched {
+            batch,
+            targets,
+            careful,
+            results,
+            ..
+        } = &*d;
         let acked_at = jiff::Timestamp::now().as_millisecond();
         // Anything that makes the batch unusable? A fenced producer only reports "purged".
         if results.iter().flatten().any(Result::is_err) {
@@ -2030,7 +2419,7 @@ impl Engine {
                 }
             }
         }
-        let outcomes = partition_outcomes(batch, &results);
+        let outcomes = partition_outcomes(batch, results);
         // Rejected records stop their partition, in both modes. A size refusal from the
         // broker may cover a whole produce batch: first retry the partition one record per
         // request to find the record that is really too large.
@@ -2155,8 +2544,14 @@ impl Engine {
                 id,
             ));
         }
-        // Syncs first; without transactions, progress only after the syncs are acknowledged.
-        let mut futures: Vec<DeliveryFuture> = Vec::new();
+        // Syncs and progress go together (one round trip). Without transactions a crash may
+        // keep the progress and lose syncs of the batch: translation then falls back to the
+        // safe rule for those offsets (their sync sequence has a hole), never past them.
+        let Some(tracker) = self.writer.as_ref().map(|w| w.tracker().clone()) else {
+            return Ok(WriteOutcome::Retry);
+        };
+        let meta_group = tracker.group(syncs.len() + progress.len());
+        let mut meta_sent = 0usize;
         for (slot, s) in &syncs {
             let tp = &batch.partitions()[*slot].tp;
             let sync = OffsetSync {
@@ -2176,22 +2571,15 @@ impl Engine {
                 key: SYNC_SEQUENCE_HEADER,
                 value: Some(seq.as_slice()),
             });
-            let fr: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&self.syncs_topic)
-                .partition(0)
-                .key(key.as_slice())
-                .payload(value.as_slice())
-                .headers(headers);
-            match producer.send_result(fr) {
-                Ok(f) => futures.push(f),
+            let br: BaseRecord<'_, [u8], [u8], usize> =
+                BaseRecord::with_opaque_to(&self.syncs_topic, meta_group.ticket(meta_sent))
+                    .partition(0)
+                    .key(key.as_slice())
+                    .payload(value.as_slice())
+                    .headers(headers);
+            match producer.send(br) {
+                Ok(()) => meta_sent += 1,
                 Err((e, _)) => return self.write_error("send offset sync", &e),
-            }
-        }
-        if !self.transactional() {
-            for f in futures.drain(..) {
-                if let Err(fail) = delivery_result(f.await) {
-                    warn!("offset sync not delivered: {}", fail.message);
-                    return Ok(WriteOutcome::Retry);
-                }
             }
         }
         for p in &progress {
@@ -2201,15 +2589,17 @@ impl Engine {
                     return Err(EngineError::Fatal(format!("encoding progress: {e}")))
                 }
             };
-            let fr: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&self.progress_topic)
-                .partition(0)
-                .key(key.as_slice())
-                .payload(value.as_slice());
-            match producer.send_result(fr) {
-                Ok(f) => futures.push(f),
+            let br: BaseRecord<'_, [u8], [u8], usize> =
+                BaseRecord::with_opaque_to(&self.progress_topic, meta_group.ticket(meta_sent))
+                    .partition(0)
+                    .key(key.as_slice())
+                    .payload(value.as_slice());
+            match producer.send(br) {
+                Ok(()) => meta_sent += 1,
                 Err((e, _)) => return self.write_error("send progress", &e),
             }
         }
+        meta_group.expect(meta_sent);
         if self.transactional() {
             let Some(writer) = self.writer.as_mut() else {
                 return Ok(WriteOutcome::Retry);
@@ -2217,8 +2607,9 @@ impl Engine {
             if let Err(e) = writer.commit().await {
                 return self.write_error("commit transaction", &e);
             }
-            for f in futures {
-                if let Err(fail) = delivery_result(f.await) {
+            meta_group.complete().await;
+            for j in 0..meta_sent {
+                if let Err(fail) = delivery_result(meta_group.take(j)) {
                     // Cannot happen after a successful commit; never claim success then.
                     warn!("progress not delivered after commit: {}", fail.message);
                     return Ok(WriteOutcome::Retry);
@@ -2229,15 +2620,22 @@ impl Engine {
                 .transactions
                 .with_label_values(&["commit"])
                 .inc();
-        } else {
-            for f in futures {
-                if let Err(fail) = delivery_result(f.await) {
-                    self.out.metrics.error(ErrorKind::Progress);
-                    warn!("progress not delivered: {}", fail.message);
-                    return Ok(WriteOutcome::Retry);
-                }
-            }
         }
+        // Without transactions the records are on the target now (acknowledged): positions
+        // advance at once, while syncs and progress are acknowledged in the background
+        // ([`Engine::on_meta_delivered`]). A lost progress record is written again.
+        let meta = (!self.transactional()).then_some(MetaPending {
+            group: meta_group,
+            sent: meta_sent,
+            progress: progress
+                .iter()
+                .map(|p| TopicPartitionRef {
+                    topic: p.topic.clone(),
+                    partition: p.partition,
+                })
+                .collect(),
+            marker: marker.clone(),
+        });
         // Committed: apply.
         self.out.metrics.offset_syncs.inc_by(syncs.len() as u64);
         let mut per_topic: HashMap<&str, (u64, u64)> = HashMap::new();
@@ -2299,7 +2697,32 @@ impl Engine {
         if marker.is_some() && self.pending_reset_marker == marker {
             self.pending_reset_marker = None;
         }
+        if let Some(m) = meta {
+            self.meta_in_flight.push_back(m);
+        }
         Ok(WriteOutcome::Committed)
+    }
+
+    /// Syncs and progress of a batch were acknowledged (AtLeastOnce). On failure, the
+    /// positions are written again with the next batch; the syncs are not (their sequence
+    /// has a hole, which readers see: translation falls back to the safe rule there).
+    fn on_meta_delivered(&mut self) {
+        let Some(m) = self.meta_in_flight.pop_front() else {
+            return;
+        };
+        let Some(message) = m.failure() else {
+            return;
+        };
+        self.out.metrics.error(ErrorKind::Progress);
+        warn!("offset syncs or progress not delivered: {message}; writing the positions again");
+        for tp in m.progress {
+            if self.owned.contains_key(&tp) {
+                self.pending_progress.insert(tp);
+            }
+        }
+        if let (Some(id), None) = (m.marker, &self.pending_reset_marker) {
+            self.pending_reset_marker = Some(id);
+        }
     }
 
     fn write_error(&mut self, what: &str, e: &KafkaError) -> Result<WriteOutcome, EngineError> {
@@ -2322,18 +2745,13 @@ impl Engine {
     }
 }
 
-fn delivery_result(
-    r: Result<
-        rdkafka::producer::future_producer::OwnedDeliveryResult,
-        futures::channel::oneshot::Canceled,
-    >,
-) -> Result<i64, RecordFailure> {
+fn delivery_result(r: Option<DeliveryReport>) -> Result<i64, RecordFailure> {
     match r {
-        Ok(Ok(d)) => Ok(d.offset),
-        Ok(Err((e, _))) => Err(RecordFailure::from_error(&e, false)),
-        Err(_) => Err(RecordFailure {
+        Some(Ok(offset)) => Ok(offset),
+        Some(Err(e)) => Err(RecordFailure::from_error(&e, false)),
+        None => Err(RecordFailure {
             class: ErrorClass::Retriable,
-            message: "the producer was dropped before the delivery report".into(),
+            message: "no delivery report for the record".into(),
             at_enqueue: false,
             size_related: false,
         }),

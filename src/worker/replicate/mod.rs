@@ -46,6 +46,7 @@
 
 pub mod assign;
 pub mod batch;
+pub mod delivery;
 pub mod engine;
 pub mod io;
 pub mod select;
