@@ -18,9 +18,10 @@
 //!   topics whatever ran before it.
 //! - **bare loop**: this bench binary re-run with `MIRRORFLOW_BENCH_ROLE=bare`: a
 //!   `BaseConsumer` (assign, no group) polled one record at a time into a `BaseProducer`,
-//!   with the engine's consumer settings and the engine's producer settings (idempotent,
-//!   `acks=all`, `linger.ms=5`, same queue bounds), until every record is acknowledged. It
-//!   keeps partition, key, value, headers and timestamp, like the engine.
+//!   with the engine's consumer settings (prefetch bounds from `Tuning::default()`) and the
+//!   engine's producer settings (idempotent, `acks=all`, `linger.ms=5`, same queue bounds),
+//!   until every record is acknowledged. It keeps partition, key, value, headers and
+//!   timestamp, like the engine.
 //! - **kcat pipe**: Debian's `kcat` (1.7.1) as `kcat -C -o beginning -e -f '%k\t%s\n' |
 //!   kcat -P -K '\t'` with the same producer durability settings (`acks=all`, idempotence,
 //!   `linger.ms=5`), consumer at kcat's defaults. It copies key and value only; the target
@@ -517,6 +518,7 @@ mod bare {
         let partitions: i32 = var("MIRRORFLOW_BENCH_BARE_PARTITIONS")?.parse()?;
         let n: u64 = var("MIRRORFLOW_BENCH_BARE_RECORDS")?.parse()?;
         // The engine's consumer settings (engine.rs `create_consumer`, defaults of `Tuning`).
+        let tuning = mirrorflow::worker::replicate::Tuning::default();
         let consumer: BaseConsumer = ClientConfig::new()
             .set("bootstrap.servers", &src)
             .set("group.id", "mirrorflow-bench-bare")
@@ -525,9 +527,12 @@ mod bare {
             .set("enable.partition.eof", "false")
             .set("isolation.level", "read_committed")
             .set("auto.offset.reset", "error")
-            .set("queued.max.messages.kbytes", (16 * 1024).to_string())
+            .set(
+                "queued.max.messages.kbytes",
+                tuning.consumer_queue_kbytes.to_string(),
+            )
             .set("queued.min.messages", "10000")
-            .set("fetch.max.bytes", (8 * 1024 * 1024).to_string())
+            .set("fetch.max.bytes", tuning.fetch_max_bytes.to_string())
             .set("fetch.wait.max.ms", "100")
             .set("fetch.queue.backoff.ms", "20")
             .create()
@@ -537,8 +542,14 @@ mod bare {
             .set("bootstrap.servers", &tgt)
             .set("enable.idempotence", "true")
             .set("acks", "all")
-            .set("queue.buffering.max.kbytes", (32 * 1024).to_string())
-            .set("queue.buffering.max.messages", "100000")
+            .set(
+                "queue.buffering.max.kbytes",
+                tuning.producer.queue_kbytes.to_string(),
+            )
+            .set(
+                "queue.buffering.max.messages",
+                tuning.producer.queue_messages.to_string(),
+            )
             .set("message.timeout.ms", "60000")
             .set("linger.ms", "5")
             .create_with_context(Acks::default())

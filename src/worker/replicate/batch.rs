@@ -34,6 +34,19 @@ impl Default for BatchLimits {
     }
 }
 
+impl BatchLimits {
+    /// One of `parts` equal shares of the record and byte bounds (at least 1 each; the
+    /// linger is the same).
+    pub fn share(&self, parts: usize) -> Self {
+        let parts = parts.max(1);
+        Self {
+            max_records: (self.max_records / parts).max(1),
+            max_bytes: (self.max_bytes / parts).max(1),
+            linger: self.linger,
+        }
+    }
+}
+
 /// One consumed source record.
 #[derive(Debug, Clone)]
 pub struct BatchRecord {
@@ -306,6 +319,73 @@ mod tests {
             Some(0),
             size + RECORD_OVERHEAD_BYTES,
         )
+    }
+
+    #[test]
+    fn shares_of_the_limits() {
+        let l = BatchLimits {
+            max_records: 40_000,
+            max_bytes: 16 << 20,
+            linger: Duration::from_millis(100),
+        };
+        let cases = [
+            (0, 40_000, 16 << 20),
+            (1, 40_000, 16 << 20),
+            (2, 20_000, 8 << 20),
+            (4, 10_000, 4 << 20),
+            (3, 13_333, (16 << 20) / 3),
+        ];
+        for (parts, records, bytes) in cases {
+            let s = l.share(parts);
+            assert_eq!(
+                (s.max_records, s.max_bytes, s.linger),
+                (records, bytes, l.linger),
+                "{parts} parts"
+            );
+        }
+        let tiny = BatchLimits {
+            max_records: 3,
+            max_bytes: 2,
+            linger: Duration::ZERO,
+        };
+        assert_eq!((tiny.share(4).max_records, tiny.share(4).max_bytes), (1, 1));
+    }
+
+    #[test]
+    fn records_keep_null_and_empty_keys_and_values_apart() {
+        let h = || Some(OwnedHeaders::new());
+        type Bytes<'a> = Option<&'a [u8]>;
+        let cases: [(Bytes, Bytes); 6] = [
+            (None, None),
+            (Some(b""), None),
+            (None, Some(b"")),
+            (Some(b"k"), Some(b"value")),
+            (None, Some(b"value")),
+            (Some(b"key"), None),
+        ];
+        for (key, value) in cases {
+            let r = BatchRecord::new(7, key, value, h(), Some(1), 99);
+            assert_eq!((r.key(), r.value()), (key, value), "{key:?} {value:?}");
+            assert_eq!((r.offset, r.timestamp, r.size), (7, Some(1), 99));
+        }
+        let mut b = Batch::new();
+        b.push(
+            "t",
+            0,
+            BatchRecord::new(0, Some(b"k"), Some(b"v"), h(), None, 66),
+            Instant::now(),
+        );
+        b.release_payloads();
+        let r = &b.records()[0];
+        assert_eq!(
+            (r.key(), r.value(), r.headers.is_none()),
+            (None, None, true)
+        );
+        assert_eq!(
+            (r.offset, r.size, b.bytes()),
+            (0, 66, 66),
+            "bookkeeping stays"
+        );
     }
 
     #[test]

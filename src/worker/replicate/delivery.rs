@@ -104,6 +104,9 @@ impl Tracker {
     }
 }
 
+// A ticket packs a group id and an index into the delivery opaque.
+const _: () = assert!(usize::BITS >= 64, "tickets need a 64-bit usize");
+
 fn split_ticket(ticket: usize) -> (u32, usize) {
     (
         (ticket as u64 >> 32) as u32,

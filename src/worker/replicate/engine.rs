@@ -87,14 +87,14 @@ use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Header, Headers, OwnedHeaders};
-use rdkafka::producer::BaseRecord;
+use rdkafka::producer::{BaseRecord, Producer as _, ThreadedProducer};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Message, Offset, TopicPartitionList};
 use tokio::sync::watch;
 use tracing::{debug, error, info, warn};
 
 use super::batch::{partition_outcomes, record_size, Batch, BatchLimits, BatchRecord};
-use super::delivery::{DeliveryReport, GroupHandle};
+use super::delivery::{DeliveryContext, DeliveryReport, GroupHandle};
 use super::io::{self, Admin, LogContext, MetaClient};
 use super::select::{target_topic_action, TargetTopicAction, TopicDecision, TopicFilter};
 use super::status::{
@@ -812,6 +812,10 @@ impl Engine {
                 }
             }
             let limits = self.fill_limits();
+            if self.reassign_needed {
+                // Everything after the committed positions is read again once re-assigned.
+                self.batch.clear();
+            }
             let batch_due = !self.batch.is_empty()
                 && (self.batch.is_full(&limits)
                     || self
@@ -846,7 +850,13 @@ impl Engine {
             let consuming =
                 self.can_write() && !self.batch.is_full(&limits) && !self.reassign_needed;
             let far = Instant::now() + Duration::from_secs(3600);
-            let batch_deadline = self.batch.deadline(&limits).unwrap_or(far);
+            // Only a deadline still ahead: a due batch waiting for room in the pipeline must
+            // not wake the loop again at once.
+            let batch_deadline = self
+                .batch
+                .deadline(&limits)
+                .filter(|d| *d > Instant::now())
+                .unwrap_or(far);
             let retry_at = self.retry_at.unwrap_or(far);
             let next_refresh = self.next_refresh;
             let consumer = Arc::clone(&self.consumer);
@@ -884,12 +894,13 @@ impl Engine {
                     self.on_meta_delivered();
                 }
                 _ = head_delivered(&mut self.in_flight), if !self.in_flight.is_empty()
+                    && self.can_write()
                     && self.meta_in_flight.len() < self.settings.tuning.pipeline_depth.max(1) => {
                     if !self.write_guarded(shutdown, Job::Head).await? {
                         return Ok(());
                     }
                 }
-                _ = tokio::time::sleep_until(batch_deadline.into()), if !self.batch.is_empty() => {}
+                _ = tokio::time::sleep_until(batch_deadline.into()), if batch_deadline < far => {}
                 _ = tokio::time::sleep_until(retry_at.into()), if self.retry_at.is_some() => {
                     self.retry_at = None;
                 }
@@ -1124,13 +1135,15 @@ impl Engine {
         // committed as a whole. After a rewind, a stopped partition or anything else that
         // re-assigns, the consumer starts again from the committed positions: keeping them
         // would put them after a hole.
-        if !self.reassign_needed {
-            let ReadAhead { topics, items, .. } = ahead;
-            for item in items {
-                match item {
-                    Ok((t, partition, record)) => self.on_record(&topics[t], partition, record),
-                    Err(e) => self.on_consumer_error(e),
-                }
+        let keep = !self.reassign_needed;
+        let ReadAhead { topics, items, .. } = ahead;
+        for item in items {
+            match item {
+                Ok((t, partition, record)) if keep => self.on_record(&topics[t], partition, record),
+                Ok(_) => {}
+                // An out-of-range error is handled either way (a re-assignment may not bring
+                // a log truncation back).
+                Err(e) => self.on_consumer_error(e),
             }
         }
         Ok(true)
@@ -1188,6 +1201,7 @@ impl Engine {
         }
         let open = !self.batch.is_empty()
             || !self.in_flight.is_empty()
+            || !self.meta_in_flight.is_empty()
             || !self.pending_progress.is_empty();
         if open && self.can_write() {
             match tokio::time::timeout(grace, self.write_batch()).await {
@@ -1203,6 +1217,13 @@ impl Engine {
                     }
                 }
             }
+        }
+        if !self.meta_in_flight.is_empty()
+            && tokio::time::timeout(grace, self.drain_meta())
+                .await
+                .is_err()
+        {
+            warn!(?grace, "offset syncs or progress not acknowledged in time");
         }
         self.batch.clear();
         self.in_flight.clear();
@@ -2092,14 +2113,24 @@ impl Engine {
     /// Errors other than fatal ones rewind and ask for a retry; the batch is consumed either
     /// way.
     async fn write_batch(&mut self) -> Result<WriteOutcome, EngineError> {
+        let depth = self.settings.tuning.pipeline_depth.max(1);
         while let Some(d) = self.in_flight.pop_front() {
+            // Keep the bound on records without acknowledged progress.
+            while self.meta_in_flight.len() >= depth {
+                self.next_meta().await;
+            }
             let outcome = self.finish(d).await?;
             if !matches!(outcome, WriteOutcome::Committed) || self.reassign_needed {
                 self.discard_in_flight().await?;
-                self.batch.clear();
+                self.drain_meta().await;
                 return Ok(outcome);
             }
             self.after_write(Ok(outcome))?;
+        }
+        if self.reassign_needed {
+            // Consumed before a partition stopped or a re-assignment was decided: read again
+            // from the committed positions.
+            self.batch.clear();
         }
         let batch = std::mem::take(&mut self.batch);
         let outcome = match self.dispatch(batch).await? {
@@ -2118,8 +2149,21 @@ impl Engine {
     /// Waits for every sync and progress record in flight.
     async fn drain_meta(&mut self) {
         while !self.meta_in_flight.is_empty() {
-            meta_delivered(&mut self.meta_in_flight).await;
+            self.next_meta().await;
+        }
+    }
+
+    /// Waits for the oldest syncs and progress in flight. librdkafka reports every record
+    /// within its delivery timeout; past that (and a margin) they count as failed.
+    async fn next_meta(&mut self) {
+        let limit = self.settings.tuning.producer.delivery_timeout + Duration::from_secs(10);
+        if tokio::time::timeout(limit, meta_delivered(&mut self.meta_in_flight))
+            .await
+            .is_ok()
+        {
             self.on_meta_delivered();
+        } else if let Some(m) = self.meta_in_flight.pop_front() {
+            self.meta_failed(m, "no delivery report within the delivery timeout");
         }
     }
 
@@ -2150,11 +2194,7 @@ impl Engine {
         } else {
             2 * self.settings.tuning.pipeline_depth.max(1)
         };
-        BatchLimits {
-            max_records: (limits.max_records / parts).max(1),
-            max_bytes: (limits.max_bytes / parts).max(1),
-            linger: limits.linger,
-        }
+        limits.share(parts)
     }
 
     /// Sends the open batch without waiting for its delivery reports.
@@ -2165,6 +2205,7 @@ impl Engine {
             Dispatch::Done(batch, outcome) => {
                 if let WriteOutcome::Retry = outcome {
                     self.rewind(&batch).await?;
+                    self.discard_in_flight().await?;
                 }
                 self.after_write(Ok(outcome))?;
             }
@@ -2182,6 +2223,8 @@ impl Engine {
         let outcome = self.finish(d).await?;
         if !matches!(outcome, WriteOutcome::Committed) || self.reassign_needed {
             self.discard_in_flight().await?;
+            // Consumed after the batch that did not commit (or before a partition stopped).
+            self.batch.clear();
         }
         Ok(outcome)
     }
@@ -2248,9 +2291,11 @@ impl Engine {
                     "aborting the transaction failed ({}); recreating the producer",
                     describe_error(&e)
                 );
-                self.writer = None;
+                self.drop_writer();
             }
         }
+        // The open batch follows the rewound one: it is read again after re-assigning.
+        self.batch.clear();
         // Emitters start over: the target may hold copies the next attempt writes again.
         for p in batch.partitions() {
             if let Some(o) = self.owned.get_mut(&p.tp) {
@@ -2295,6 +2340,12 @@ impl Engine {
             .iter()
             .map(|p| self.owned.get(&p.tp).is_some_and(|o| o.careful))
             .collect();
+        let flush_timeout = self.settings.tuning.producer.delivery_timeout;
+        if careful.iter().any(|c| *c) {
+            // Records of dropped batches may still be queued: out of the way first, so each
+            // careful record really travels alone.
+            flush(&producer, flush_timeout).await;
+        }
         for (i, rec) in batch.records().iter().enumerate() {
             if stopped[rec.slot] {
                 continue;
@@ -2327,8 +2378,9 @@ impl Engine {
                         sent += 1;
                         if careful[rec.slot] {
                             // One record per produce request, so a size refusal names the
-                            // record that is really too large.
+                            // record that is really too large (flush: no linger wait).
                             group.expect(sent);
+                            flush(&producer, flush_timeout).await;
                             group.complete().await;
                             for j in pending.drain(..) {
                                 let r = delivery_result(group.take(j));
@@ -2345,8 +2397,10 @@ impl Engine {
                     Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _))
                         if !drained =>
                     {
-                        // Wait for what is in flight, then try once more (keeps order).
+                        // Wait for what is in flight (earlier batches too), then try once
+                        // more (keeps order).
                         group.expect(sent);
+                        flush(&producer, flush_timeout).await;
                         group.complete().await;
                         for j in pending.drain(..) {
                             results[j] = Some(delivery_result(group.take(j)));
@@ -2413,7 +2467,7 @@ impl Engine {
                     ErrorClass::Rejected => abort_needed |= !f.at_enqueue,
                     ErrorClass::ProducerBroken => {
                         retry = true;
-                        self.writer = None;
+                        self.drop_writer();
                     }
                     ErrorClass::Retriable => retry = true,
                 }
@@ -2703,6 +2757,15 @@ impl Engine {
         Ok(WriteOutcome::Committed)
     }
 
+    /// Drops the producer (it is recreated before the next write). Its reports for syncs and
+    /// progress still in flight may never come: those positions are written again.
+    fn drop_writer(&mut self) {
+        self.writer = None;
+        while let Some(m) = self.meta_in_flight.pop_front() {
+            self.meta_failed(m, "the producer was recreated");
+        }
+    }
+
     /// Syncs and progress of a batch were acknowledged (AtLeastOnce). On failure, the
     /// positions are written again with the next batch; the syncs are not (their sequence
     /// has a hole, which readers see: translation falls back to the safe rule there).
@@ -2710,9 +2773,12 @@ impl Engine {
         let Some(m) = self.meta_in_flight.pop_front() else {
             return;
         };
-        let Some(message) = m.failure() else {
-            return;
-        };
+        if let Some(message) = m.failure() {
+            self.meta_failed(m, &message);
+        }
+    }
+
+    fn meta_failed(&mut self, m: MetaPending, message: &str) {
         self.out.metrics.error(ErrorKind::Progress);
         warn!("offset syncs or progress not delivered: {message}; writing the positions again");
         for tp in m.progress {
@@ -2732,7 +2798,7 @@ impl Engine {
             ErrorClass::Fenced => Err(self.fenced(&format!("{what}: {detail}"))),
             ErrorClass::ProducerBroken => {
                 warn!("{what}: {detail}; recreating the producer");
-                self.writer = None;
+                self.drop_writer();
                 self.out.metrics.error(ErrorKind::TargetRetriable);
                 Ok(WriteOutcome::Retry)
             }
@@ -2742,6 +2808,15 @@ impl Engine {
                 Ok(WriteOutcome::Retry)
             }
         }
+    }
+}
+
+/// Sends everything queued in the producer now and waits for its reports (bounded).
+async fn flush(producer: &ThreadedProducer<DeliveryContext>, timeout: Duration) {
+    let p = producer.clone();
+    let r = tokio::task::spawn_blocking(move || p.flush(timeout)).await;
+    if let Ok(Err(e)) = r {
+        debug!("flushing the target producer: {e}");
     }
 }
 
