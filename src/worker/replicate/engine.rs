@@ -3,11 +3,14 @@
 //! One task owns everything: a source consumer (manual `assign`, no group membership), the
 //! target producer, the batch, and the state of every owned partition. Records are consumed
 //! into a bounded [`Batch`]; a batch is written when it is full or its linger time passed:
-//! records, then offset syncs and progress, in one transaction (ExactlyOnce) or in that
-//! order with acknowledgements in between (AtLeastOnce). Anything that changes the
-//! assignment (topic refresh, pause, a failed partition, a rewind after a failed batch) is
-//! applied between batches, from the committed positions, so the consumer never runs ahead
-//! of what the target holds.
+//! records, then offset syncs and progress. ExactlyOnce: one transaction per batch, one at a
+//! time. AtLeastOnce: pipelined (see the `replicate` module docs): batches are dispatched
+//! while earlier ones await their delivery reports (`Dispatched`, collected per batch by
+//! `delivery::Tracker`), finished oldest first, their syncs and progress acknowledged in
+//! the background (`MetaPending`). While a write waits, the next records are read ahead.
+//! Anything that changes the assignment (topic refresh, pause, a failed partition, a rewind
+//! after a failed batch) drops the later batches and the open one and is applied from the
+//! committed positions, so the consumer never runs ahead of what the target holds.
 //!
 //! # Offset validation (`spec.offsetValidation.enabled`, default true)
 //!
@@ -533,7 +536,7 @@ pub fn transactions_unsupported_message(
          {transactional_id} ({detail}): spec.delivery ExactlyOnce needs a target that supports \
          Kafka transactions and lets this worker use that id (ACL: WRITE on TransactionalId). \
          Set spec.delivery: AtLeastOnce to replicate without transactions (no loss; duplicates \
-         after a crash are bounded by one batch), or use a target that supports them"
+         after a crash are bounded by one batch window), or use a target that supports them"
     )
 }
 

@@ -17,32 +17,44 @@
 //!   progress starts per `startFrom` at an explicit offset (log start or end); partitions
 //!   that appear while the worker runs start at their log start.
 //! - **Offset syncs** (MM2 format, plus the `mirrorflow.sync.seq` header) go to
-//!   `mm2-offset-syncs.<sourceAlias>.internal` on the target, emitted per [`syncs`], in the
-//!   same transaction/batch as the records they describe (never starved).
+//!   `mm2-offset-syncs.<sourceAlias>.internal` on the target, emitted per [`syncs`] with the
+//!   batch of records they describe (in its transaction with ExactlyOnce; right after its
+//!   delivery reports with AtLeastOnce), so they never starve.
 //! - **ExactlyOnce**: one transactional producer (`mirrorflow-<ns>-<flow>-<index>`); a batch's
 //!   records, syncs and progress commit together. Starting fences a zombie with the same id.
 //!   A target that refuses transactions stops the worker with a message naming the fix
 //!   (`spec.delivery: AtLeastOnce`); there is no silent downgrade.
-//! - **AtLeastOnce**: idempotent producer; syncs, then progress, are written only after the
-//!   records are acknowledged. A crash duplicates at most one batch.
+//! - **AtLeastOnce**: idempotent producer, pipelined: up to `Tuning::pipeline_depth` (2)
+//!   batches are sent before the oldest one's delivery reports are in, and the next batch is
+//!   read meanwhile. When a batch's records are acknowledged, its positions advance and its
+//!   syncs and progress are sent; their acknowledgement is awaited in the background (a lost
+//!   one is written again). A batch that fails drops every later one and the open batch:
+//!   the consumer restarts from the committed positions. A crash replicates again at most
+//!   the records not covered by acknowledged progress: `Tuning::batch` (40,000 records /
+//!   16 MiB), which the pipeline's batches share.
 //! - **Failures.** A record the target refuses for good (e.g. larger than `max.message.bytes`)
 //!   stops its partition ([`status::PartitionState::Failed`]) with the broker's message;
 //!   other partitions go on. Transient target errors rewind to the committed positions and
 //!   retry with exponential backoff. An out-of-range position (offset validation) stops the
 //!   partition as DataLoss or TopicReset.
 //! - **paused** stops consuming (partitions unassigned) and keeps positions; HTTP stays up.
-//! - **SIGTERM/SIGINT**: the open batch commits within 10 s or is aborted; exit 0.
+//! - **SIGTERM/SIGINT**: the batches in flight and the open one commit (their syncs and
+//!   progress acknowledged) within 10 s, or are aborted; exit 0.
 //!
 //! # Memory bound (defaults, per worker)
 //! - consumer prefetch: `queued.max.messages.kbytes` = 4 MiB, overshot by at most one
 //!   fetch (`fetch.max.bytes` = 2 MiB);
-//! - the batch: ≤ 5 000 records and ≤ 8 MiB (a single larger record forms a batch of its
-//!   own), held twice while producing (our copy and librdkafka's);
-//! - producer queue: ≤ 32 MiB (`queue.buffering.max.kbytes`), in practice the batch.
+//! - record data held by the engine: ≤ `Tuning::batch` = 16 MiB (and 40,000 records) in
+//!   all, split in equal shares ([`batch::BatchLimits::share`]): the open batch, records
+//!   read ahead while writing, and sent batches, whose copy is librdkafka's only (the
+//!   engine frees its own once a batch is handed over). A single record larger than a share
+//!   forms a batch of its own;
+//! - producer queue: ≤ 32 MiB (`queue.buffering.max.kbytes`), in practice the sent batches.
 //!
-//! So about 4 + 2 + 2 × 8 = 22 MiB of record data, plus librdkafka's buffers: plan ~64 MiB
-//! on top of the process baseline. A slow target slows consumption: nothing is consumed
-//! while a batch is being written. `source.config` may override the consumer bounds.
+//! So about 4 + 2 + 16 = 22 MiB of record data, plus librdkafka's buffers: plan ~64 MiB on
+//! top of the process baseline (measured: 56 MiB peak RSS with 1,000 partitions,
+//! benches/replication.rs). Backpressure: a slow target holds the pipeline full, and then
+//! nothing more is consumed. `source.config` may override the consumer bounds.
 
 pub mod assign;
 pub mod batch;
