@@ -492,11 +492,9 @@ struct MetaPending {
     marker: Option<String>,
 }
 
-impl MetaPending {
-    /// The first failed delivery, if any.
-    fn failure(&self) -> Option<String> {
-        (0..self.sent).find_map(|j| delivery_result(self.group.take(j)).err().map(|f| f.message))
-    }
+/// The first of records `0..sent` of `group` that was not delivered.
+fn first_failure(group: &GroupHandle, sent: usize) -> Option<RecordFailure> {
+    (0..sent).find_map(|j| delivery_result(group.take(j)).err())
 }
 
 /// Waits until the oldest syncs and progress in flight are acknowledged.
@@ -815,10 +813,6 @@ impl Engine {
                 }
             }
             let limits = self.fill_limits();
-            if self.reassign_needed {
-                // Everything after the committed positions is read again once re-assigned.
-                self.batch.clear();
-            }
             let batch_due = !self.batch.is_empty()
                 && (self.batch.is_full(&limits)
                     || self
@@ -1062,7 +1056,7 @@ impl Engine {
             .unwrap_or(self.settings.tuning.retry_max);
         warn!(delay_ms = delay.as_millis() as u64, "{why}; retrying");
         self.retry_at = Some(Instant::now() + delay);
-        self.reassign_needed = true;
+        self.request_reassign();
     }
 
     /// Runs `job` (a write). If shutdown comes during it, it may still finish within the grace
@@ -1370,7 +1364,7 @@ impl Engine {
                 for d in detections {
                     self.report_detection(d);
                 }
-                self.reassign_needed = true;
+                self.request_reassign();
             }
             Attribution::Unattributed => self.schedule_retry(&format_args!(
                 "the source reported an out-of-range position, but none of the {} assigned \
@@ -1578,7 +1572,7 @@ impl Engine {
         if let Some(o) = self.owned.get_mut(tp) {
             o.state = PartitionState::Failed(failed);
             o.fetched = None;
-            self.reassign_needed = true;
+            self.request_reassign();
         }
     }
 
@@ -1607,7 +1601,7 @@ impl Engine {
         if let Err(e) = r {
             self.out.metrics.error(ErrorKind::Source);
             warn!("assigning source partitions failed: {e}");
-            self.reassign_needed = true;
+            self.request_reassign();
         } else {
             debug!(partitions = tpl.count(), "assigned source partitions");
         }
@@ -1660,7 +1654,7 @@ impl Engine {
                     _ => {}
                 }
             }
-            self.reassign_needed = true;
+            self.request_reassign();
         }
         self.publish();
     }
@@ -1766,7 +1760,7 @@ impl Engine {
                             self.pending_progress.insert(tp);
                         }
                     }
-                    self.reassign_needed = true;
+                    self.request_reassign();
                     self.last_applied_reset = decision.status(&req, now());
                 }
             }
@@ -1831,7 +1825,7 @@ impl Engine {
                 self.parked.insert(tp.clone(), (o, unpersisted));
             }
             self.out.metrics.forget_partition(&tp.topic, tp.partition);
-            self.reassign_needed = true;
+            self.request_reassign();
         }
         // Target topics: create or grow.
         let target_topics = match io::list_topics(&self.target_meta, timeout).await {
@@ -1922,7 +1916,7 @@ impl Engine {
                             self.pending_progress.insert(tp.clone());
                         }
                         self.owned.insert(tp.clone(), o);
-                        self.reassign_needed = true;
+                        self.request_reassign();
                     }
                 }
                 let o = self
@@ -1997,7 +1991,7 @@ impl Engine {
             if stored.is_none() {
                 self.pending_progress.insert(tp.clone());
             }
-            self.reassign_needed = true;
+            self.request_reassign();
         }
         // Offset validation: every partition with a position, busy or idle, against fresh
         // watermarks and topic ids. New partitions are checked here too, before the consumer
@@ -2117,33 +2111,22 @@ impl Engine {
     /// way.
     async fn write_batch(&mut self) -> Result<WriteOutcome, EngineError> {
         let depth = self.settings.tuning.pipeline_depth.max(1);
-        while let Some(d) = self.in_flight.pop_front() {
+        while !self.in_flight.is_empty() {
             // Keep the bound on records without acknowledged progress.
             while self.meta_in_flight.len() >= depth {
                 self.next_meta().await;
             }
-            let outcome = self.finish(d).await?;
+            let outcome = self.finish_head().await?;
             if !matches!(outcome, WriteOutcome::Committed) || self.reassign_needed {
-                self.discard_in_flight().await?;
                 self.drain_meta().await;
                 return Ok(outcome);
             }
             self.after_write(Ok(outcome))?;
         }
-        if self.reassign_needed {
-            // Consumed before a partition stopped or a re-assignment was decided: read again
-            // from the committed positions.
-            self.batch.clear();
-        }
         let batch = std::mem::take(&mut self.batch);
         let outcome = match self.dispatch(batch).await? {
             Dispatch::Sent(d) => self.finish(d).await?,
-            Dispatch::Done(batch, outcome) => {
-                if let WriteOutcome::Retry = outcome {
-                    self.rewind(&batch).await?;
-                }
-                outcome
-            }
+            Dispatch::Done(batch, outcome) => self.not_dispatched(&batch, outcome).await?,
         };
         self.drain_meta().await;
         Ok(outcome)
@@ -2206,14 +2189,33 @@ impl Engine {
         match self.dispatch(batch).await? {
             Dispatch::Sent(d) => self.in_flight.push_back(d),
             Dispatch::Done(batch, outcome) => {
-                if let WriteOutcome::Retry = outcome {
-                    self.rewind(&batch).await?;
-                    self.discard_in_flight().await?;
-                }
+                let outcome = self.not_dispatched(&batch, outcome).await?;
                 self.after_write(Ok(outcome))?;
             }
         }
         Ok(())
+    }
+
+    /// A batch that could not be sent (no producer, no transaction): on `Retry` it is
+    /// rewound, and the batches sent before it are dropped (they are sent again after it).
+    async fn not_dispatched(
+        &mut self,
+        batch: &Batch,
+        outcome: WriteOutcome,
+    ) -> Result<WriteOutcome, EngineError> {
+        if let WriteOutcome::Retry = outcome {
+            self.rewind(batch).await?;
+            self.discard_in_flight().await?;
+        }
+        Ok(outcome)
+    }
+
+    /// Asks for the consumer to be re-assigned at the committed positions (a partition
+    /// stopped or appeared, a batch was rewound, ...). The open batch goes now: its records
+    /// follow positions that are about to change, and are read again after re-assigning.
+    fn request_reassign(&mut self) {
+        self.reassign_needed = true;
+        self.batch.clear();
     }
 
     /// Finishes the oldest dispatched batch (its records were sent before any later one's).
@@ -2226,8 +2228,6 @@ impl Engine {
         let outcome = self.finish(d).await?;
         if !matches!(outcome, WriteOutcome::Committed) || self.reassign_needed {
             self.discard_in_flight().await?;
-            // Consumed after the batch that did not commit (or before a partition stopped).
-            self.batch.clear();
         }
         Ok(outcome)
     }
@@ -2297,15 +2297,13 @@ impl Engine {
                 self.drop_writer();
             }
         }
-        // The open batch follows the rewound one: it is read again after re-assigning.
-        self.batch.clear();
         // Emitters start over: the target may hold copies the next attempt writes again.
         for p in batch.partitions() {
             if let Some(o) = self.owned.get_mut(&p.tp) {
                 o.emitter = SyncEmitter::new(fresh_epoch());
             }
         }
-        self.reassign_needed = true;
+        self.request_reassign();
         self.out
             .metrics
             .transactions
@@ -2492,7 +2490,7 @@ impl Engine {
                 if let Some(owned) = self.owned.get_mut(tp) {
                     info!(topic = %tp.topic, partition = tp.partition, offset, "the target refused a produce batch as too large; retrying this partition one record per request");
                     owned.careful = true;
-                    self.reassign_needed = true;
+                    self.request_reassign();
                 }
                 continue;
             }
@@ -2665,12 +2663,10 @@ impl Engine {
                 return self.write_error("commit transaction", &e);
             }
             meta_group.complete().await;
-            for j in 0..meta_sent {
-                if let Err(fail) = delivery_result(meta_group.take(j)) {
-                    // Cannot happen after a successful commit; never claim success then.
-                    warn!("progress not delivered after commit: {}", fail.message);
-                    return Ok(WriteOutcome::Retry);
-                }
+            if let Some(fail) = first_failure(&meta_group, meta_sent) {
+                // Cannot happen after a successful commit; never claim success then.
+                warn!("progress not delivered after commit: {}", fail.message);
+                return Ok(WriteOutcome::Retry);
             }
             self.out
                 .metrics
@@ -2742,7 +2738,7 @@ impl Engine {
             } else if !owned.state.is_failed() {
                 // Retried from the refused record (careful mode): fetch it again.
                 owned.fetched = None;
-                self.reassign_needed = true;
+                self.request_reassign();
             }
         }
         for tp in in_batch {
@@ -2776,8 +2772,8 @@ impl Engine {
         let Some(m) = self.meta_in_flight.pop_front() else {
             return;
         };
-        if let Some(message) = m.failure() {
-            self.meta_failed(m, &message);
+        if let Some(f) = first_failure(&m.group, m.sent) {
+            self.meta_failed(m, &f.message);
         }
     }
 
