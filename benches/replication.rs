@@ -38,10 +38,10 @@
 //! ListOffsets request) every 50 ms: *wall* is spawn → all records on the target; *start-up*
 //! is spawn → first records on the target; *records/s* and *MB/s* are the steady rate
 //! between the first and the last poll (start-up excluded); the ratios use that rate.
-//! *CPU s/MB*: user + system time of the contender's processes (`/proc/<pid>/stat`) from spawn
+//! *CPU ms/MB*: user + system time of the contender's processes (`/proc/<pid>/stat`) from spawn
 //! until the copy is complete (bare loop and kcat: until they exit, flush included; the
 //! worker keeps running and is read when the last record is on the target). Broker CPU is
-//! excluded from CPU s/MB and shown separately. *Peak RSS*: `VmHWM` of the contender's
+//! excluded from CPU ms/MB and shown separately. *Peak RSS*: `VmHWM` of the contender's
 //! processes (kcat: the sum of both). Record size = key (12 B) + value; no headers.
 //!
 //! # Peak RSS with 1,000 partitions
@@ -61,7 +61,8 @@
 //! partition of the loaded / light RSS run, defaults 100 / 5), `MIRRORFLOW_BENCH_SCENARIOS`
 //! (comma list of `100`, `1024`, `rss`; default all), `MIRRORFLOW_BENCH_TIMEOUT_SECONDS` (per
 //! contender run, default 300), `MIRRORFLOW_BIN`, `MIRRORFLOW_BENCH_KCAT_LIBDIR`,
-//! `MIRRORFLOW_BENCH_KEEP_LOGS` (keep contender logs), `MIRRORFLOW_BENCH_WORKER_RUST_LOG` (the
+//! `MIRRORFLOW_BENCH_KEEP_LOGS` (keep contender logs), `MIRRORFLOW_BENCH_LAG_MAX` (the flow's
+//! `offsetSyncs.lagMax`, default 100: what offset syncs cost), `MIRRORFLOW_BENCH_WORKER_RUST_LOG` (the
 //! worker's `RUST_LOG`; `RUST_LOG` itself is removed so the brokers never log at debug
 //! level), `MIRRORFLOW_BENCH_WORKER_SOURCE_CONFIG` / `MIRRORFLOW_BENCH_WORKER_TARGET_CONFIG`
 //! (`key=value,...` added to the flow's `source.config` / `target.config`, for tuning
@@ -1107,8 +1108,9 @@ spec:
   offsetValidation:
     enabled: true
   offsetSyncs:
-    lagMax: 100
+    lagMax: {lag}
 ",
+        lag = env_u64("MIRRORFLOW_BENCH_LAG_MAX", 100).max(1),
         topic = run.topic,
         round = run.round,
         alias = run.alias(),
@@ -1571,10 +1573,11 @@ fn print_report(
         }
     );
     println!(
-        "mirrorflow: delivery AtLeastOnce (nisshi refuses transactions), offset validation on, offset syncs every 100 records"
+        "mirrorflow: delivery AtLeastOnce (nisshi refuses transactions), offset validation on, offset syncs every {} records",
+        env_u64("MIRRORFLOW_BENCH_LAG_MAX", 100).max(1)
     );
     println!(
-        "{:<26} {:>6} {:>9} {:>7} {:>7} {:>10} {:>7} {:>8} {:>9} {:>8} {:>7} {:>7}",
+        "{:<26} {:>6} {:>9} {:>7} {:>7} {:>10} {:>7} {:>9} {:>9} {:>8} {:>7} {:>7}",
         "contender",
         "size",
         "records",
@@ -1582,8 +1585,8 @@ fn print_report(
         "start s",
         "records/s",
         "MB/s",
-        "CPU s/MB",
-        "brkCPU/MB",
+        "CPU ms/MB",
+        "brk ms/MB",
         "peak RSS",
         "vs bare",
         "vs kcat"
@@ -1595,7 +1598,7 @@ fn print_report(
                 .unwrap_or_else(|| "-".to_string())
         };
         println!(
-            "{:<26} {:>6} {:>9} {:>7.2} {:>7.2} {:>10.0} {:>7.1} {:>8.3} {:>9.3} {:>5.1} MiB {:>7} {:>7}",
+            "{:<26} {:>6} {:>9} {:>7.2} {:>7.2} {:>10.0} {:>7.1} {:>9.2} {:>9.2} {:>5.1} MiB {:>7} {:>7}",
             c.label(),
             if *size == 1024 { "1 KB".to_string() } else { format!("{size} B") },
             m.records,
@@ -1603,8 +1606,8 @@ fn print_report(
             m.startup,
             m.steady_rate,
             m.steady_rate * *size as f64 / 1e6,
-            m.cpu / m.mb(),
-            m.broker_cpu / m.mb(),
+            1000.0 * m.cpu / m.mb(),
+            1000.0 * m.broker_cpu / m.mb(),
             mib(m.peak_rss_kib),
             ratio(Contender::Bare),
             ratio(Contender::Kcat),
@@ -1633,7 +1636,7 @@ fn print_report(
         "records/s and MB/s: steady rate from the first to the last record on the target (start-up excluded);"
     );
     println!(
-        "CPU s/MB: the contender's processes only; brkCPU/MB: both brokers; peak RSS: VmHWM (kcat: both processes)."
+        "CPU ms/MB: the contender's processes only; brk ms/MB: both brokers; peak RSS: VmHWM (kcat: both processes)."
     );
 
     if !rss.is_empty() {

@@ -935,3 +935,41 @@ async fn graceful_restart_and_start_from_latest_nisshi() {
     let dst = read_n(&tb, "dc1-orders", 1).await;
     assert_eq!(dst[0].key.as_deref(), Some(&b"new"[..]));
 }
+
+/// A producer queue smaller than the batch window (`target.config` can make it so): records
+/// read while the queue is full stay in the batch and go out behind the ones already sent;
+/// syncs and progress wait for room. Nothing is lost, duplicated or reordered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_full_producer_queue_keeps_order_and_loses_nothing_nisshi() {
+    let (Some(source), Some(target)) = (
+        broker_or_skip(BrokerKind::Nisshi).await,
+        broker_or_skip(BrokerKind::Nisshi).await,
+    ) else {
+        return;
+    };
+    let sb = source.bootstrap_servers();
+    let tb = target.bootstrap_servers();
+    create(&source, "flood", 3).await;
+    let flood = records("f", 3, 600);
+    produce(&sb, "flood", &flood).await.unwrap();
+    let spec = flow_spec(&source, &target, Delivery::AtLeastOnce);
+    // A window of 400 records (shares of 100) in front of a queue of 60.
+    let mut tuning = test_tuning(400);
+    tuning.producer.queue_messages = 60;
+    let mut w = start_worker("queue-full", spec, 0, 1, tuning);
+    w.wait_positions("flood", &ends(&flood)).await;
+    let batches = &w.metrics.batches;
+    assert_eq!(
+        batches.with_label_values(&["retried"]).get(),
+        0,
+        "a full queue is waited for, not failed"
+    );
+    w.stop().await.unwrap();
+    let src = read_n(&sb, "flood", flood.len()).await;
+    let dst = read_idle(&tb, "dc1.flood", Duration::from_secs(2)).await;
+    assert_same(&src, &dst, "flood");
+    let syncs = decode_syncs(
+        &read_idle(&tb, "mm2-offset-syncs.dc1.internal", Duration::from_secs(2)).await,
+    );
+    check_syncs("flood", &src, &dst, &syncs);
+}

@@ -94,6 +94,21 @@ impl BatchRecord {
         }
     }
 
+    /// Bookkeeping of a record handed to the producer straight from the consumer: no
+    /// payload is kept (`key()`/`value()` are `None`).
+    pub fn sent(offset: i64, timestamp: Option<i64>, size: usize) -> Self {
+        Self {
+            slot: 0,
+            offset,
+            data: Vec::new(),
+            key_len: None,
+            has_value: false,
+            headers: None,
+            timestamp,
+            size,
+        }
+    }
+
     /// Key bytes (`None` = null).
     pub fn key(&self) -> Option<&[u8]> {
         self.key_len.map(|n| &self.data[..n])
@@ -188,6 +203,17 @@ impl Batch {
         self.bytes += record.size;
         self.opened_at.get_or_insert(now);
         self.records.push(record);
+    }
+
+    /// Replaces the payload of the last record with `record`'s (same offset; a record
+    /// the producer could not take after all is kept to be sent later).
+    pub fn hold_last(&mut self, record: BatchRecord) {
+        if let Some(last) = self.records.last_mut() {
+            debug_assert_eq!(last.offset, record.offset);
+            let slot = last.slot;
+            self.bytes = self.bytes - last.size + record.size;
+            *last = BatchRecord { slot, ..record };
+        }
     }
 
     /// Frees key, value and headers of every record (the producer holds its own copy once a
@@ -430,6 +456,32 @@ mod tests {
             b.is_full(&limits),
             "byte bound; a single large record is a batch of its own"
         );
+    }
+
+    #[test]
+    fn sent_records_keep_bookkeeping_and_a_held_one_gets_its_payload_back() {
+        let now = Instant::now();
+        let mut b = Batch::new();
+        b.push("t", 0, BatchRecord::sent(5, Some(1), 70), now);
+        b.push("t", 1, BatchRecord::sent(9, None, 80), now);
+        assert_eq!((b.len(), b.bytes()), (2, 150));
+        assert_eq!(b.records()[1].value(), None, "no payload kept once sent");
+        let held = BatchRecord::new(9, Some(b"k"), Some(b"vv"), None, Some(3), 67);
+        b.hold_last(held);
+        let last = &b.records()[1];
+        assert_eq!(
+            (
+                last.slot,
+                last.offset,
+                last.key(),
+                last.value(),
+                last.timestamp
+            ),
+            (1, 9, Some(&b"k"[..]), Some(&b"vv"[..]), Some(3)),
+            "slot kept, payload and timestamp from the held copy"
+        );
+        assert_eq!(b.bytes(), 70 + 67, "bytes follow the held copy");
+        assert_eq!(b.partitions()[1].count, 1);
     }
 
     #[test]

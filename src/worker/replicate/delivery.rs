@@ -156,6 +156,31 @@ impl GroupHandle {
         std::future::poll_fn(|cx| self.poll_complete(cx)).await
     }
 
+    /// Makes room for records `0..len` (a group filled while its records are being read
+    /// starts empty and grows).
+    pub fn reserve(&self, len: usize) {
+        let mut g = self.tracker.lock();
+        if let Some(group) = g.open.get_mut(&self.id) {
+            if group.results.len() < len {
+                group.results.resize_with(len, || None);
+            }
+        }
+    }
+
+    /// Takes the reports of `indexes` under one lock, in order (`None`: not in yet, or never
+    /// sent).
+    pub fn take_each(&self, indexes: &[usize], mut f: impl FnMut(usize, Option<DeliveryReport>)) {
+        let mut g = self.tracker.lock();
+        let mut group = g.open.get_mut(&self.id);
+        for &i in indexes {
+            let r = group
+                .as_mut()
+                .and_then(|group| group.results.get_mut(i))
+                .and_then(Option::take);
+            f(i, r);
+        }
+    }
+
     /// Takes the report of record `index` (`None`: not in yet, or never sent).
     pub fn take(&self, index: usize) -> Option<DeliveryReport> {
         let mut g = self.tracker.lock();
@@ -273,6 +298,38 @@ mod tests {
         h.expect(1);
         assert_eq!(h.poll_complete(&mut noop_cx()), Poll::Pending);
         assert_eq!(t.open_groups(), 1);
+    }
+
+    #[test]
+    fn a_group_grows_while_its_records_are_read() {
+        let t = Tracker::default();
+        let g = t.group(0);
+        // A report for an index not reserved yet is dropped (the engine reserves first).
+        t.report(g.ticket(0), Ok(5));
+        g.reserve(2);
+        t.report(g.ticket(0), Ok(10));
+        t.report(g.ticket(1), Ok(11));
+        g.reserve(1); // never shrinks
+        g.expect(2);
+        assert_eq!(g.poll_complete(&mut noop_cx()), Poll::Ready(()));
+        let mut got = Vec::new();
+        g.take_each(&[1, 0, 1], |i, r| got.push((i, r.map(|r| r.ok()))));
+        assert_eq!(
+            got,
+            vec![(1, Some(Some(11))), (0, Some(Some(10))), (1, None)],
+            "in the order asked, each taken once"
+        );
+    }
+
+    #[test]
+    fn take_each_on_a_dropped_group_gives_nothing() {
+        let t = Tracker::default();
+        let g = t.group(1);
+        t.report(g.ticket(0), Ok(1));
+        t.lock().open.clear();
+        let mut got = Vec::new();
+        g.take_each(&[0, 3], |i, r| got.push((i, r.is_some())));
+        assert_eq!(got, vec![(0, false), (3, false)]);
     }
 
     #[test]

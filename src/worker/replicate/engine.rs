@@ -456,26 +456,110 @@ enum WriteOutcome {
     Replay,
 }
 
-/// A batch whose records were handed to the producer; delivery reports are pending.
-struct Dispatched {
-    batch: Batch,
+/// What was handed to the producer for one batch so far. Built by `dispatch`, or record by
+/// record while the batch is read (AtLeastOnce, pipelined: `Engine::on_message`).
+struct Sending {
+    /// Where the delivery reports arrive.
+    group: GroupHandle,
+    /// Records `0..reserved` have a place in `group`.
+    reserved: usize,
     /// Target topic per batch slot.
     targets: Vec<Option<String>>,
     /// Partitions sent one record per request, per slot.
     careful: Vec<bool>,
+    /// Partitions not sent any further in this batch (a record was refused), per slot.
+    stopped: Vec<bool>,
     /// Per record, once known (`Ok(target offset)`).
     results: Vec<Option<Result<i64, RecordFailure>>>,
-    /// Where the delivery reports arrive.
-    group: GroupHandle,
     /// Records sent whose report is still to be collected from `group`.
     pending: Vec<usize>,
+    /// Records handed to the producer.
+    sent: usize,
+    /// Records `0..next` of the batch were handled (sent, refused, or skipped).
+    next: usize,
     sent_at: Instant,
+}
+
+impl Sending {
+    fn new(group: GroupHandle, reserved: usize) -> Self {
+        Self {
+            group,
+            reserved,
+            targets: Vec::new(),
+            careful: Vec::new(),
+            stopped: Vec::new(),
+            results: Vec::new(),
+            pending: Vec::new(),
+            sent: 0,
+            next: 0,
+            sent_at: Instant::now(),
+        }
+    }
+
+    /// Extends the per-slot and per-record state to every partition and record of `batch`.
+    fn cover(&mut self, batch: &Batch, owned: &BTreeMap<TopicPartitionRef, Owned>) {
+        for p in &batch.partitions()[self.targets.len()..] {
+            let o = owned.get(&p.tp);
+            self.targets.push(o.map(|o| o.target_topic.clone()));
+            self.careful.push(o.is_some_and(|o| o.careful));
+            self.stopped.push(false);
+        }
+        self.results.resize(batch.len(), None);
+    }
+
+    /// Makes room in the group for record `index` (doubling, so the lock is rarely taken).
+    fn reserve(&mut self, index: usize) {
+        if index >= self.reserved {
+            self.reserved = (2 * self.reserved).max(index + 1).max(1024);
+            self.group.reserve(self.reserved);
+        }
+    }
+
+    /// Collects the reports of the records sent so far.
+    fn collect(&mut self) {
+        let pending = std::mem::take(&mut self.pending);
+        let results = &mut self.results;
+        self.group
+            .take_each(&pending, |j, r| results[j] = Some(delivery_result(r)));
+    }
+}
+
+/// A batch whose records were handed to the producer; delivery reports are pending.
+struct Dispatched {
+    batch: Batch,
+    s: Sending,
+}
+
+/// A record for the producer (delivery opaque: `ticket`).
+fn target_record<'a>(
+    target: &'a str,
+    ticket: usize,
+    partition: i32,
+    key: Option<&'a [u8]>,
+    value: Option<&'a [u8]>,
+    timestamp: Option<i64>,
+    headers: Option<OwnedHeaders>,
+) -> BaseRecord<'a, [u8], [u8], usize> {
+    let mut br = BaseRecord::with_opaque_to(target, ticket).partition(partition);
+    if let Some(k) = key {
+        br = br.key(k);
+    }
+    if let Some(v) = value {
+        br = br.payload(v);
+    }
+    if let Some(ts) = timestamp {
+        br = br.timestamp(ts);
+    }
+    if let Some(h) = headers {
+        br = br.headers(h);
+    }
+    br
 }
 
 /// Waits until every record of the oldest dispatched batch has its delivery report.
 async fn head_delivered(in_flight: &mut VecDeque<Dispatched>) {
     match in_flight.front_mut() {
-        Some(d) => d.group.complete().await,
+        Some(d) => d.s.group.complete().await,
         None => std::future::pending().await,
     }
 }
@@ -563,6 +647,9 @@ pub struct Engine {
     /// Partitions whose position is not persisted yet.
     pending_progress: BTreeSet<TopicPartitionRef>,
     batch: Batch,
+    /// What of the open batch was handed to the producer while it was read (AtLeastOnce,
+    /// pipelined; see [`Engine::on_message`]).
+    live: Option<Sending>,
     /// Batches sent and not finished yet, oldest first (AtLeastOnce pipelines them).
     in_flight: VecDeque<Dispatched>,
     /// Syncs and progress of finished batches awaiting acknowledgement (AtLeastOnce).
@@ -654,6 +741,7 @@ impl Engine {
             internal_topics_ready: false,
             pending_progress: BTreeSet::new(),
             batch: Batch::new(),
+            live: None,
             in_flight: VecDeque::new(),
             meta_in_flight: VecDeque::new(),
             last_tp: None,
@@ -903,7 +991,7 @@ impl Engine {
                 }
                 r = consumer.recv(), if consuming => {
                     match r {
-                        Ok(m) => self.on_record(m.topic(), m.partition(), detach_record(&m)),
+                        Ok(m) => self.on_message(&m),
                         Err(e) => self.on_consumer_error(e),
                     }
                     self.drain_ready(&consumer, &limits);
@@ -1182,7 +1270,7 @@ impl Engine {
         let grace = self.settings.tuning.shutdown_grace;
         if !clean {
             self.in_flight.clear();
-            self.batch.clear();
+            self.clear_open();
         }
         if let Some(w) = &mut self.writer {
             if w.in_transaction() {
@@ -1193,7 +1281,7 @@ impl Engine {
                         describe_error(&e)
                     );
                 }
-                self.batch.clear();
+                self.clear_open();
             }
         }
         let open = !self.batch.is_empty()
@@ -1222,7 +1310,7 @@ impl Engine {
         {
             warn!(?grace, "offset syncs or progress not acknowledged in time");
         }
-        self.batch.clear();
+        self.clear_open();
         self.in_flight.clear();
         let _ = self.consumer.unassign();
         self.out.readiness.set_not_ready("stopped");
@@ -1245,15 +1333,16 @@ impl Engine {
                 return;
             }
             match stream.next().now_or_never() {
-                Some(Some(Ok(m))) => self.on_record(m.topic(), m.partition(), detach_record(&m)),
+                Some(Some(Ok(m))) => self.on_message(&m),
                 Some(Some(Err(e))) => self.on_consumer_error(e),
                 _ => return,
             }
         }
     }
 
-    /// A consumed record: into the batch if its partition replicates and it is not stale.
-    fn on_record(&mut self, topic: &str, partition: i32, record: BatchRecord) {
+    /// Whether a consumed record of `topic`/`partition` at `offset` is replicated (its
+    /// partition replicates and the record is not stale); notes it as fetched.
+    fn accept(&mut self, topic: &str, partition: i32, offset: i64) -> bool {
         // Records come in runs per partition: reuse the key of the previous one.
         if !self
             .last_tp
@@ -1266,21 +1355,110 @@ impl Engine {
             });
         }
         let Some(tp) = self.last_tp.as_ref() else {
-            return;
+            return false;
         };
         let Some(o) = self.owned.get_mut(tp) else {
-            return;
+            return false;
         };
         if !matches!(o.state, PartitionState::Replicating) {
+            return false;
+        }
+        if o.fetched.is_some_and(|f| offset < f) {
+            return false; // stale, from before a re-assign
+        }
+        o.fetched = Some(offset + 1);
+        o.fetched_since_check = true;
+        true
+    }
+
+    /// A record read ahead: into the open batch with its payload, sent when the batch is.
+    fn on_record(&mut self, topic: &str, partition: i32, record: BatchRecord) {
+        if self.accept(topic, partition, record.offset) {
+            let now = self.batch.opened_at().unwrap_or_else(Instant::now);
+            self.batch.push(topic, partition, record, now);
+        }
+    }
+
+    /// A record straight from the consumer. While the open batch streams it is handed to
+    /// the producer at once, copied only by librdkafka (as a bare copy loop does, and
+    /// without a burst per batch); the batch keeps its bookkeeping. Otherwise its payload
+    /// is copied into the batch.
+    fn on_message(&mut self, m: &BorrowedMessage<'_>) {
+        let (topic, partition, offset) = (m.topic(), m.partition(), m.offset());
+        if !self.accept(topic, partition, offset) {
             return;
         }
-        if o.fetched.is_some_and(|f| record.offset < f) {
-            return; // stale, from before a re-assign
+        if !self.streaming() {
+            let now = self.batch.opened_at().unwrap_or_else(Instant::now);
+            self.batch.push(topic, partition, detach_record(m), now);
+            return;
         }
-        o.fetched = Some(record.offset + 1);
-        o.fetched_since_check = true;
+        let Some(writer) = self.writer.as_ref() else {
+            return;
+        };
+        let (key, value, timestamp) = (m.key(), m.payload(), m.timestamp().to_millis());
+        let (headers, size) = match m.headers() {
+            Some(h) => {
+                let list: Vec<(&str, Option<&[u8]>)> = h.iter().map(|x| (x.key, x.value)).collect();
+                (Some(h.detach()), record_size(key, value, &list))
+            }
+            None => (None, record_size(key, value, &[])),
+        };
         let now = self.batch.opened_at().unwrap_or_else(Instant::now);
-        self.batch.push(topic, partition, record, now);
+        self.batch.push(
+            topic,
+            partition,
+            BatchRecord::sent(offset, timestamp, size),
+            now,
+        );
+        let s = self
+            .live
+            .get_or_insert_with(|| Sending::new(writer.tracker().group(0), 0));
+        s.cover(&self.batch, &self.owned);
+        let i = self.batch.len() - 1;
+        let slot = self.batch.records()[i].slot;
+        s.reserve(i);
+        let Some(target) = s.targets[slot].as_deref().filter(|_| !s.stopped[slot]) else {
+            s.stopped[slot] = true;
+            s.next = i + 1;
+            return;
+        };
+        let record = target_record(
+            target,
+            s.group.ticket(i),
+            partition,
+            key,
+            value,
+            timestamp,
+            headers,
+        );
+        match writer.producer().send(record).map_err(|(e, _)| e) {
+            Ok(()) => {
+                s.pending.push(i);
+                s.sent += 1;
+                s.next = i + 1;
+            }
+            Err(KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull)) => {
+                // Kept with its payload; `dispatch` sends it and the rest of the batch
+                // (waiting for room), in order.
+                self.batch.hold_last(detach_record(m));
+            }
+            Err(e) => {
+                s.results[i] = Some(Err(RecordFailure::from_error(&e, true)));
+                s.stopped[slot] = true;
+                s.next = i + 1;
+            }
+        }
+    }
+
+    /// Whether the next consumed record goes to the producer at once: AtLeastOnce and
+    /// pipelined when the batch opened (checked once per batch), and every earlier record
+    /// of the batch handled (one kept with its payload keeps the rest behind it: order).
+    fn streaming(&self) -> bool {
+        match &self.live {
+            Some(s) => s.next == self.batch.len(),
+            None => self.batch.is_empty() && self.writer.is_some() && self.pipelined(),
+        }
     }
 
     fn on_consumer_error(&mut self, e: KafkaError) {
@@ -1579,7 +1757,7 @@ impl Engine {
     /// Re-assigns the consumer to every replicating partition at its committed position.
     fn reassign(&mut self) {
         self.reassign_needed = false;
-        self.batch.clear();
+        self.clear_open();
         let mut tpl = TopicPartitionList::new();
         for (tp, o) in self.owned.iter_mut() {
             if !matches!(o.state, PartitionState::Replicating) {
@@ -2123,8 +2301,8 @@ impl Engine {
             }
             self.after_write(Ok(outcome))?;
         }
-        let batch = std::mem::take(&mut self.batch);
-        let outcome = match self.dispatch(batch).await? {
+        let (batch, live) = self.take_open();
+        let outcome = match self.dispatch(batch, live).await? {
             Dispatch::Sent(d) => self.finish(d).await?,
             Dispatch::Done(batch, outcome) => self.not_dispatched(&batch, outcome).await?,
         };
@@ -2185,8 +2363,8 @@ impl Engine {
 
     /// Sends the open batch without waiting for its delivery reports.
     async fn dispatch_open(&mut self) -> Result<(), EngineError> {
-        let batch = std::mem::take(&mut self.batch);
-        match self.dispatch(batch).await? {
+        let (batch, live) = self.take_open();
+        match self.dispatch(batch, live).await? {
             Dispatch::Sent(d) => self.in_flight.push_back(d),
             Dispatch::Done(batch, outcome) => {
                 let outcome = self.not_dispatched(&batch, outcome).await?;
@@ -2215,7 +2393,19 @@ impl Engine {
     /// follow positions that are about to change, and are read again after re-assigning.
     fn request_reassign(&mut self) {
         self.reassign_needed = true;
+        self.clear_open();
+    }
+
+    /// Drops the open batch (records already sent from it may still reach the target: at
+    /// least once).
+    fn clear_open(&mut self) {
         self.batch.clear();
+        self.live = None;
+    }
+
+    /// Takes the open batch and what of it was sent already.
+    fn take_open(&mut self) -> (Batch, Option<Sending>) {
+        (std::mem::take(&mut self.batch), self.live.take())
     }
 
     /// Finishes the oldest dispatched batch (its records were sent before any later one's).
@@ -2252,7 +2442,7 @@ impl Engine {
         debug!(
             records = d.batch.len(),
             bytes = d.batch.bytes(),
-            elapsed_ms = d.sent_at.elapsed().as_millis() as u64,
+            elapsed_ms = d.s.sent_at.elapsed().as_millis() as u64,
             committed = matches!(outcome, Ok(WriteOutcome::Committed)),
             "batch written"
         );
@@ -2312,85 +2502,71 @@ impl Engine {
         Ok(())
     }
 
-    /// Hands the batch's records to the producer (opening the transaction first). Only a
-    /// partition in careful mode, or a full producer queue, waits for delivery reports here.
-    async fn dispatch(&mut self, batch: Batch) -> Result<Dispatch, EngineError> {
-        let sent_at = Instant::now();
+    /// Hands the batch's records to the producer (opening the transaction first), after
+    /// those already sent while it was read (`live`). Only a partition in careful mode, or a
+    /// full producer queue, waits for delivery reports here.
+    async fn dispatch(
+        &mut self,
+        batch: Batch,
+        live: Option<Sending>,
+    ) -> Result<Dispatch, EngineError> {
         let Some(writer) = self.writer.as_mut() else {
             return Ok(Dispatch::Done(batch, WriteOutcome::Retry));
         };
-        if let Err(e) = writer.begin() {
-            let outcome = self.write_error("begin transaction", &e)?;
-            return Ok(Dispatch::Done(batch, outcome));
-        }
+        let mut s = match live {
+            Some(s) => s,
+            None => {
+                if let Err(e) = writer.begin() {
+                    let outcome = self.write_error("begin transaction", &e)?;
+                    return Ok(Dispatch::Done(batch, outcome));
+                }
+                Sending::new(writer.tracker().group(batch.len()), batch.len())
+            }
+        };
         let producer = writer.producer().clone();
-        let group = writer.tracker().group(batch.len());
-        // Target topic per batch slot.
-        let targets: Vec<Option<String>> = batch
-            .partitions()
-            .iter()
-            .map(|p| self.owned.get(&p.tp).map(|o| o.target_topic.clone()))
-            .collect();
-        let mut results: Vec<Option<Result<i64, RecordFailure>>> = vec![None; batch.len()];
-        // Sent records whose report is not collected yet, and how many were sent in all.
-        let mut pending: Vec<usize> = Vec::with_capacity(batch.len());
-        let mut sent = 0usize;
-        let mut stopped = vec![false; batch.partitions().len()];
-        let careful: Vec<bool> = batch
-            .partitions()
-            .iter()
-            .map(|p| self.owned.get(&p.tp).is_some_and(|o| o.careful))
-            .collect();
+        s.cover(&batch, &self.owned);
         let flush_timeout = self.settings.tuning.producer.delivery_timeout;
-        if careful.iter().any(|c| *c) {
+        if s.careful.iter().any(|c| *c) {
             // Records of dropped batches may still be queued: out of the way first, so each
             // careful record really travels alone.
             flush(&producer, flush_timeout).await;
         }
-        for (i, rec) in batch.records().iter().enumerate() {
-            if stopped[rec.slot] {
+        // Borrowed by the records below while `s` changes.
+        let targets = std::mem::take(&mut s.targets);
+        for (i, rec) in batch.records().iter().enumerate().skip(s.next) {
+            if s.stopped[rec.slot] {
                 continue;
             }
-            let part = &batch.partitions()[rec.slot];
+            let partition = batch.partitions()[rec.slot].tp.partition;
             let Some(target) = targets[rec.slot].as_deref() else {
-                stopped[rec.slot] = true;
+                s.stopped[rec.slot] = true;
                 continue;
             };
+            s.reserve(i);
             let mut drained = false;
             loop {
-                let mut br: BaseRecord<'_, [u8], [u8], usize> =
-                    BaseRecord::with_opaque_to(target, group.ticket(i))
-                        .partition(part.tp.partition);
-                if let Some(k) = rec.key() {
-                    br = br.key(k);
-                }
-                if let Some(v) = rec.value() {
-                    br = br.payload(v);
-                }
-                if let Some(ts) = rec.timestamp {
-                    br = br.timestamp(ts);
-                }
-                if let Some(h) = &rec.headers {
-                    br = br.headers(h.clone());
-                }
+                let br = target_record(
+                    target,
+                    s.group.ticket(i),
+                    partition,
+                    rec.key(),
+                    rec.value(),
+                    rec.timestamp,
+                    rec.headers.clone(),
+                );
                 match producer.send(br) {
                     Ok(()) => {
-                        pending.push(i);
-                        sent += 1;
-                        if careful[rec.slot] {
+                        s.pending.push(i);
+                        s.sent += 1;
+                        if s.careful[rec.slot] {
                             // One record per produce request, so a size refusal names the
                             // record that is really too large (flush: no linger wait).
-                            group.expect(sent);
+                            s.group.expect(s.sent);
                             flush(&producer, flush_timeout).await;
-                            group.complete().await;
-                            for j in pending.drain(..) {
-                                let r = delivery_result(group.take(j));
-                                if let Err(fail) = &r {
-                                    if batch.records()[j].slot == rec.slot {
-                                        stopped[rec.slot] = fail.class == ErrorClass::Rejected;
-                                    }
-                                }
-                                results[j] = Some(r);
+                            s.group.complete().await;
+                            s.collect();
+                            if let Some(Err(fail)) = &s.results[i] {
+                                s.stopped[rec.slot] = fail.class == ErrorClass::Rejected;
                             }
                         }
                         break;
@@ -2400,52 +2576,45 @@ impl Engine {
                     {
                         // Wait for what is in flight (earlier batches too), then try once
                         // more (keeps order).
-                        group.expect(sent);
+                        s.group.expect(s.sent);
                         flush(&producer, flush_timeout).await;
-                        group.complete().await;
-                        for j in pending.drain(..) {
-                            results[j] = Some(delivery_result(group.take(j)));
-                        }
+                        s.group.complete().await;
+                        s.collect();
                         drained = true;
                     }
                     Err((e, _)) => {
-                        results[i] = Some(Err(RecordFailure::from_error(&e, true)));
-                        stopped[rec.slot] = true;
+                        s.results[i] = Some(Err(RecordFailure::from_error(&e, true)));
+                        s.stopped[rec.slot] = true;
                         break;
                     }
                 }
             }
         }
-        group.expect(sent);
+        s.targets = targets;
+        s.next = batch.len();
+        s.group.expect(s.sent);
         // librdkafka copied every sent record; a retry re-reads from the source. Only the
         // bookkeeping stays while the batch is in flight.
         let mut batch = batch;
         batch.release_payloads();
-        Ok(Dispatch::Sent(Dispatched {
-            batch,
-            targets,
-            careful,
-            results,
-            group,
-            pending,
-            sent_at,
-        }))
+        Ok(Dispatch::Sent(Dispatched { batch, s }))
     }
 
     async fn finish_inner(&mut self, d: &mut Dispatched) -> Result<WriteOutcome, EngineError> {
-        d.group.complete().await;
-        for j in std::mem::take(&mut d.pending) {
-            d.results[j] = Some(delivery_result(d.group.take(j)));
-        }
+        d.s.group.complete().await;
+        d.s.collect();
         let Some(producer) = self.writer.as_ref().map(|w| w.producer().clone()) else {
             return Ok(WriteOutcome::Retry);
         };
         let Dispatched {
             batch,
-            targets,
-            careful,
-            results,
-            ..
+            s:
+                Sending {
+                    targets,
+                    careful,
+                    results,
+                    ..
+                },
         } = &*d;
         let acked_at = jiff::Timestamp::now().as_millisecond();
         // Anything that makes the batch unusable? A fenced producer only reports "purged".
@@ -2606,6 +2775,7 @@ impl Engine {
             return Ok(WriteOutcome::Retry);
         };
         let meta_group = tracker.group(syncs.len() + progress.len());
+        let flush_timeout = self.settings.tuning.producer.delivery_timeout;
         let mut meta_sent = 0usize;
         for (slot, s) in &syncs {
             let tp = &batch.partitions()[*slot].tp;
@@ -2632,9 +2802,9 @@ impl Engine {
                     .key(key.as_slice())
                     .payload(value.as_slice())
                     .headers(headers);
-            match producer.send(br) {
+            match send_waiting(&producer, br, flush_timeout).await {
                 Ok(()) => meta_sent += 1,
-                Err((e, _)) => return self.write_error("send offset sync", &e),
+                Err(e) => return self.write_error("send offset sync", &e),
             }
         }
         for p in &progress {
@@ -2649,9 +2819,9 @@ impl Engine {
                     .partition(0)
                     .key(key.as_slice())
                     .payload(value.as_slice());
-            match producer.send(br) {
+            match send_waiting(&producer, br, flush_timeout).await {
                 Ok(()) => meta_sent += 1,
-                Err((e, _)) => return self.write_error("send progress", &e),
+                Err(e) => return self.write_error("send progress", &e),
             }
         }
         meta_group.expect(meta_sent);
@@ -2760,6 +2930,10 @@ impl Engine {
     /// progress still in flight may never come: those positions are written again.
     fn drop_writer(&mut self) {
         self.writer = None;
+        if self.live.is_some() {
+            // Sent through the producer that goes: read them again.
+            self.request_reassign();
+        }
         while let Some(m) = self.meta_in_flight.pop_front() {
             self.meta_failed(m, "the producer was recreated");
         }
@@ -2807,6 +2981,23 @@ impl Engine {
                 Ok(WriteOutcome::Retry)
             }
         }
+    }
+}
+
+/// Hands a record to the producer; if its queue is full (`target.config` may make it smaller
+/// than the batch window), waits for the queue to empty once and tries again.
+async fn send_waiting(
+    producer: &ThreadedProducer<DeliveryContext>,
+    record: BaseRecord<'_, [u8], [u8], usize>,
+    timeout: Duration,
+) -> Result<(), KafkaError> {
+    match producer.send(record) {
+        Ok(()) => Ok(()),
+        Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), record)) => {
+            flush(producer, timeout).await;
+            producer.send(record).map_err(|(e, _)| e)
+        }
+        Err((e, _)) => Err(e),
     }
 }
 
