@@ -47,6 +47,22 @@ impl BatchLimits {
     }
 }
 
+impl BatchLimits {
+    /// Bounds of the open batch when batches sent before it still hold `used` (records,
+    /// bytes) of this window: a `parts`-th share at most, and never past the window (an
+    /// empty window may give 0: wait).
+    pub fn room(&self, parts: usize, used: (usize, usize)) -> Self {
+        let share = self.share(parts);
+        Self {
+            max_records: share
+                .max_records
+                .min(self.max_records.saturating_sub(used.0)),
+            max_bytes: share.max_bytes.min(self.max_bytes.saturating_sub(used.1)),
+            linger: self.linger,
+        }
+    }
+}
+
 /// One consumed source record.
 #[derive(Debug, Clone)]
 pub struct BatchRecord {
@@ -456,6 +472,34 @@ mod tests {
             b.is_full(&limits),
             "byte bound; a single large record is a batch of its own"
         );
+    }
+
+    #[test]
+    fn room_is_a_share_within_what_the_window_has_left() {
+        let w = BatchLimits {
+            max_records: 300,
+            max_bytes: 3000,
+            linger: Duration::from_millis(7),
+        };
+        // (parts, used records, used bytes) -> (records, bytes)
+        let cases = [
+            ((3, 0, 0), (100, 1000)),
+            ((3, 150, 1000), (100, 1000)),
+            ((3, 250, 0), (50, 1000)),
+            ((3, 0, 2500), (100, 500)),
+            ((3, 300, 0), (0, 1000)),
+            ((3, 400, 4000), (0, 0)),
+            ((1, 100, 100), (200, 2900)),
+        ];
+        for ((parts, r, b), want) in cases {
+            let got = w.room(parts, (r, b));
+            assert_eq!(
+                (got.max_records, got.max_bytes),
+                want,
+                "parts {parts}, used ({r}, {b})"
+            );
+            assert_eq!(got.linger, w.linger);
+        }
     }
 
     #[test]

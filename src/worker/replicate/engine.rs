@@ -574,6 +574,8 @@ struct MetaPending {
     progress: Vec<TopicPartitionRef>,
     /// The reset marker among them.
     marker: Option<String>,
+    /// Records and bytes of the batch whose progress this is (still in the window).
+    window: (usize, usize),
 }
 
 /// The first of records `0..sent` of `group` that was not delivered.
@@ -2345,20 +2347,29 @@ impl Engine {
         !self.transactional() && !self.owned.values().any(|o| o.careful)
     }
 
-    /// Bounds of the open batch: a share of `Tuning::batch`, which bounds the record data
-    /// held (the producer's copies of sent records, the open batch, records read ahead) and,
-    /// without transactions, the records not yet covered by acknowledged progress (what a
-    /// crash may replicate again). AtLeastOnce: up to `pipeline_depth` batches await their
-    /// delivery reports and as many their progress, so each gets an equal share.
-    /// ExactlyOnce: the batch in the transaction and the one read meanwhile.
+    /// Bounds of the open batch. `Tuning::batch` is the window: it bounds the record data
+    /// held (the producer's copies of sent records, the open batch, records read ahead)
+    /// and, without transactions, the records not yet covered by acknowledged progress
+    /// (what a crash may replicate again; the open batch counts, its records are sent as
+    /// they are read). AtLeastOnce: up to `pipeline_depth` batches await their delivery
+    /// reports, then their progress; the open batch gets a `pipeline_depth + 1`-th share
+    /// of the window, less what those still hold. ExactlyOnce: half (the batch in the
+    /// transaction and the one read meanwhile).
     fn fill_limits(&self) -> BatchLimits {
-        let limits = self.settings.tuning.batch;
-        let parts = if self.transactional() {
-            2
-        } else {
-            2 * self.settings.tuning.pipeline_depth.max(1)
-        };
-        limits.share(parts)
+        let window = self.settings.tuning.batch;
+        if self.transactional() {
+            return window.share(2);
+        }
+        let mut used = (0, 0);
+        for d in &self.in_flight {
+            used.0 += d.batch.len();
+            used.1 += d.batch.bytes();
+        }
+        for m in &self.meta_in_flight {
+            used.0 += m.window.0;
+            used.1 += m.window.1;
+        }
+        window.room(self.settings.tuning.pipeline_depth.max(1) + 1, used)
     }
 
     /// Sends the open batch without waiting for its delivery reports.
@@ -2858,6 +2869,7 @@ impl Engine {
                 })
                 .collect(),
             marker: marker.clone(),
+            window: (batch.len(), batch.bytes()),
         });
         // Committed: apply.
         self.out.metrics.offset_syncs.inc_by(syncs.len() as u64);
