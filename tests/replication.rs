@@ -450,8 +450,9 @@ async fn replicates_records_exactly_nisshi_at_least_once() {
 }
 
 /// A record larger than the target accepts stops its partition with a clear error; the other
-/// partition and the records before it are replicated; nothing is skipped.
-async fn too_large_record(kind: BrokerKind, delivery: Delivery, broker_side: bool) {
+/// partition and the records before it are replicated; nothing is skipped. `tail` more
+/// records follow the big one in its partition (spanning later batches).
+async fn too_large_record(kind: BrokerKind, delivery: Delivery, broker_side: bool, tail: i32) {
     let (Some(source), Some(target)) = (broker_or_skip(kind).await, broker_or_skip(kind).await)
     else {
         return;
@@ -465,7 +466,7 @@ async fn too_large_record(kind: BrokerKind, delivery: Delivery, broker_side: boo
     };
     let big =
         mirrorflow::testkit::brokers::ProduceRecord::new("big", vec![b'y'; 20_000]).partition(0);
-    let recs = vec![
+    let mut recs = vec![
         small(0, 0),
         small(1, 0),
         big,
@@ -474,6 +475,10 @@ async fn too_large_record(kind: BrokerKind, delivery: Delivery, broker_side: boo
         small(4, 1),
         small(5, 1),
     ];
+    recs.extend((0..tail).map(|i| {
+        mirrorflow::testkit::brokers::ProduceRecord::new(format!("t{i}"), vec![b'z'; 100])
+            .partition(0)
+    }));
     produce(&sb, "orders", &recs).await.unwrap();
     let mut spec = flow_spec(&source, &target, delivery);
     if broker_side {
@@ -540,20 +545,28 @@ async fn too_large_record(kind: BrokerKind, delivery: Delivery, broker_side: boo
         assert_eq!(keys(0), vec!["k0", "k1"]);
     }
     assert!(
-        !keys(0).contains(&"k2".to_string()),
-        "nothing after the refused record"
+        !keys(0).iter().any(|k| k == "k2" || k.starts_with('t')),
+        "nothing after the refused record: {:?}",
+        keys(0)
     );
     assert_eq!(keys(1), vec!["k3", "k4", "k5"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn too_large_record_fails_its_partition_broker_limit_nisshi() {
-    too_large_record(BrokerKind::Nisshi, Delivery::AtLeastOnce, true).await;
+    too_large_record(BrokerKind::Nisshi, Delivery::AtLeastOnce, true, 0).await;
+}
+
+/// Refused by the producer itself while later batches are being read and sent: none of the
+/// partition's later records may reach the target past the refused one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn too_large_record_fails_its_partition_producer_limit_nisshi_pipelined() {
+    too_large_record(BrokerKind::Nisshi, Delivery::AtLeastOnce, false, 300).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn too_large_record_fails_its_partition_producer_limit_tansu_eos() {
-    too_large_record(BrokerKind::Tansu, Delivery::ExactlyOnce, false).await;
+    too_large_record(BrokerKind::Tansu, Delivery::ExactlyOnce, false, 0).await;
 }
 
 /// The target goes down and comes back (the librdkafka mock keeps its data across that):

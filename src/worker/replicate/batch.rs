@@ -82,6 +82,8 @@ pub struct BatchRecord {
     pub timestamp: Option<i64>,
     /// Bytes counted for this record.
     pub size: usize,
+    /// Handed to the producer as it was read: no payload was ever kept.
+    sent: bool,
 }
 
 impl BatchRecord {
@@ -107,6 +109,7 @@ impl BatchRecord {
             headers,
             timestamp,
             size,
+            sent: false,
         }
     }
 
@@ -122,7 +125,14 @@ impl BatchRecord {
             headers: None,
             timestamp,
             size,
+            sent: true,
         }
+    }
+
+    /// Whether this is the bookkeeping of a record sent as it was read ([`Self::sent`]): a
+    /// null key and value here mean "not kept", not a tombstone.
+    pub fn was_sent(&self) -> bool {
+        self.sent
     }
 
     /// Key bytes (`None` = null).
@@ -510,6 +520,10 @@ mod tests {
         b.push("t", 1, BatchRecord::sent(9, None, 80), now);
         assert_eq!((b.len(), b.bytes()), (2, 150));
         assert_eq!(b.records()[1].value(), None, "no payload kept once sent");
+        assert!(
+            b.records()[1].was_sent(),
+            "not to be mistaken for a tombstone"
+        );
         let held = BatchRecord::new(9, Some(b"k"), Some(b"vv"), None, Some(3), 67);
         b.hold_last(held);
         let last = &b.records()[1];
@@ -525,6 +539,7 @@ mod tests {
             "slot kept, payload and timestamp from the held copy"
         );
         assert_eq!(b.bytes(), 70 + 67, "bytes follow the held copy");
+        assert!(!last.was_sent() && b.records()[0].was_sent());
         assert_eq!(b.partitions()[1].count, 1);
     }
 

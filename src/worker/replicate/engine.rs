@@ -656,6 +656,10 @@ pub struct Engine {
     in_flight: VecDeque<Dispatched>,
     /// Syncs and progress of finished batches awaiting acknowledgement (AtLeastOnce).
     meta_in_flight: VecDeque<MetaPending>,
+    /// Partitions whose record the producer refused outright in a batch not finished yet:
+    /// later records are not taken (they would land past the refused one) until the
+    /// consumer is re-assigned from the committed positions.
+    halted: BTreeSet<TopicPartitionRef>,
     /// Key of the partition of the last consumed record (saves a copy of the name).
     last_tp: Option<TopicPartitionRef>,
     reassign_needed: bool,
@@ -744,6 +748,7 @@ impl Engine {
             pending_progress: BTreeSet::new(),
             batch: Batch::new(),
             live: None,
+            halted: BTreeSet::new(),
             in_flight: VecDeque::new(),
             meta_in_flight: VecDeque::new(),
             last_tp: None,
@@ -1359,6 +1364,9 @@ impl Engine {
         let Some(tp) = self.last_tp.as_ref() else {
             return false;
         };
+        if !self.halted.is_empty() && self.halted.contains(tp) {
+            return false;
+        }
         let Some(o) = self.owned.get_mut(tp) else {
             return false;
         };
@@ -1396,6 +1404,9 @@ impl Engine {
             return;
         }
         let Some(writer) = self.writer.as_ref() else {
+            // `streaming` checked for a producer; never drop a record taken (`fetched`).
+            let now = self.batch.opened_at().unwrap_or_else(Instant::now);
+            self.batch.push(topic, partition, detach_record(m), now);
             return;
         };
         let (key, value, timestamp) = (m.key(), m.payload(), m.timestamp().to_millis());
@@ -1449,6 +1460,7 @@ impl Engine {
                 s.results[i] = Some(Err(RecordFailure::from_error(&e, true)));
                 s.stopped[slot] = true;
                 s.next = i + 1;
+                self.halted.insert(self.batch.partitions()[slot].tp.clone());
             }
         }
     }
@@ -1760,6 +1772,7 @@ impl Engine {
     fn reassign(&mut self) {
         self.reassign_needed = false;
         self.clear_open();
+        self.halted.clear();
         let mut tpl = TopicPartitionList::new();
         for (tp, o) in self.owned.iter_mut() {
             if !matches!(o.state, PartitionState::Replicating) {
@@ -2351,10 +2364,12 @@ impl Engine {
     /// held (the producer's copies of sent records, the open batch, records read ahead)
     /// and, without transactions, the records not yet covered by acknowledged progress
     /// (what a crash may replicate again; the open batch counts, its records are sent as
-    /// they are read). AtLeastOnce: up to `pipeline_depth` batches await their delivery
-    /// reports, then their progress; the open batch gets a `pipeline_depth + 1`-th share
-    /// of the window, less what those still hold. ExactlyOnce: half (the batch in the
-    /// transaction and the one read meanwhile).
+    /// they are read). AtLeastOnce: while up to `pipeline_depth` dispatched batches await
+    /// their delivery reports, then their progress, the open batch is sent too; it gets a
+    /// `pipeline_depth + 1`-th share of the window, less what those still hold. A batch
+    /// whose progress write failed leaves the count although its positions are written
+    /// again only with the next batch (rare; the bound then holds one batch late).
+    /// ExactlyOnce: half (the batch in the transaction and the one read meanwhile).
     fn fill_limits(&self) -> BatchLimits {
         let window = self.settings.tuning.batch;
         if self.transactional() {
@@ -2548,6 +2563,11 @@ impl Engine {
             if s.stopped[rec.slot] {
                 continue;
             }
+            // Only records with their payload are left to send here.
+            debug_assert!(
+                !rec.was_sent(),
+                "a sent record in the unsent part of a batch"
+            );
             let partition = batch.partitions()[rec.slot].tp.partition;
             let Some(target) = targets[rec.slot].as_deref() else {
                 s.stopped[rec.slot] = true;
@@ -2596,6 +2616,7 @@ impl Engine {
                     Err((e, _)) => {
                         s.results[i] = Some(Err(RecordFailure::from_error(&e, true)));
                         s.stopped[rec.slot] = true;
+                        self.halted.insert(batch.partitions()[rec.slot].tp.clone());
                         break;
                     }
                 }
