@@ -4,7 +4,8 @@
 //! target producer, the batch, and the state of every owned partition. Records are consumed
 //! into a bounded [`Batch`]; a batch is written when it is full or its linger time passed:
 //! records, then offset syncs and progress. ExactlyOnce: one transaction per batch, one at a
-//! time. AtLeastOnce: pipelined (see the `replicate` module docs): batches are dispatched
+//! time. AtLeastOnce: pipelined (see the `replicate` module docs): records are handed to
+//! the producer as they are read (`Engine::on_message`, `Sending`), and batches are sealed
 //! while earlier ones await their delivery reports (`Dispatched`, collected per batch by
 //! `delivery::Tracker`), finished oldest first, their syncs and progress acknowledged in
 //! the background (`MetaPending`). While a write waits, the next records are read ahead.

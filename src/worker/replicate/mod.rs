@@ -24,14 +24,19 @@
 //!   records, syncs and progress commit together. Starting fences a zombie with the same id.
 //!   A target that refuses transactions stops the worker with a message naming the fix
 //!   (`spec.delivery: AtLeastOnce`); there is no silent downgrade.
-//! - **AtLeastOnce**: idempotent producer, pipelined: up to `Tuning::pipeline_depth` (2)
-//!   batches are sent before the oldest one's delivery reports are in, and the next batch is
-//!   read meanwhile. When a batch's records are acknowledged, its positions advance and its
-//!   syncs and progress are sent; their acknowledgement is awaited in the background (a lost
-//!   one is written again). A batch that fails drops every later one and the open batch:
-//!   the consumer restarts from the committed positions. A crash replicates again at most
-//!   the records not covered by acknowledged progress: `Tuning::batch` (40,000 records /
-//!   16 MiB), which the pipeline's batches share.
+//! - **AtLeastOnce**: idempotent producer, pipelined. Each consumed record is handed to
+//!   the producer as it is read (librdkafka's copy is the only one; the open batch keeps
+//!   offsets, sizes and timestamps), while up to `Tuning::pipeline_depth` (2) earlier
+//!   batches await their delivery reports. When a batch's records are acknowledged, its
+//!   positions advance and its syncs and progress are sent; their acknowledgement is awaited
+//!   in the background (a lost one is written again). A batch that fails drops every later
+//!   one and the open batch: the consumer restarts from the committed positions (records
+//!   already sent from them may arrive twice). A record the producer refuses outright halts
+//!   its partition's later records until then. A full producer queue (a small
+//!   `queue.buffering.max.*` in `target.config`) keeps the rest of the open batch in memory,
+//!   sent in order when the batch is. A crash replicates again at most the records not
+//!   covered by acknowledged progress: `Tuning::batch` (40,000 records / 16 MiB), the
+//!   window that the sent batches, those awaiting progress and the open batch share.
 //! - **Failures.** A record the target refuses for good (e.g. larger than `max.message.bytes`)
 //!   stops its partition ([`status::PartitionState::Failed`]) with the broker's message;
 //!   other partitions go on. Transient target errors rewind to the committed positions and
@@ -44,16 +49,17 @@
 //! # Memory bound (defaults, per worker)
 //! - consumer prefetch: `queued.max.messages.kbytes` = 4 MiB, overshot by at most one
 //!   fetch (`fetch.max.bytes` = 2 MiB);
-//! - record data held by the engine: ≤ `Tuning::batch` = 16 MiB (and 40,000 records) in
-//!   all, split in equal shares ([`batch::BatchLimits::share`]): the open batch, records
-//!   read ahead while writing, and sent batches, whose copy is librdkafka's only (the
-//!   engine frees its own once a batch is handed over). A single record larger than a share
-//!   forms a batch of its own;
-//! - producer queue: ≤ 32 MiB (`queue.buffering.max.kbytes`), in practice the sent batches.
+//! - record data of sent records and the open batch: ≤ `Tuning::batch` = 16 MiB (and
+//!   40,000 records) in all ([`batch::BatchLimits::room`]: the open batch gets a third with
+//!   the default depth, less what earlier batches still hold), held by librdkafka's producer
+//!   (the engine keeps a copy only of records read ahead while a batch is written, or
+//!   waiting for a full producer queue, within the same bound). A single record larger than
+//!   the room forms a batch of its own;
+//! - producer queue: ≤ 32 MiB (`queue.buffering.max.kbytes`), in practice the window.
 //!
 //! So about 4 + 2 + 16 = 22 MiB of record data, plus librdkafka's buffers: plan ~64 MiB on
-//! top of the process baseline (measured: 56 MiB peak RSS with 1,000 partitions,
-//! benches/replication.rs). Backpressure: a slow target holds the pipeline full, and then
+//! top of the process baseline (measured: 61.5 MiB peak RSS with 1,000 partitions,
+//! benches/replication.rs). Backpressure: a slow target holds the window full, and then
 //! nothing more is consumed. `source.config` may override the consumer bounds.
 
 pub mod assign;
