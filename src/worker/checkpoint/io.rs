@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
+
+use crate::worker::replicate::io::LogContext;
 use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Headers};
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -26,7 +28,8 @@ const METADATA_REFRESH: Duration = Duration::from_secs(60);
 ///
 /// [`catch_up`]: TopicTail::catch_up
 pub struct TopicTail {
-    consumer: BaseConsumer,
+    /// Logs through tracing; end-of-partition events (asked for) are not errors.
+    consumer: BaseConsumer<LogContext>,
     topic: String,
     what: String,
     /// Next offset to read per assigned partition.
@@ -51,8 +54,8 @@ impl TopicTail {
             // the worker's memory (librdkafka's default prefetch is up to 64 MiB).
             .set("queued.max.messages.kbytes", "2048")
             .set("fetch.max.bytes", "1048576");
-        let consumer: BaseConsumer = config
-            .create()
+        let consumer: BaseConsumer<LogContext> = config
+            .create_with_context(LogContext::new(what))
             .map_err(|e| format!("{what}: create consumer for topic {topic}: {e}"))?;
         Ok(Self {
             consumer,
