@@ -338,22 +338,27 @@ impl Owned {
 /// Copies a consumed record out of librdkafka's buffer (one allocation for key and value;
 /// headers are parsed once).
 fn detach_record(m: &BorrowedMessage<'_>) -> BatchRecord {
+    let (headers, size) = headers_and_size(m);
+    BatchRecord::new(
+        m.offset(),
+        m.key(),
+        m.payload(),
+        headers,
+        m.timestamp().to_millis(),
+        size,
+    )
+}
+
+/// A consumed record's headers (parsed once) and the size it counts in a batch.
+fn headers_and_size(m: &BorrowedMessage<'_>) -> (Option<OwnedHeaders>, usize) {
     let (key, value) = (m.key(), m.payload());
-    let (headers, size) = match m.headers() {
+    match m.headers() {
         Some(h) => {
             let list: Vec<(&str, Option<&[u8]>)> = h.iter().map(|x| (x.key, x.value)).collect();
             (Some(h.detach()), record_size(key, value, &list))
         }
         None => (None, record_size(key, value, &[])),
-    };
-    BatchRecord::new(
-        m.offset(),
-        key,
-        value,
-        headers,
-        m.timestamp().to_millis(),
-        size,
-    )
+    }
 }
 
 /// Records read while a batch is written, bounded like a batch (so at most two batches of
@@ -514,6 +519,13 @@ impl Sending {
             self.reserved = (2 * self.reserved).max(index + 1).max(1024);
             self.group.reserve(self.reserved);
         }
+    }
+
+    /// Record `index` (of partition `slot`) was refused before it was sent: the partition
+    /// sends nothing more in this batch.
+    fn refuse(&mut self, index: usize, slot: usize, e: &KafkaError) {
+        self.results[index] = Some(Err(RecordFailure::from_error(e, true)));
+        self.stopped[slot] = true;
     }
 
     /// Collects the reports of the records sent so far.
@@ -1385,9 +1397,13 @@ impl Engine {
     /// A record read ahead: into the open batch with its payload, sent when the batch is.
     fn on_record(&mut self, topic: &str, partition: i32, record: BatchRecord) {
         if self.accept(topic, partition, record.offset) {
-            let now = self.batch.opened_at().unwrap_or_else(Instant::now);
-            self.batch.push(topic, partition, record, now);
+            self.push_open(topic, partition, record);
         }
+    }
+
+    fn push_open(&mut self, topic: &str, partition: i32, record: BatchRecord) {
+        let now = self.batch.opened_at().unwrap_or_else(Instant::now);
+        self.batch.push(topic, partition, record, now);
     }
 
     /// A record straight from the consumer. While the open batch streams it is handed to
@@ -1399,25 +1415,15 @@ impl Engine {
         if !self.accept(topic, partition, offset) {
             return;
         }
-        if !self.streaming() {
-            let now = self.batch.opened_at().unwrap_or_else(Instant::now);
-            self.batch.push(topic, partition, detach_record(m), now);
-            return;
-        }
-        let Some(writer) = self.writer.as_ref() else {
-            // `streaming` checked for a producer; never drop a record taken (`fetched`).
-            let now = self.batch.opened_at().unwrap_or_else(Instant::now);
-            self.batch.push(topic, partition, detach_record(m), now);
-            return;
-        };
-        let (key, value, timestamp) = (m.key(), m.payload(), m.timestamp().to_millis());
-        let (headers, size) = match m.headers() {
-            Some(h) => {
-                let list: Vec<(&str, Option<&[u8]>)> = h.iter().map(|x| (x.key, x.value)).collect();
-                (Some(h.detach()), record_size(key, value, &list))
+        let writer = match self.writer.as_ref() {
+            Some(w) if self.streaming() => w,
+            _ => {
+                self.push_open(topic, partition, detach_record(m));
+                return;
             }
-            None => (None, record_size(key, value, &[])),
         };
+        let timestamp = m.timestamp().to_millis();
+        let (headers, size) = headers_and_size(m);
         let now = self.batch.opened_at().unwrap_or_else(Instant::now);
         self.batch.push(
             topic,
@@ -1441,8 +1447,8 @@ impl Engine {
             target,
             s.group.ticket(i),
             partition,
-            key,
-            value,
+            m.key(),
+            m.payload(),
             timestamp,
             headers,
         );
@@ -1458,21 +1464,21 @@ impl Engine {
                 self.batch.hold_last(detach_record(m));
             }
             Err(e) => {
-                s.results[i] = Some(Err(RecordFailure::from_error(&e, true)));
-                s.stopped[slot] = true;
+                s.refuse(i, slot, &e);
                 s.next = i + 1;
                 self.halted.insert(self.batch.partitions()[slot].tp.clone());
             }
         }
     }
 
-    /// Whether the next consumed record goes to the producer at once: AtLeastOnce and
-    /// pipelined when the batch opened (checked once per batch), and every earlier record
-    /// of the batch handled (one kept with its payload keeps the rest behind it: order).
+    /// Whether the next consumed record goes to the producer at once (given a producer):
+    /// AtLeastOnce and pipelined when the batch opened (checked once per batch), and every
+    /// earlier record of the batch handled (one kept with its payload keeps the rest behind
+    /// it: order).
     fn streaming(&self) -> bool {
         match &self.live {
             Some(s) => s.next == self.batch.len(),
-            None => self.batch.is_empty() && self.writer.is_some() && self.pipelined(),
+            None => self.batch.is_empty() && self.pipelined(),
         }
     }
 
@@ -2575,51 +2581,35 @@ impl Engine {
                 continue;
             };
             s.reserve(i);
-            let mut drained = false;
-            loop {
-                let br = target_record(
-                    target,
-                    s.group.ticket(i),
-                    partition,
-                    rec.key(),
-                    rec.value(),
-                    rec.timestamp,
-                    rec.headers.clone(),
-                );
-                match producer.send(br) {
-                    Ok(()) => {
-                        s.pending.push(i);
-                        s.sent += 1;
-                        if s.careful[rec.slot] {
-                            // One record per produce request, so a size refusal names the
-                            // record that is really too large (flush: no linger wait).
-                            s.group.expect(s.sent);
-                            flush(&producer, flush_timeout).await;
-                            s.group.complete().await;
-                            s.collect();
-                            if let Some(Err(fail)) = &s.results[i] {
-                                s.stopped[rec.slot] = fail.class == ErrorClass::Rejected;
-                            }
-                        }
-                        break;
-                    }
-                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _))
-                        if !drained =>
-                    {
-                        // Wait for what is in flight (earlier batches too), then try once
-                        // more (keeps order).
+            let br = target_record(
+                target,
+                s.group.ticket(i),
+                partition,
+                rec.key(),
+                rec.value(),
+                rec.timestamp,
+                rec.headers.clone(),
+            );
+            // A full queue (earlier batches too) is waited for once; order is kept.
+            match send_waiting(&producer, br, flush_timeout).await {
+                Ok(()) => {
+                    s.pending.push(i);
+                    s.sent += 1;
+                    if s.careful[rec.slot] {
+                        // One record per produce request, so a size refusal names the
+                        // record that is really too large (flush: no linger wait).
                         s.group.expect(s.sent);
                         flush(&producer, flush_timeout).await;
                         s.group.complete().await;
                         s.collect();
-                        drained = true;
+                        if let Some(Err(fail)) = &s.results[i] {
+                            s.stopped[rec.slot] = fail.class == ErrorClass::Rejected;
+                        }
                     }
-                    Err((e, _)) => {
-                        s.results[i] = Some(Err(RecordFailure::from_error(&e, true)));
-                        s.stopped[rec.slot] = true;
-                        self.halted.insert(batch.partitions()[rec.slot].tp.clone());
-                        break;
-                    }
+                }
+                Err(e) => {
+                    s.refuse(i, rec.slot, &e);
+                    self.halted.insert(batch.partitions()[rec.slot].tp.clone());
                 }
             }
         }
