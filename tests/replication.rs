@@ -13,10 +13,7 @@ use replication_support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn replicates_records_exactly_tansu_at_least_once() {
-    let (Some(source), Some(target)) = (
-        broker_or_skip(BrokerKind::Tansu).await,
-        broker_or_skip(BrokerKind::Tansu).await,
-    ) else {
+    let Some((source, target)) = broker_pair(BrokerKind::Tansu).await else {
         return;
     };
     let sb = source.bootstrap_servers();
@@ -49,10 +46,7 @@ async fn replicates_records_exactly_tansu_at_least_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn replicates_records_exactly_tansu_exactly_once() {
-    let (Some(source), Some(target)) = (
-        broker_or_skip(BrokerKind::Tansu).await,
-        broker_or_skip(BrokerKind::Tansu).await,
-    ) else {
+    let Some((source, target)) = broker_pair(BrokerKind::Tansu).await else {
         return;
     };
     let sb = source.bootstrap_servers();
@@ -78,10 +72,7 @@ async fn replicates_records_exactly_tansu_exactly_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn selection_cycles_and_new_topics_tansu() {
-    let (Some(source), Some(target)) = (
-        broker_or_skip(BrokerKind::Tansu).await,
-        broker_or_skip(BrokerKind::Tansu).await,
-    ) else {
+    let Some((source, target)) = broker_pair(BrokerKind::Tansu).await else {
         return;
     };
     let sb = source.bootstrap_servers();
@@ -143,10 +134,7 @@ async fn selection_cycles_and_new_topics_tansu() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn identity_policy_keeps_names_tansu() {
-    let (Some(source), Some(target)) = (
-        broker_or_skip(BrokerKind::Tansu).await,
-        broker_or_skip(BrokerKind::Tansu).await,
-    ) else {
+    let Some((source, target)) = broker_pair(BrokerKind::Tansu).await else {
         return;
     };
     let sb = source.bootstrap_servers();
@@ -176,10 +164,7 @@ async fn identity_policy_keeps_names_tansu() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_workers_split_partitions_tansu() {
-    let (Some(source), Some(target)) = (
-        broker_or_skip(BrokerKind::Tansu).await,
-        broker_or_skip(BrokerKind::Tansu).await,
-    ) else {
+    let Some((source, target)) = broker_pair(BrokerKind::Tansu).await else {
         return;
     };
     let sb = source.bootstrap_servers();
@@ -231,10 +216,7 @@ async fn two_workers_split_partitions_tansu() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn paused_keeps_position_tansu() {
-    let (Some(source), Some(target)) = (
-        broker_or_skip(BrokerKind::Tansu).await,
-        broker_or_skip(BrokerKind::Tansu).await,
-    ) else {
+    let Some((source, target)) = broker_pair(BrokerKind::Tansu).await else {
         return;
     };
     let sb = source.bootstrap_servers();
@@ -288,10 +270,7 @@ async fn paused_keeps_position_tansu() {
 /// Kills a worker mid-stream (the task is dropped wherever it is), restarts it, and checks
 /// that nothing is lost and duplicates stay within one batch per partition.
 async fn crash_and_resume(kind: BrokerKind, delivery: Delivery) -> Option<BTreeMap<i32, usize>> {
-    let (Some(source), Some(target)) = (broker_or_skip(kind).await, broker_or_skip(kind).await)
-    else {
-        return None;
-    };
+    let (source, target) = broker_pair(kind).await?;
     let sb = source.bootstrap_servers();
     let tb = target.bootstrap_servers();
     create(&source, "orders", 3).await;
@@ -357,10 +336,7 @@ async fn crash_and_resume_exactly_once_tansu() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn exactly_once_on_a_target_without_transactions_fails_clearly_nisshi() {
-    let (Some(source), Some(target)) = (
-        broker_or_skip(BrokerKind::Nisshi).await,
-        broker_or_skip(BrokerKind::Nisshi).await,
-    ) else {
+    let Some((source, target)) = broker_pair(BrokerKind::Nisshi).await else {
         return;
     };
     create(&source, "orders", 1).await;
@@ -384,10 +360,7 @@ async fn exactly_once_on_a_target_without_transactions_fails_clearly_nisshi() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn replicates_records_exactly_nisshi_at_least_once() {
-    let (Some(source), Some(target)) = (
-        broker_or_skip(BrokerKind::Nisshi).await,
-        broker_or_skip(BrokerKind::Nisshi).await,
-    ) else {
+    let Some((source, target)) = broker_pair(BrokerKind::Nisshi).await else {
         return;
     };
     let sb = source.bootstrap_servers();
@@ -453,8 +426,7 @@ async fn replicates_records_exactly_nisshi_at_least_once() {
 /// partition and the records before it are replicated; nothing is skipped. `tail` more
 /// records follow the big one in its partition (spanning later batches).
 async fn too_large_record(kind: BrokerKind, delivery: Delivery, broker_side: bool, tail: i32) {
-    let (Some(source), Some(target)) = (broker_or_skip(kind).await, broker_or_skip(kind).await)
-    else {
+    let Some((source, target)) = broker_pair(kind).await else {
         return;
     };
     let sb = source.bootstrap_servers();
@@ -623,10 +595,7 @@ async fn target_down_then_back_mock_at_least_once() {
 /// older one, which stops with an error naming the transactional.id; the newer one goes on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn zombie_is_fenced_tansu() {
-    let (Some(source), Some(target)) = (
-        broker_or_skip(BrokerKind::Tansu).await,
-        broker_or_skip(BrokerKind::Tansu).await,
-    ) else {
+    let Some((source, target)) = broker_pair(BrokerKind::Tansu).await else {
         return;
     };
     let sb = source.bootstrap_servers();
@@ -665,10 +634,7 @@ async fn zombie_is_fenced_tansu() {
 /// reports it; other partitions go on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn deleted_unreplicated_records_stop_the_partition_nisshi() {
-    let (Some(source), Some(target)) = (
-        broker_or_skip(BrokerKind::Nisshi).await,
-        broker_or_skip(BrokerKind::Nisshi).await,
-    ) else {
+    let Some((source, target)) = broker_pair(BrokerKind::Nisshi).await else {
         return;
     };
     let sb = source.bootstrap_servers();
@@ -781,10 +747,7 @@ async fn deleted_unreplicated_records_stop_the_partition_nisshi() {
 async fn standalone_worker_serves_http_and_follows_the_file_tansu() {
     use mirrorflow::telemetry::http::get_text;
     use mirrorflow::worker::replicate::{run_with, watch_flow_file, WorkerArgs};
-    let (Some(source), Some(target)) = (
-        broker_or_skip(BrokerKind::Tansu).await,
-        broker_or_skip(BrokerKind::Tansu).await,
-    ) else {
+    let Some((source, target)) = broker_pair(BrokerKind::Tansu).await else {
         return;
     };
     let sb = source.bootstrap_servers();
@@ -894,10 +857,7 @@ async fn standalone_worker_serves_http_and_follows_the_file_tansu() {
 /// skips what existed before it started.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn graceful_restart_and_start_from_latest_nisshi() {
-    let (Some(source), Some(target)) = (
-        broker_or_skip(BrokerKind::Nisshi).await,
-        broker_or_skip(BrokerKind::Nisshi).await,
-    ) else {
+    let Some((source, target)) = broker_pair(BrokerKind::Nisshi).await else {
         return;
     };
     let sb = source.bootstrap_servers();
@@ -954,10 +914,7 @@ async fn graceful_restart_and_start_from_latest_nisshi() {
 /// syncs and progress wait for room. Nothing is lost, duplicated or reordered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_full_producer_queue_keeps_order_and_loses_nothing_nisshi() {
-    let (Some(source), Some(target)) = (
-        broker_or_skip(BrokerKind::Nisshi).await,
-        broker_or_skip(BrokerKind::Nisshi).await,
-    ) else {
+    let Some((source, target)) = broker_pair(BrokerKind::Nisshi).await else {
         return;
     };
     let sb = source.bootstrap_servers();
@@ -966,7 +923,8 @@ async fn a_full_producer_queue_keeps_order_and_loses_nothing_nisshi() {
     let flood = records("f", 3, 600);
     produce(&sb, "flood", &flood).await.unwrap();
     let spec = flow_spec(&source, &target, Delivery::AtLeastOnce);
-    // A window of 400 records (shares of 100) in front of a queue of 60.
+    // A window of 400 records (the open batch gets at most a third) in front of a queue
+    // of 60.
     let mut tuning = test_tuning(400);
     tuning.producer.queue_messages = 60;
     let mut w = start_worker("queue-full", spec, 0, 1, tuning);

@@ -11,7 +11,8 @@ use mirrorflow::api::{ClusterSpec, Delivery, MirrorFlowSpec, ReplicationPolicyTy
 use mirrorflow::telemetry::http::Readiness;
 use mirrorflow::telemetry::metrics::WorkerMetrics;
 use mirrorflow::testkit::brokers::{
-    consume_all, ConsumeUntil, ConsumedRecord, LocalBroker, ProduceRecord,
+    broker_or_skip, consume_all, BrokerKind, ConsumeUntil, ConsumedRecord, LocalBroker,
+    ProduceRecord,
 };
 use mirrorflow::worker::replicate::batch::BatchLimits;
 use mirrorflow::worker::replicate::writer::ProducerLimits;
@@ -24,6 +25,12 @@ use tokio::task::JoinHandle;
 pub const BASE_TS: i64 = 1_700_000_000_000;
 /// Upper bound of every wait in these tests (the machine is shared; generous on purpose).
 pub const WAIT: Duration = Duration::from_secs(90);
+
+/// A source and a target broker of `kind`; `None` (the test is skipped, as
+/// [`broker_or_skip`] says) when the broker binary is missing.
+pub async fn broker_pair(kind: BrokerKind) -> Option<(LocalBroker, LocalBroker)> {
+    Some((broker_or_skip(kind).await?, broker_or_skip(kind).await?))
+}
 
 /// A flow spec from `source` to `target` (aliases dc1 → dc2), refreshing topics every second.
 pub fn flow_spec(source: &LocalBroker, target: &LocalBroker, delivery: Delivery) -> MirrorFlowSpec {
