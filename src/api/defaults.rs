@@ -29,6 +29,9 @@ pub fn offset_lag_max() -> i64 {
 pub fn replicas() -> i32 {
     1
 }
+pub fn in_flight_mib() -> i32 {
+    16
+}
 pub fn checkpoint_interval_seconds() -> i32 {
     5
 }

@@ -49,6 +49,7 @@ fn flow_defaults() {
     assert!(s.sync_topic_configs);
     assert!(!s.paused);
     assert_eq!(s.workers.replicas, 1);
+    assert_eq!(s.workers.in_flight_mib, 16);
     assert_eq!(s.workers.resources, None);
     assert_eq!(s.workers.image, None);
     assert_eq!(s.reset, None);
@@ -421,6 +422,19 @@ fn flow_validation_table() {
             Some("spec.workers.replicas"),
         ),
         ("replicas 5", "/workers/replicas", json!(5), None),
+        (
+            "inFlightMiB 0",
+            "/workers/inFlightMiB",
+            json!(0),
+            Some("spec.workers.inFlightMiB"),
+        ),
+        (
+            "inFlightMiB 1025",
+            "/workers/inFlightMiB",
+            json!(1025),
+            Some("spec.workers.inFlightMiB"),
+        ),
+        ("inFlightMiB 32", "/workers/inFlightMiB", json!(32), None),
         (
             "image blank",
             "/workers/image",

@@ -319,6 +319,13 @@ pub fn validate_flow(spec: &MirrorFlowSpec) -> Result<(), ValidationErrors> {
             "must be between 1 and 1000",
         );
     }
+    if !(1..=1024).contains(&spec.workers.in_flight_mib) {
+        errs.push(
+            "spec.workers.inFlightMiB",
+            spec.workers.in_flight_mib,
+            "must be between 1 and 1024 (MiB of record data in flight per worker)",
+        );
+    }
     if let Some(image) = &spec.workers.image {
         if image.trim().is_empty() || image.chars().any(char::is_whitespace) {
             errs.push(

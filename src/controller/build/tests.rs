@@ -463,6 +463,7 @@ fn spec_hash_covers_restart_fields_only() {
         (&["delivery"], json!("AtLeastOnce"), true),
         (&["offsetValidation", "enabled"], json!(false), true),
         (&["workers", "image"], json!("x:1"), true),
+        (&["workers", "inFlightMiB"], json!(32), true),
         (
             &["workers", "resources"],
             json!({"limits": {"memory": "1Gi"}}),

@@ -187,6 +187,17 @@ impl Default for Tuning {
     }
 }
 
+impl Tuning {
+    /// The defaults with the flow's window (`spec.workers.inFlightMiB`, read at start: the
+    /// controller restarts workers when it changes).
+    pub fn for_spec(spec: &MirrorFlowSpec) -> Self {
+        let mut t = Self::default();
+        let mib = usize::try_from(spec.workers.in_flight_mib.max(1)).unwrap_or(1);
+        t.batch.max_bytes = mib << 20;
+        t
+    }
+}
+
 /// Who this worker is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EngineSettings {

@@ -35,8 +35,9 @@
 //!   its partition's later records until then. A full producer queue (a small
 //!   `queue.buffering.max.*` in `target.config`) keeps the rest of the open batch in memory,
 //!   sent in order when the batch is. A crash replicates again at most the records not
-//!   covered by acknowledged progress: `Tuning::batch` (40,000 records / 16 MiB), the
-//!   window that the sent batches, those awaiting progress and the open batch share.
+//!   covered by acknowledged progress: `Tuning::batch` (40,000 records /
+//!   `spec.workers.inFlightMiB`, default 16 MiB), the window that the sent batches, those
+//!   awaiting progress and the open batch share.
 //! - **Failures.** A record the target refuses for good (e.g. larger than `max.message.bytes`)
 //!   stops its partition ([`status::PartitionState::Failed`]) with the broker's message;
 //!   other partitions go on. Transient target errors rewind to the committed positions and
@@ -49,7 +50,7 @@
 //! # Memory bound (defaults, per worker)
 //! - consumer prefetch: `queued.max.messages.kbytes` = 4 MiB, overshot by at most one
 //!   fetch (`fetch.max.bytes` = 2 MiB);
-//! - record data of sent records and the open batch: ≤ `Tuning::batch` = 16 MiB (and
+//! - record data of sent records and the open batch: ≤ `spec.workers.inFlightMiB` = 16 MiB (and
 //!   40,000 records) in all ([`batch::BatchLimits::room`]: the open batch gets a third with
 //!   the default depth, less what earlier batches still hold), held by librdkafka's producer
 //!   (the engine keeps a copy only of records read ahead while a batch is written, or
@@ -58,9 +59,15 @@
 //! - producer queue: ≤ 32 MiB (`queue.buffering.max.kbytes`), in practice the window.
 //!
 //! So about 4 + 2 + 16 = 22 MiB of record data, plus librdkafka's buffers: plan ~64 MiB on
-//! top of the process baseline (measured: 61.5 MiB peak RSS with 1,000 partitions,
+//! top of the process baseline (measured: 54–63 MiB peak RSS with 1,000 partitions,
 //! benches/replication.rs). Backpressure: a slow target holds the window full, and then
 //! nothing more is consumed. `source.config` may override the consumer bounds.
+//!
+//! The window is the trade between memory and throughput: when the target acknowledges
+//! slowly (a busy host), throughput is about window ÷ acknowledgement latency. Measured on
+//! the 2-core bench host while it was slow: 16 MiB, 74 % of the bare copy loop; 32 MiB,
+//! 87–96 %, with peak RSS 68–76 MiB at 1,000 partitions (each extra MiB of window costs up
+//! to about 1 MiB of RSS).
 
 pub mod assign;
 pub mod batch;
@@ -197,7 +204,7 @@ pub async fn run_with(
         worker_index: index,
         worker_count: args.worker_count,
         secrets_dir: args.secrets_dir.clone(),
-        tuning: Tuning::default(),
+        tuning: Tuning::for_spec(&input.spec.borrow()),
     };
     let metrics = WorkerMetrics::new().context("creating metrics")?;
     let readiness = Readiness::new("starting");
@@ -467,6 +474,38 @@ mod tests {
     struct Cli {
         #[command(flatten)]
         args: WorkerArgs,
+    }
+
+    #[test]
+    fn window_follows_in_flight_mib() {
+        let spec = |workers: serde_json::Value| -> crate::api::MirrorFlowSpec {
+            serde_json::from_value(serde_json::json!({
+                "source": {"alias": "dc1", "bootstrapServers": "a:1"},
+                "target": {"alias": "dc2", "bootstrapServers": "b:1"},
+                "workers": workers,
+            }))
+            .unwrap()
+        };
+        let cases = [
+            ("default", serde_json::json!({}), 16 << 20),
+            ("32 MiB", serde_json::json!({"inFlightMiB": 32}), 32 << 20),
+            ("1 MiB", serde_json::json!({"inFlightMiB": 1}), 1 << 20),
+            // Refused by validation; never a zero window if it got through.
+            (
+                "0 counts as 1",
+                serde_json::json!({"inFlightMiB": 0}),
+                1 << 20,
+            ),
+        ];
+        for (name, workers, bytes) in cases {
+            let t = Tuning::for_spec(&spec(workers));
+            assert_eq!(t.batch.max_bytes, bytes, "{name}");
+            assert_eq!(
+                t.batch.max_records,
+                Tuning::default().batch.max_records,
+                "{name}"
+            );
+        }
     }
 
     #[test]
