@@ -38,7 +38,10 @@
 //! ListOffsets request) every 50 ms: *wall* is spawn → all records on the target; *start-up*
 //! is spawn → first records on the target; *records/s* and *MB/s* are the steady rate: the
 //! least-squares slope of records on the target over time, from the polls that saw 10–90 %
-//! of the records (start-up and the last flush excluded); the ratios use that rate.
+//! of the records (start-up and the last flush excluded); the ratios use that rate. A ratio
+//! is taken within each round (the host's speed drifts by ±15 % over minutes here) and the
+//! median over rounds is shown and judged, with the range; the contenders' order turns
+//! each round, so none always runs right after another's target topic was deleted.
 //! *CPU ms/MB*: user + system time of the contender's processes (`/proc/<pid>/stat`) from spawn
 //! until the copy is complete (bare loop and kcat: until they exit, flush included; the
 //! worker keeps running and is read when the last record is on the target). Broker CPU is
@@ -56,14 +59,15 @@
 //!
 //! # Environment
 //! `MIRRORFLOW_BENCH_RECORDS` (100 B records, default 1,000,000; 1 KB records are 2/5 of
-//! it), `MIRRORFLOW_BENCH_PARTITIONS` (default 8), `MIRRORFLOW_BENCH_ROUNDS` (default 3; the
-//! median round by records/s is shown), `MIRRORFLOW_BENCH_RSS_PARTITIONS` (default 1000),
+//! it), `MIRRORFLOW_BENCH_PARTITIONS` (default 8), `MIRRORFLOW_BENCH_ROUNDS` (default 5; each
+//! contender's median round by records/s is shown, ratios are medians of per-round ratios), `MIRRORFLOW_BENCH_RSS_PARTITIONS` (default 1000),
 //! `MIRRORFLOW_BENCH_RSS_RECORDS` / `MIRRORFLOW_BENCH_RSS_LIGHT_RECORDS` (1 KB records per
 //! partition of the loaded / light RSS run, defaults 100 / 5), `MIRRORFLOW_BENCH_SCENARIOS`
 //! (comma list of `100`, `1024`, `rss`; default all), `MIRRORFLOW_BENCH_TIMEOUT_SECONDS` (per
 //! contender run, default 300), `MIRRORFLOW_BIN`, `MIRRORFLOW_BENCH_KCAT_LIBDIR`,
 //! `MIRRORFLOW_BENCH_KEEP_LOGS` (keep contender logs), `MIRRORFLOW_BENCH_LAG_MAX` (the flow's
-//! `offsetSyncs.lagMax`, default 100: what offset syncs cost), `MIRRORFLOW_BENCH_WORKER_RUST_LOG` (the
+//! `offsetSyncs.lagMax`, default 100: what offset syncs cost), `MIRRORFLOW_BENCH_IN_FLIGHT_MIB`
+//! (the flow's `workers.inFlightMiB`, default 16: memory against throughput), `MIRRORFLOW_BENCH_WORKER_RUST_LOG` (the
 //! worker's `RUST_LOG`; `RUST_LOG` itself is removed so the brokers never log at debug
 //! level), `MIRRORFLOW_BENCH_WORKER_SOURCE_CONFIG` / `MIRRORFLOW_BENCH_WORKER_TARGET_CONFIG`
 //! (`key=value,...` added to the flow's `source.config` / `target.config`, for tuning
@@ -82,6 +86,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context as _};
 use mirrorflow::kafka::wire::{offset_syncs_topic, OffsetSync};
 use mirrorflow::testkit::brokers::{self, BrokerError, BrokerKind, LocalBroker};
+use mirrorflow::testkit::stats::{self, median};
 use rdkafka::client::ClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -162,7 +167,7 @@ impl Config {
             records_100,
             records_1k: (records_100 * 2 / 5).max(1),
             partitions: env_u64("MIRRORFLOW_BENCH_PARTITIONS", 8).clamp(1, 10_000) as i32,
-            rounds: env_u64("MIRRORFLOW_BENCH_ROUNDS", 3).clamp(1, 20) as usize,
+            rounds: env_u64("MIRRORFLOW_BENCH_ROUNDS", 5).clamp(1, 20) as usize,
             rss_partitions: env_u64("MIRRORFLOW_BENCH_RSS_PARTITIONS", 1000).clamp(1, 10_000)
                 as i32,
             rss_records_per_partition: env_u64("MIRRORFLOW_BENCH_RSS_RECORDS", 100).max(1),
@@ -718,6 +723,8 @@ impl Proc {
 struct Measured {
     contender: Contender,
     size: usize,
+    /// Round of the run (ratios pair contenders of the same round).
+    round: usize,
     records: u64,
     /// Spawn → every record on the target.
     wall: f64,
@@ -969,31 +976,6 @@ impl Run<'_> {
         Ok(m)
     }
 
-    /// The copy rate in its steady part: the least-squares slope of (time, records on the
-    /// target) over the polls that saw between 10 % and 90 % of `n`. Two polls 50 ms apart at
-    /// both ends of a 1.3 s copy would put ±8 % on a first-to-last rate; the slope over ~20
-    /// polls does not depend on where the ends fall, nor on a first poll delayed by a topic
-    /// not created yet. `None` with fewer than 4 such polls.
-    fn steady_rate(samples: &[(f64, u64)], n: u64) -> Option<f64> {
-        let (lo, hi) = (n as f64 * 0.1, n as f64 * 0.9);
-        let mid: Vec<(f64, f64)> = samples
-            .iter()
-            .map(|&(t, c)| (t, c as f64))
-            .filter(|&(_, c)| c >= lo && c <= hi)
-            .collect();
-        if mid.len() < 4 {
-            return None;
-        }
-        let k = mid.len() as f64;
-        let (mt, mc) = (
-            mid.iter().map(|p| p.0).sum::<f64>() / k,
-            mid.iter().map(|p| p.1).sum::<f64>() / k,
-        );
-        let var: f64 = mid.iter().map(|p| (p.0 - mt).powi(2)).sum();
-        let cov: f64 = mid.iter().map(|p| (p.0 - mt) * (p.1 - mc)).sum();
-        (var > 0.0 && cov > 0.0).then(|| cov / var)
-    }
-
     /// Polls the target until every record is there; samples CPU and RSS meanwhile.
     fn watch(
         &self,
@@ -1044,7 +1026,7 @@ impl Run<'_> {
                     }
                 }
                 let (t_first, n_first) = first.unwrap_or((at, count));
-                let steady_rate = Self::steady_rate(&samples, n).unwrap_or(
+                let steady_rate = stats::steady_rate(&samples, n).unwrap_or(
                     if at - t_first > 0.2 && n > n_first {
                         (n - n_first) as f64 / (at - t_first)
                     } else {
@@ -1058,6 +1040,7 @@ impl Run<'_> {
                 return Ok(Measured {
                     contender: c,
                     size: self.size,
+                    round: self.round,
                     records: n,
                     wall: at,
                     startup: t_first,
@@ -1113,6 +1096,12 @@ fn config_block(var: &str) -> String {
     }
 }
 
+/// The flow's `spec.workers.inFlightMiB` (`MIRRORFLOW_BENCH_IN_FLIGHT_MIB`, default 16: the
+/// API's default).
+fn in_flight_mib() -> u64 {
+    env_u64("MIRRORFLOW_BENCH_IN_FLIGHT_MIB", 16).clamp(1, 1024)
+}
+
 fn flow_yaml(run: &Run<'_>, port: u16) -> String {
     // Tuning experiments: `MIRRORFLOW_BENCH_WORKER_SOURCE_CONFIG=key=value,key=value` lands
     // in `spec.source.config` (the worker's consumer), e.g. `queued.max.messages.kbytes=4096`;
@@ -1139,8 +1128,11 @@ spec:
     enabled: true
   offsetSyncs:
     lagMax: {lag}
+  workers:
+    inFlightMiB: {in_flight}
 ",
         lag = env_u64("MIRRORFLOW_BENCH_LAG_MAX", 100).max(1),
+        in_flight = in_flight_mib(),
         topic = run.topic,
         round = run.round,
         alias = run.alias(),
@@ -1421,7 +1413,12 @@ fn run() -> anyhow::Result<()> {
                 rt: &rt,
                 alias_suffix: "",
             };
-            for c in [Contender::Bare, Contender::Mirrorflow, Contender::Kcat] {
+            // The order turns each round: a run right after another contender's target topic
+            // was deleted may share the broker with that clean-up, and no contender should
+            // always be the one that does.
+            let mut order = [Contender::Bare, Contender::Mirrorflow, Contender::Kcat];
+            order.rotate_left(round % 3);
+            for c in order {
                 if c == Contender::Kcat && kcat.is_err() {
                     continue;
                 }
@@ -1557,6 +1554,32 @@ fn run() -> anyhow::Result<()> {
 // Report
 // ---------------------------------------------------------------------------------------
 
+/// Steady-rate ratios `a / b` of the rounds where both ran at `size` (see
+/// [`stats::paired_ratios`]: the host's speed moves by ±15 % over minutes here).
+fn paired_ratios(results: &[Measured], size: usize, a: Contender, b: Contender) -> Vec<f64> {
+    let rates = |c: Contender| -> Vec<(usize, f64)> {
+        results
+            .iter()
+            .filter(|m| m.size == size && m.contender == c)
+            .map(|m| (m.round, m.steady_rate))
+            .collect()
+    };
+    stats::paired_ratios(&rates(a), &rates(b))
+}
+
+/// `median (min–max of n rounds)` of ratios, formatted with `fmt`.
+fn spread(xs: &[f64], fmt: impl Fn(f64) -> String) -> String {
+    match median(xs) {
+        None => "-".to_string(),
+        Some(m) if xs.len() == 1 => fmt(m),
+        Some(m) => {
+            let lo = xs.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            format!("{} (rounds {}–{})", fmt(m), fmt(lo), fmt(hi))
+        }
+    }
+}
+
 /// The median run (by steady records/s) of each (size, contender).
 fn medians(results: &[Measured]) -> BTreeMap<(usize, Contender), Measured> {
     let mut by: BTreeMap<(usize, Contender), Vec<&Measured>> = BTreeMap::new();
@@ -1603,8 +1626,9 @@ fn print_report(
         }
     );
     println!(
-        "mirrorflow: delivery AtLeastOnce (nisshi refuses transactions), offset validation on, offset syncs every {} records",
-        env_u64("MIRRORFLOW_BENCH_LAG_MAX", 100).max(1)
+        "mirrorflow: delivery AtLeastOnce (nisshi refuses transactions), offset validation on, offset syncs every {} records, {} MiB in flight",
+        env_u64("MIRRORFLOW_BENCH_LAG_MAX", 100).max(1),
+        in_flight_mib()
     );
     println!(
         "{:<26} {:>6} {:>9} {:>7} {:>7} {:>10} {:>7} {:>9} {:>9} {:>8} {:>7} {:>7}",
@@ -1623,8 +1647,8 @@ fn print_report(
     );
     for ((size, c), m) in &med {
         let ratio = |other: Contender| {
-            med.get(&(*size, other))
-                .map(|o| format!("{:.2}×", m.steady_rate / o.steady_rate))
+            median(&paired_ratios(results, *size, *c, other))
+                .map(|r| format!("{r:.2}×"))
                 .unwrap_or_else(|| "-".to_string())
         };
         println!(
@@ -1666,7 +1690,10 @@ fn print_report(
         "records/s and MB/s: steady rate: slope of records on the target over time while 10-90 % of them arrived;"
     );
     println!(
-        "CPU ms/MB: the contender's processes only; brk ms/MB: both brokers; peak RSS: VmHWM (kcat: both processes)."
+        "CPU ms/MB: the contender's processes only; brk ms/MB: both brokers; peak RSS: VmHWM (kcat: both processes);"
+    );
+    println!(
+        "vs bare, vs kcat: median over rounds of the ratio within a round (the contenders' order turns each round)."
     );
 
     if !rss.is_empty() {
@@ -1721,35 +1748,44 @@ fn print_report(
     println!();
     println!("Targets");
     for (size, _) in med.keys().filter(|(_, c)| *c == Contender::Mirrorflow) {
-        let mf = &med[&(*size, Contender::Mirrorflow)];
         let label = if *size == 1024 {
             "1 KB".to_string()
         } else {
             format!("{size} B")
         };
-        match med.get(&(*size, Contender::Bare)) {
-            Some(b) => {
-                let r = mf.steady_rate / b.steady_rate;
-                println!(
-                    "  {:<52} {:>8.1} %   {}",
-                    format!("mirrorflow ≥ 90 % of the bare loop, {label}"),
-                    r * 100.0,
-                    verdict(r >= 0.9)
-                );
-            }
+        let vs_bare = paired_ratios(results, *size, Contender::Mirrorflow, Contender::Bare);
+        match median(&vs_bare) {
+            Some(r) => println!(
+                "  {:<52} {:>8.1} %   {}   {}",
+                format!("mirrorflow ≥ 90 % of the bare loop, {label}"),
+                r * 100.0,
+                verdict(r >= 0.9),
+                spread(&vs_bare, |x| format!("{:.1} %", x * 100.0))
+            ),
             None => println!("  mirrorflow vs bare loop, {label}: bare loop not measured"),
         }
-        match med.get(&(*size, Contender::Kcat)) {
-            Some(k) => {
-                let r = mf.steady_rate / k.steady_rate;
-                println!(
-                    "  {:<52} {:>8.2} ×   {}",
-                    format!("mirrorflow ≥ 2× the kcat pipe, {label}"),
-                    r,
-                    verdict(r >= 2.0)
-                );
-            }
+        let vs_kcat = paired_ratios(results, *size, Contender::Mirrorflow, Contender::Kcat);
+        match median(&vs_kcat) {
+            Some(r) => println!(
+                "  {:<52} {:>8.2} ×   {}   {}",
+                format!("mirrorflow ≥ 2× the kcat pipe, {label}"),
+                r,
+                verdict(r >= 2.0),
+                spread(&vs_kcat, |x| format!("{x:.2}×"))
+            ),
             None => println!("  mirrorflow vs kcat pipe, {label}: kcat not measured"),
+        }
+        if let Some(r) = median(&paired_ratios(
+            results,
+            *size,
+            Contender::Bare,
+            Contender::Kcat,
+        )) {
+            println!(
+                "  {:<52} {:>8.2} ×   (reference: what the kcat target asks of a copy loop here)",
+                format!("bare loop vs the kcat pipe, {label}"),
+                r
+            );
         }
     }
     // Judged on the worst loaded run (the most records per partition).
