@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use mirrorflow::api::Delivery;
-use mirrorflow::testkit::brokers::{broker_or_skip, produce, BrokerKind};
+use mirrorflow::testkit::brokers::{broker_or_skip, produce, BrokerKind, ProduceRecord};
 use replication_support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -843,6 +843,84 @@ async fn standalone_worker_serves_http_and_follows_the_file_tansu() {
         b.contains("\"state\":\"Paused\"")
     })
     .await;
+    stop_tx.send(()).unwrap();
+    tokio::time::timeout(WAIT, worker)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    watcher.abort();
+}
+
+/// `spec.workers.inFlightMiB` reaches the running worker's window: 3 MB of records with a
+/// 1 MiB window take many batches (each at most a third of the window), where the default
+/// 16 MiB would take one or two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn in_flight_mib_sets_the_window_tansu() {
+    use mirrorflow::telemetry::http::get_text;
+    use mirrorflow::worker::replicate::{run_with, watch_flow_file, WorkerArgs};
+    let Some((source, target)) = broker_pair(BrokerKind::Tansu).await else {
+        return;
+    };
+    let sb = source.bootstrap_servers();
+    create(&source, "blobs", 1).await;
+    let value = "x".repeat(10_000);
+    let recs: Vec<_> = (0..300)
+        .map(|i| ProduceRecord::new(format!("k{i}"), value.clone()).partition(0))
+        .collect();
+    produce(&sb, "blobs", &recs).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flow.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: mirrorflow.io/v1alpha1\nkind: MirrorFlow\nmetadata:\n  name: window\nspec:\n  \
+             source: {{alias: dc1, bootstrapServers: '{sb}'}}\n  target: {{alias: dc2, bootstrapServers: '{}'}}\n  \
+             delivery: AtLeastOnce\n  workers: {{inFlightMiB: 1}}\n",
+            target.bootstrap_servers()
+        ),
+    )
+    .unwrap();
+    let addr: std::net::SocketAddr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let args = WorkerArgs {
+        flow: Some(path.clone()),
+        flow_ref: None,
+        worker_index: Some(0),
+        worker_count: 1,
+        listen: addr,
+        secrets_dir: dir.path().to_path_buf(),
+        checkpoints_file: None,
+        flow_reload_seconds: 1,
+    };
+    let (input, watcher) = watch_flow_file(&path, Duration::from_millis(200)).unwrap();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let worker = tokio::spawn(run_with(args, input, Vec::new(), async {
+        let _ = stop_rx.await;
+    }));
+    let begin = std::time::Instant::now();
+    let metrics = loop {
+        // Until the worker serves and has copied everything.
+        if let Ok((200, body)) = get_text(addr, "/metrics").await {
+            if body.contains("mirrorflow_worker_records_replicated_total{topic=\"blobs\"} 300") {
+                break body;
+            }
+        }
+        assert!(begin.elapsed() < WAIT, "300 records not replicated in time");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let committed: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("mirrorflow_worker_batches_total{outcome=\"committed\"} "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no committed batch count in {metrics}"));
+    // ≥ 3 MB in shares of ≤ 1 MiB / 3: at least 9 batches.
+    assert!(
+        committed >= 9,
+        "{committed} batches for 3 MB with a 1 MiB window"
+    );
     stop_tx.send(()).unwrap();
     tokio::time::timeout(WAIT, worker)
         .await
