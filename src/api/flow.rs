@@ -346,7 +346,7 @@ pub struct WorkersSpec {
     /// Record data each worker keeps in flight to the target, in MiB: records sent and not
     /// yet acknowledged, plus the batch being read. It is the term of a worker's memory that
     /// grows with load (the default keeps peak RSS under 64 MiB with 1,000 partitions; each
-    /// extra MiB adds up to about 1 MiB), and with AtLeastOnce it bounds what a crash may
+    /// extra MiB adds up to about 1 MiB, measured), and with AtLeastOnce it bounds what a crash may
     /// replicate twice (with at most 40,000 records). Larger copies faster when the target
     /// is slow to acknowledge. Workers restart when it changes.
     #[serde(rename = "inFlightMiB", default = "defaults::in_flight_mib")]

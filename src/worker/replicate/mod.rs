@@ -65,9 +65,9 @@
 //!
 //! The window is the trade between memory and throughput: when the target acknowledges
 //! slowly (a busy host), throughput is about window ÷ acknowledgement latency. Measured on
-//! the 2-core bench host while it was slow: 16 MiB, 74 % of the bare copy loop; 32 MiB,
-//! 87–96 %, with peak RSS 68–76 MiB at 1,000 partitions (each extra MiB of window costs up
-//! to about 1 MiB of RSS).
+//! the 2-core bench host while it was slow (1 KB records, median of per-round ratios):
+//! 16 MiB, 67–74 % of the bare copy loop (peak RSS 60–63 MiB at 1,000 partitions); 32 MiB,
+//! 87–96 %, with peak RSS 76–81 MiB (each extra MiB of window costs up to about 1 MiB).
 
 pub mod assign;
 pub mod batch;
