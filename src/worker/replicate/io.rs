@@ -351,7 +351,12 @@ pub async fn read_progress(
         .set("isolation.level", "read_committed")
         .set("enable.partition.eof", "true")
         .set("auto.offset.reset", "earliest")
-        .set("fetch.wait.max.ms", "100");
+        .set("fetch.wait.max.ms", "100")
+        // Bounded read-ahead like the offset-syncs reader: an uncompacted progress topic of
+        // a 1,000-partition flow holds millions of records, and librdkafka's default
+        // prefetch (up to 64 MiB) would be the worker's peak memory at start.
+        .set("queued.max.messages.kbytes", "2048")
+        .set("fetch.max.bytes", "1048576");
     let topic = topic.to_string();
     let task = tokio::task::spawn_blocking(move || {
         let consumer: BaseConsumer<LogContext> = config
