@@ -745,8 +745,6 @@ async fn deleted_unreplicated_records_stop_the_partition_nisshi() {
 /// The standalone worker: flow file in, HTTP endpoints out, live `paused` edits, clean stop.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn standalone_worker_serves_http_and_follows_the_file_tansu() {
-    use mirrorflow::telemetry::http::get_text;
-    use mirrorflow::worker::replicate::{run_with, watch_flow_file, WorkerArgs};
     let Some((source, target)) = broker_pair(BrokerKind::Tansu).await else {
         return;
     };
@@ -765,54 +763,11 @@ async fn standalone_worker_serves_http_and_follows_the_file_tansu() {
         )
     };
     std::fs::write(&path, doc(false)).unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let args = WorkerArgs {
-        flow: Some(path.clone()),
-        flow_ref: None,
-        worker_index: Some(0),
-        worker_count: 1,
-        listen: addr,
-        secrets_dir: dir.path().to_path_buf(),
-        checkpoints_file: None,
-        flow_reload_seconds: 1,
-    };
-    let (input, watcher) = watch_flow_file(&path, Duration::from_millis(200)).unwrap();
-    assert_eq!(input.namespace, "team-a");
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let worker = tokio::spawn(run_with(args, input, Vec::new(), async {
-        let _ = stop_rx.await;
-    }));
-    let get = |path: &'static str| async move {
-        let begin = std::time::Instant::now();
-        loop {
-            match get_text(addr, path).await {
-                Ok(r) => return r,
-                Err(e) => {
-                    assert!(begin.elapsed() < WAIT, "GET {path}: {e}");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            }
-        }
-    };
-    let wait_for = |path: &'static str, what: &'static str, pred: fn(u16, &str) -> bool| async move {
-        let begin = std::time::Instant::now();
-        loop {
-            let (code, body) = get(path).await;
-            if pred(code, &body) {
-                return body;
-            }
-            assert!(begin.elapsed() < WAIT, "{what}: last answer {code} {body}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    };
-    assert_eq!(get("/healthz").await.0, 200);
-    wait_for("/readyz", "ready", |c, _| c == 200).await;
-    let body = wait_for("/status", "caught up", |_, b| {
+    let w = Standalone::start(&standalone_args(&path, dir.path()), Vec::new());
+    assert_eq!(w.namespace, "team-a");
+    wait_http(w.addr, "/healthz", "healthy", |_| true).await;
+    wait_http(w.addr, "/readyz", "ready", |_| true).await;
+    let body = wait_http(w.addr, "/status", "caught up", |b| {
         let v: serde_json::Value = serde_json::from_str(b).unwrap();
         v["partitions"].as_array().is_some_and(|ps| {
             ps.len() == 2
@@ -829,7 +784,7 @@ async fn standalone_worker_serves_http_and_follows_the_file_tansu() {
     assert_eq!(v["namespace"], "team-a");
     assert_eq!(v["state"], "Running");
     assert_eq!(v["partitions"][0]["targetTopic"], "dc1.orders");
-    let metrics = wait_for("/metrics", "records counted", |_, b| {
+    let metrics = wait_http(w.addr, "/metrics", "records counted", |b| {
         b.contains("mirrorflow_worker_records_replicated_total{topic=\"orders\"} 22")
     })
     .await;
@@ -839,17 +794,11 @@ async fn standalone_worker_serves_http_and_follows_the_file_tansu() {
     );
 
     std::fs::write(&path, doc(true)).unwrap();
-    wait_for("/status", "paused from the file", |_, b| {
+    wait_http(w.addr, "/status", "paused from the file", |b| {
         b.contains("\"state\":\"Paused\"")
     })
     .await;
-    stop_tx.send(()).unwrap();
-    tokio::time::timeout(WAIT, worker)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    watcher.abort();
+    w.stop().await;
 }
 
 /// `spec.workers.inFlightMiB` reaches the running worker's window: 3 MB of records with a
@@ -857,8 +806,6 @@ async fn standalone_worker_serves_http_and_follows_the_file_tansu() {
 /// 16 MiB would take one or two.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn in_flight_mib_sets_the_window_tansu() {
-    use mirrorflow::telemetry::http::get_text;
-    use mirrorflow::worker::replicate::{run_with, watch_flow_file, WorkerArgs};
     let Some((source, target)) = broker_pair(BrokerKind::Tansu).await else {
         return;
     };
@@ -881,36 +828,11 @@ async fn in_flight_mib_sets_the_window_tansu() {
         ),
     )
     .unwrap();
-    let addr: std::net::SocketAddr = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
-    let args = WorkerArgs {
-        flow: Some(path.clone()),
-        flow_ref: None,
-        worker_index: Some(0),
-        worker_count: 1,
-        listen: addr,
-        secrets_dir: dir.path().to_path_buf(),
-        checkpoints_file: None,
-        flow_reload_seconds: 1,
-    };
-    let (input, watcher) = watch_flow_file(&path, Duration::from_millis(200)).unwrap();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let worker = tokio::spawn(run_with(args, input, Vec::new(), async {
-        let _ = stop_rx.await;
-    }));
-    let begin = std::time::Instant::now();
-    let metrics = loop {
-        // Until the worker serves and has copied everything.
-        if let Ok((200, body)) = get_text(addr, "/metrics").await {
-            if body.contains("mirrorflow_worker_records_replicated_total{topic=\"blobs\"} 300") {
-                break body;
-            }
-        }
-        assert!(begin.elapsed() < WAIT, "300 records not replicated in time");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let w = Standalone::start(&standalone_args(&path, dir.path()), Vec::new());
+    let metrics = wait_http(w.addr, "/metrics", "300 records replicated", |b| {
+        b.contains("mirrorflow_worker_records_replicated_total{topic=\"blobs\"} 300")
+    })
+    .await;
     let committed: u64 = metrics
         .lines()
         .find_map(|l| l.strip_prefix("mirrorflow_worker_batches_total{outcome=\"committed\"} "))
@@ -921,13 +843,7 @@ async fn in_flight_mib_sets_the_window_tansu() {
         committed >= 9,
         "{committed} batches for 3 MB with a 1 MiB window"
     );
-    stop_tx.send(()).unwrap();
-    tokio::time::timeout(WAIT, worker)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    watcher.abort();
+    w.stop().await;
 }
 
 /// A graceful stop commits what was consumed: the restarted worker continues exactly where

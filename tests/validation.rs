@@ -842,8 +842,6 @@ async fn two_workers_scope_resets_to_their_partitions_nisshi() {
 /// the failure counter is served on /metrics.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn standalone_file_reset_applies_nisshi() {
-    use mirrorflow::telemetry::http::get_text;
-    use mirrorflow::worker::replicate::{run_with, watch_flow_file, WorkerArgs};
     let Some(kafka) = broker_or_skip(BrokerKind::Nisshi).await else {
         return;
     };
@@ -860,22 +858,7 @@ async fn standalone_file_reset_applies_nisshi() {
         )
     };
     std::fs::write(&path, doc("")).unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let args = WorkerArgs {
-        flow: Some(path.clone()),
-        flow_ref: None,
-        worker_index: Some(0),
-        worker_count: 1,
-        listen: addr,
-        secrets_dir: dir.path().to_path_buf(),
-        checkpoints_file: None,
-        flow_reload_seconds: 1,
-    };
+    let args = standalone_args(&path, dir.path());
     let (tx, mut rx) = watch::channel(WorkerSnapshot::starting(
         "default",
         "file",
@@ -884,30 +867,17 @@ async fn standalone_file_reset_applies_nisshi() {
         Delivery::AtLeastOnce,
     ));
     let sink: std::sync::Arc<dyn StatusSink> = std::sync::Arc::new(tx);
-    let run = || {
-        let (input, watcher) = watch_flow_file(&path, Duration::from_millis(200)).unwrap();
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(run_with(args.clone(), input, vec![sink.clone()], async {
-            let _ = stop_rx.await;
-        }));
-        (task, stop_tx, watcher)
-    };
-    let (task, stop, watcher) = run();
+    let run = || Standalone::start(&args, vec![sink.clone()]);
+    let w = run();
     wait_snapshot(&mut rx, "caught up", |s| {
         position(s, "orders", 0) == Some(6)
     })
     .await;
-    stop.send(()).unwrap();
-    tokio::time::timeout(WAIT, task)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    watcher.abort();
+    w.stop().await;
 
     produce(&bs, "orders", &recs("b", 0, 10)).await.unwrap();
     delete_records_before(&bs, "orders", 0, 12).await.unwrap();
-    let (task, stop, watcher) = run();
+    let w = run();
     let s = wait_snapshot(&mut rx, "DataLoss", |s| failure(s, "orders", 0).is_some()).await;
     let f = failure(&s, "orders", 0).unwrap();
     assert_eq!((f.type_, f.records_lost), (FailureType::DataLoss, Some(6)));
@@ -915,7 +885,7 @@ async fn standalone_file_reset_applies_nisshi() {
         f.message.as_deref().unwrap(),
         &["kubectl -n default patch mirrorflow file"],
     );
-    let metrics = wait_http(addr, "/metrics", |b| {
+    let metrics = wait_http(w.addr, "/metrics", "DataLoss counted", |b| {
         b.contains("mirrorflow_worker_partition_failures_total{type=\"DataLoss\"} 1")
     })
     .await;
@@ -937,33 +907,12 @@ async fn standalone_file_reset_applies_nisshi() {
     })
     .await;
     assert_eq!(s.last_applied_reset.unwrap().outcome, ResetOutcome::Applied);
-    let body = wait_http(addr, "/status", |b| b.contains("\"failures\":[]")).await;
+    let body = wait_http(w.addr, "/status", "failure cleared", |b| {
+        b.contains("\"failures\":[]")
+    })
+    .await;
     assert!(body.contains("\"lastAppliedReset\""), "{body}");
-    stop.send(()).unwrap();
-    tokio::time::timeout(WAIT, task)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    watcher.abort();
-
-    async fn wait_http(
-        addr: std::net::SocketAddr,
-        path: &str,
-        pred: impl Fn(&str) -> bool,
-    ) -> String {
-        let begin = Instant::now();
-        loop {
-            if let Ok((200, body)) = get_text(addr, path).await {
-                if pred(&body) {
-                    return body;
-                }
-                assert!(begin.elapsed() < WAIT, "GET {path}: {body}");
-            }
-            assert!(begin.elapsed() < WAIT, "GET {path} never answered");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
+    w.stop().await;
 }
 
 /// Waits until `pred` holds for the latest snapshot on `rx`.

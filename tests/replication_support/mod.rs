@@ -4,11 +4,13 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mirrorflow::api::{ClusterSpec, Delivery, MirrorFlowSpec, ReplicationPolicyType, StartFrom};
-use mirrorflow::telemetry::http::Readiness;
+use mirrorflow::telemetry::http::{get_text, Readiness};
 use mirrorflow::telemetry::metrics::WorkerMetrics;
 use mirrorflow::testkit::brokers::{
     broker_or_skip, consume_all, BrokerKind, ConsumeUntil, ConsumedRecord, LocalBroker,
@@ -17,7 +19,8 @@ use mirrorflow::testkit::brokers::{
 use mirrorflow::worker::replicate::batch::BatchLimits;
 use mirrorflow::worker::replicate::writer::ProducerLimits;
 use mirrorflow::worker::replicate::{
-    Engine, EngineError, EngineOutputs, EngineSettings, StatusSink, Tuning, WorkerSnapshot,
+    run_with, watch_flow_file, Engine, EngineError, EngineOutputs, EngineSettings, StatusSink,
+    Tuning, WorkerArgs, WorkerSnapshot,
 };
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
@@ -510,4 +513,89 @@ pub async fn topic_configs(bootstrap: &str, topic: &str) -> BTreeMap<String, Str
         }
     }
     out
+}
+
+/// Arguments of a standalone worker (index 0 of 1) for the flow file `flow`, serving HTTP on
+/// a free loopback port.
+pub fn standalone_args(flow: &Path, secrets_dir: &Path) -> WorkerArgs {
+    let listen = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port");
+    WorkerArgs {
+        flow: Some(flow.to_path_buf()),
+        flow_ref: None,
+        worker_index: Some(0),
+        worker_count: 1,
+        listen,
+        secrets_dir: secrets_dir.to_path_buf(),
+        checkpoints_file: None,
+        flow_reload_seconds: 1,
+    }
+}
+
+/// A standalone worker (`run_with`) following its flow file, as `mirrorflow worker --flow`.
+pub struct Standalone {
+    /// Where it serves HTTP.
+    pub addr: SocketAddr,
+    /// The flow's namespace, as read from the file.
+    pub namespace: String,
+    task: JoinHandle<anyhow::Result<()>>,
+    stop: oneshot::Sender<()>,
+    watcher: JoinHandle<()>,
+}
+
+impl Standalone {
+    /// Starts a worker with `args` (the file re-read every 200 ms), reporting to `sinks`.
+    pub fn start(args: &WorkerArgs, sinks: Vec<Arc<dyn StatusSink>>) -> Self {
+        let flow = args
+            .flow
+            .clone()
+            .expect("a standalone worker has a flow file");
+        let (input, watcher) = watch_flow_file(&flow, Duration::from_millis(200)).unwrap();
+        let namespace = input.namespace.clone();
+        let (stop, stop_rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(run_with(args.clone(), input, sinks, async {
+            let _ = stop_rx.await;
+        }));
+        Self {
+            addr: args.listen,
+            namespace,
+            task,
+            stop,
+            watcher,
+        }
+    }
+
+    /// Stops it as SIGTERM would and waits for a clean exit.
+    pub async fn stop(self) {
+        self.stop.send(()).unwrap();
+        tokio::time::timeout(WAIT, self.task)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        self.watcher.abort();
+    }
+}
+
+/// GETs `path` until it answers 200 with a body for which `pred` holds (bounded by [`WAIT`]).
+pub async fn wait_http(
+    addr: SocketAddr,
+    path: &str,
+    what: &str,
+    pred: impl Fn(&str) -> bool,
+) -> String {
+    let begin = Instant::now();
+    loop {
+        let last = match get_text(addr, path).await {
+            Ok((200, body)) if pred(&body) => return body,
+            Ok((code, body)) => format!("{code} {body}"),
+            Err(e) => e.to_string(),
+        };
+        assert!(
+            begin.elapsed() < WAIT,
+            "{what}: GET {path}: last answer {last}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
