@@ -28,7 +28,8 @@ impl Default for BatchLimits {
     fn default() -> Self {
         Self {
             max_records: 40_000,
-            max_bytes: 16 * 1024 * 1024,
+            // The API's default `spec.workers.inFlightMiB`, so the two cannot drift apart.
+            max_bytes: usize::try_from(crate::api::defaults::in_flight_mib()).unwrap_or(16) << 20,
             linger: Duration::from_millis(100),
         }
     }
