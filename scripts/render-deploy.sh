@@ -3,7 +3,7 @@
 # release name "mirrorflow" in namespace "mirrorflow-system":
 #
 #   scripts/render-deploy.sh           # copy crds/ into the chart, then rewrite deploy/
-#   scripts/render-deploy.sh OUT_DIR   # render into OUT_DIR only (tests/packaging.rs compares it
+#   scripts/render-deploy.sh OUT_DIR   # render into OUT_DIR only (tests/packaging_deploy.rs compares it
 #                                      # with deploy/ to catch a stale deploy/)
 #
 # Needs helm v4: scripts/install-helm.sh puts it in ~/.local/mirrorflow-tools/bin, which is

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, then format, lint and the whole test suite
-# (unit, table, broker and mock-API tests; Kubernetes end-to-end tests run when KUBECONFIG is set).
+# (unit, table, broker and mock-API tests, and the Kubernetes end-to-end suites on the real
+# kube-apiserver of ../shared/k8s/ when it is there, else on KUBECONFIG's cluster, else SKIPPED).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

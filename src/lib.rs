@@ -2,12 +2,15 @@
 //!
 //! Layout: `api` (CRD types and validation), `controller` (control plane),
 //! `worker` (data plane: replicate, validate, checkpoint), `kafka` (client config,
-//! wire formats, naming), `telemetry` (metrics, logs, HTTP), `testkit` (local brokers
-//! for the demo, tests and benches).
+//! wire formats, naming), `telemetry` (metrics, logs, HTTP); with the `testkit` feature (on
+//! by default, off in the operator image) `testkit` (local brokers for the demo, tests and
+//! benches) and `demo`.
 pub mod api;
 pub mod controller;
+#[cfg(feature = "testkit")]
 pub mod demo;
 pub mod kafka;
 pub mod telemetry;
+#[cfg(feature = "testkit")]
 pub mod testkit;
 pub mod worker;

@@ -28,6 +28,7 @@ enum Command {
     /// with --apply, commit them to the group on the target (refused while it has members).
     Translate(mirrorflow::worker::checkpoint::cli::TranslateArgs),
     /// Local demo without Kubernetes: two brokers, a standalone worker, a replication report.
+    #[cfg(feature = "testkit")]
     Demo(mirrorflow::demo::DemoArgs),
     /// Print the CustomResourceDefinitions (MirrorFlow, OffsetCheckpoint) as YAML.
     Crdgen,
@@ -56,6 +57,7 @@ fn main() -> ExitCode {
         }),
         Command::Translate(args) => runtime()
             .and_then(|rt| rt.block_on(mirrorflow::worker::checkpoint::cli::run_translate(args))),
+        #[cfg(feature = "testkit")]
         Command::Demo(args) => runtime().and_then(|rt| rt.block_on(mirrorflow::demo::run(args))),
         Command::Crdgen => {
             print!("{}", mirrorflow::api::crds_yaml());

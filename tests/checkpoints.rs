@@ -19,12 +19,12 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use mirrorflow::api::{parse_flow_file, FlowFile, GroupFailureReason};
+use mirrorflow::kafka::admin::{GroupAdmin, GroupOffset};
 use mirrorflow::telemetry::metrics::encode_registry;
 use mirrorflow::testkit::brokers::{
     broker_or_skip, consume_all, create_topic, delete_topic, produce, watermarks, BrokerKind,
     ConsumeUntil, LocalBroker, ProduceRecord,
 };
-use mirrorflow::worker::checkpoint::admin::{GroupAdmin, GroupOffset};
 use mirrorflow::worker::checkpoint::cli::{
     plan_apply, run_translate, translate_group, TranslateArgs,
 };

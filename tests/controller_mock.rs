@@ -1,302 +1,109 @@
-//! Reconcile scenarios against a fake API server (tower_test::mock): create, update,
-//! resize, invalid spec, missing flowRef, deletion, unchanged status, API errors.
-//!
-//! The fake answers by method and path from a small object table and records every request,
-//! so each test asserts on what the controller asked for, not on call order details that do
-//! not matter.
+//! Reconcile scenarios against the fake API server (`kube_mock`): create, nothing to do at
+//! steady state, drift, update, resize, a foreign child, a refused apply, invalid specs and
+//! names, deletion, checkpoints, leadership. Each asserts on what the controller asked for.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+mod kube_mock;
+
+use std::sync::Arc;
 use std::time::Duration;
 
-use http::{Request, Response, StatusCode};
-use kube::client::Body;
+use jiff::{SignedDuration, Timestamp};
 use kube::runtime::controller::Action;
-use kube::runtime::events::Reporter;
-use kube::Client;
 use mirrorflow::api::{MirrorFlow, OffsetCheckpoint};
-use mirrorflow::controller::build::{
-    spec_hash, BuildSettings, SPEC_HASH_ANNOTATION, WORKER_COUNT_ANNOTATION,
-};
-use mirrorflow::controller::error::ErrorCategory;
-use mirrorflow::controller::metrics::{Metrics, FLOW};
+use mirrorflow::controller::build::{spec_hash, SPEC_HASH_ANNOTATION, WORKER_COUNT_ANNOTATION};
+use mirrorflow::controller::diff::APPLIED_HASH_ANNOTATION;
+use mirrorflow::controller::metrics::FLOW;
 use mirrorflow::controller::reconcile::{
-    error_policy, reconcile_checkpoint, reconcile_flow, Context,
+    error_policy, flow_trigger, next_check, reconcile_checkpoint, reconcile_flow, Context,
+    Leadership,
 };
-use prometheus::Registry;
 use serde_json::{json, Value};
 
-const NS: &str = "kafka";
-const FLOWS: &str = "/apis/mirrorflow.io/v1alpha1/namespaces/kafka/mirrorflows";
-const CPS: &str = "/apis/mirrorflow.io/v1alpha1/namespaces/kafka/offsetcheckpoints";
-const STS: &str = "/apis/apps/v1/namespaces/kafka/statefulsets/orders-worker";
-const PODS: &str = "/api/v1/namespaces/kafka/pods";
+use kube_mock::{
+    checkpoint_json, condition, flow_json, metrics_text, spec, FakeApi, Scenario, CPS, FLOWS, NS,
+    PODS, STS,
+};
 
-#[derive(Debug, Clone)]
-struct Recorded {
-    method: String,
-    path: String,
-    query: String,
-    body: Value,
-}
-
-/// The fake API server's state: objects by path, list responses, forced failures.
-#[derive(Default)]
-struct World {
-    objects: BTreeMap<String, Value>,
-    checkpoints: Vec<Value>,
-    pods: usize,
-    /// Status written into StatefulSets returned from apply.
-    sts_status: Option<Value>,
-    /// Paths whose PATCH fails with this HTTP code.
-    fail_patch: BTreeMap<String, u16>,
-    requests: Vec<Recorded>,
-}
-
-fn not_found() -> (StatusCode, Value) {
-    (
-        StatusCode::NOT_FOUND,
-        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-               "message": "not found", "reason": "NotFound", "code": 404}),
-    )
-}
-
-fn answer(world: &mut World, method: &str, path: &str, body: &Value) -> (StatusCode, Value) {
-    match method {
-        "GET" if path == CPS => (
-            StatusCode::OK,
-            json!({"apiVersion": "mirrorflow.io/v1alpha1", "kind": "OffsetCheckpointList",
-                   "metadata": {"resourceVersion": "1"}, "items": world.checkpoints}),
-        ),
-        "GET" if path == PODS => {
-            let items: Vec<Value> = (0..world.pods)
-                .map(|i| json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
-                                "metadata": {"name": format!("orders-worker-{i}"), "namespace": NS}}))
-                .collect();
-            (
-                StatusCode::OK,
-                json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadataList",
-                       "metadata": {"resourceVersion": "1"}, "items": items}),
-            )
-        }
-        "GET" => match world.objects.get(path) {
-            Some(o) => (StatusCode::OK, o.clone()),
-            None => not_found(),
-        },
-        "POST" if path.ends_with("/events") => (StatusCode::CREATED, body.clone()),
-        "PATCH" => {
-            if let Some(code) = world.fail_patch.get(path) {
-                let code = *code;
-                return (
-                    StatusCode::from_u16(code).unwrap(),
-                    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                           "message": "forbidden by the test", "reason": "Forbidden", "code": code}),
-                );
-            }
-            if let Some(parent) = path.strip_suffix("/status") {
-                // Status apply: the parent object with the applied status.
-                let mut obj = world
-                    .objects
-                    .get(parent)
-                    .cloned()
-                    .unwrap_or_else(|| panic!("status of unknown {parent}"));
-                obj["status"] = body["status"].clone();
-                world.objects.insert(parent.to_string(), obj.clone());
-                return (StatusCode::OK, obj);
-            }
-            let mut obj = body.clone();
-            if path == STS {
-                if let Some(st) = &world.sts_status {
-                    obj["status"] = st.clone();
-                }
-            }
-            world.objects.insert(path.to_string(), obj.clone());
-            (StatusCode::OK, obj)
-        }
-        _ => panic!("unexpected {method} {path}"),
-    }
-}
-
-/// A context whose client talks to the fake `world`.
-fn context(world: Arc<Mutex<World>>) -> (Arc<Context>, Registry) {
-    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-    tokio::spawn(async move {
-        while let Some((req, send)) = handle.next_request().await {
-            let method = req.method().to_string();
-            let path = req.uri().path().to_string();
-            let query = req.uri().query().unwrap_or_default().to_string();
-            let bytes = req.into_body().collect_bytes().await.unwrap();
-            let body: Value = if bytes.is_empty() {
-                Value::Null
-            } else {
-                serde_json::from_slice(&bytes).unwrap()
-            };
-            let (code, resp) = {
-                let mut w = world.lock().unwrap();
-                w.requests.push(Recorded {
-                    method: method.clone(),
-                    path: path.clone(),
-                    query,
-                    body: body.clone(),
-                });
-                answer(&mut w, &method, &path, &body)
-            };
-            send.send_response(
-                Response::builder()
-                    .status(code)
-                    .body(Body::from(serde_json::to_vec(&resp).unwrap()))
-                    .unwrap(),
-            );
-        }
-    });
-    let client = Client::new(service, NS);
-    let registry = Registry::new();
-    let metrics = Metrics::new(&registry).unwrap();
-    let ctx = Context::new(
-        client,
-        BuildSettings {
-            worker_image: "mirrorflow:test".into(),
-        },
-        metrics,
-        Reporter {
-            controller: "mirrorflow-controller".into(),
-            instance: Some("test".into()),
-        },
-    );
-    (Arc::new(ctx), registry)
-}
-
-fn flow_json(spec: Value) -> Value {
-    json!({
-        "apiVersion": "mirrorflow.io/v1alpha1",
-        "kind": "MirrorFlow",
-        "metadata": {"name": "orders", "namespace": NS, "uid": "uid-1", "generation": 1, "resourceVersion": "10"},
-        "spec": spec,
-    })
-}
-
-fn spec(replicas: i32) -> Value {
-    json!({
-        "source": {"alias": "dc1", "bootstrapServers": "a:9092",
-                   "sasl": {"mechanism": "PLAIN", "credentials": {"secretName": "dc1-user"}}},
-        "target": {"alias": "dc2", "bootstrapServers": "b:9092"},
-        "workers": {"replicas": replicas}
-    })
-}
-
-fn checkpoint_json(name: &str, flow: &str, include: &str) -> Value {
-    json!({
-        "apiVersion": "mirrorflow.io/v1alpha1",
-        "kind": "OffsetCheckpoint",
-        "metadata": {"name": name, "namespace": NS, "uid": format!("uid-{name}"), "generation": 1},
-        "spec": {"flowRef": {"name": flow}, "groups": {"include": [include]}},
-    })
-}
-
-fn world_with_flow(flow: &Value) -> Arc<Mutex<World>> {
-    let mut w = World::default();
-    w.objects.insert(format!("{FLOWS}/orders"), flow.clone());
-    Arc::new(Mutex::new(w))
-}
-
-fn requests(world: &Arc<Mutex<World>>) -> Vec<Recorded> {
-    world.lock().unwrap().requests.clone()
-}
-
-/// `METHOD path` of every request except event posts.
-fn calls(world: &Arc<Mutex<World>>) -> Vec<String> {
-    requests(world)
-        .into_iter()
-        .filter(|r| !r.path.ends_with("/events"))
-        .map(|r| format!("{} {}", r.method, r.path))
-        .collect()
-}
-
-fn events(world: &Arc<Mutex<World>>) -> Vec<(String, String, String)> {
-    requests(world)
-        .into_iter()
-        .filter(|r| r.method == "POST" && r.path.ends_with("/events"))
-        .map(|r| {
-            (
-                r.body["type"].as_str().unwrap_or_default().to_string(),
-                r.body["reason"].as_str().unwrap_or_default().to_string(),
-                r.body["note"].as_str().unwrap_or_default().to_string(),
-            )
-        })
-        .collect()
-}
-
-fn patch_body(world: &Arc<Mutex<World>>, path: &str) -> Value {
-    requests(world)
-        .into_iter()
-        .rev()
-        .find(|r| r.method == "PATCH" && r.path == path)
-        .unwrap_or_else(|| panic!("no PATCH {path}"))
-        .body
-}
-
-fn condition(status: &Value, type_: &str) -> (String, String, String) {
-    let c = status["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == type_)
-        .unwrap_or_else(|| panic!("no {type_} condition in {status}"));
-    (
-        c["status"].as_str().unwrap().into(),
-        c["reason"].as_str().unwrap().into(),
-        c["message"].as_str().unwrap().into(),
-    )
-}
+const CM: &str = "/api/v1/namespaces/kafka/configmaps/orders-worker-config";
+const SA: &str = "/api/v1/namespaces/kafka/serviceaccounts/orders-worker";
+const ROLE: &str = "/apis/rbac.authorization.k8s.io/v1/namespaces/kafka/roles/orders-worker";
+const RB: &str = "/apis/rbac.authorization.k8s.io/v1/namespaces/kafka/rolebindings/orders-worker";
+const SVC: &str = "/api/v1/namespaces/kafka/services/orders-worker";
+const PDB: &str = "/apis/policy/v1/namespaces/kafka/poddisruptionbudgets/orders-worker";
+const CHILDREN: [&str; 7] = [CM, SA, ROLE, RB, SVC, PDB, STS];
 
 fn flow_of(v: &Value) -> Arc<MirrorFlow> {
     Arc::new(serde_json::from_value(v.clone()).unwrap())
 }
 
-fn children_paths() -> Vec<String> {
-    vec![
-        "PATCH /api/v1/namespaces/kafka/configmaps/orders-worker-config".into(),
-        "PATCH /api/v1/namespaces/kafka/serviceaccounts/orders-worker".into(),
-        "PATCH /apis/rbac.authorization.k8s.io/v1/namespaces/kafka/roles/orders-worker".into(),
-        "PATCH /apis/rbac.authorization.k8s.io/v1/namespaces/kafka/rolebindings/orders-worker"
-            .into(),
-        "PATCH /api/v1/namespaces/kafka/services/orders-worker".into(),
-        format!("PATCH {STS}"),
-    ]
+fn status_path() -> String {
+    format!("{FLOWS}/orders/status")
+}
+
+/// The flow as it is now in the fake's table.
+fn current_flow(api: &FakeApi) -> Arc<MirrorFlow> {
+    flow_of(&api.object(&format!("{FLOWS}/orders")).unwrap())
+}
+
+/// A world in which the flow was reconciled once (children and status exist).
+async fn reconciled(flow: Value) -> Scenario {
+    let s = Scenario::with_flow(flow.clone());
+    let (ctx, _) = s.controller();
+    reconcile_flow(flow_of(&flow), ctx).await.unwrap();
+    s.api.clear_requests();
+    s
 }
 
 #[tokio::test]
 async fn create_applies_children_and_status() {
     let flow = flow_json(spec(3));
-    let world = world_with_flow(&flow);
-    world.lock().unwrap().checkpoints = vec![checkpoint_json("groups", "orders", ".*")];
-    let (ctx, _) = context(world.clone());
+    let s = Scenario::with_flow(flow.clone()).with(checkpoint_json("groups", "orders", ".*"));
+    let (ctx, _) = s.controller();
 
     let action = reconcile_flow(flow_of(&flow), ctx).await.unwrap();
-    assert_eq!(action, Action::requeue(Duration::from_secs(30)));
-
-    let mut want = vec![format!("GET {CPS}"), format!("GET {STS}")];
-    want.extend(children_paths());
-    want.push(format!("PATCH {FLOWS}/orders/status"));
     assert_eq!(
-        calls(&world),
-        want,
-        "no pod listing when no StatefulSet exists"
+        action,
+        Action::requeue(Duration::from_secs(300)),
+        "no worker entry yet: nothing changes with time"
     );
 
-    for r in requests(&world).iter().filter(|r| r.method == "PATCH") {
+    // Nothing cached: each child is read, then created; no pod listing without a StatefulSet.
+    let mut want = vec![format!("GET {CPS}"), format!("GET {STS}")];
+    want.extend(CHILDREN[..6].iter().map(|p| format!("GET {p}")));
+    want.extend(CHILDREN.iter().map(|p| format!("PATCH {p}")));
+    want.push(format!("PATCH {}", status_path()));
+    assert_eq!(s.api.calls(), want);
+
+    for p in CHILDREN {
+        let q = s.api.patch_query(p);
+        assert!(q.contains("fieldManager=mirrorflow-controller"), "{p} {q}");
         assert!(
-            r.query.contains("fieldManager=mirrorflow-controller"),
-            "{} {}",
-            r.path,
-            r.query
+            !q.contains("force=true"),
+            "a new child is applied without force, so nobody's object is taken over: {p} {q}"
         );
-        assert!(r.query.contains("force=true"), "{} {}", r.path, r.query);
+        let body = s.api.patch_body(p);
+        assert_eq!(
+            body["metadata"]["ownerReferences"][0]["uid"], "uid-1",
+            "{p}"
+        );
+        assert_eq!(
+            body["metadata"]["ownerReferences"][0]["controller"], true,
+            "{p}"
+        );
+        assert!(
+            body["metadata"]["annotations"][APPLIED_HASH_ANNOTATION].is_string(),
+            "{p}"
+        );
     }
-    let sts = patch_body(&world, STS);
+    let sts = s.api.patch_body(STS);
     assert_eq!(sts["spec"]["replicas"], 3);
     assert_eq!(sts["metadata"]["annotations"][WORKER_COUNT_ANNOTATION], "3");
-    assert_eq!(sts["metadata"]["ownerReferences"][0]["uid"], "uid-1");
+    let container = &sts["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        container["resources"],
+        json!({"requests": {"cpu": "100m", "memory": "80Mi"}, "limits": {"memory": "160Mi"}}),
+        "no BestEffort workers: defaults from inFlightMiB (16) when the flow sets none"
+    );
     let volumes = sts["spec"]["template"]["spec"]["volumes"]
         .as_array()
         .unwrap();
@@ -306,18 +113,23 @@ async fn create_applies_children_and_status() {
             .any(|v| v["secret"]["secretName"] == "dc1-user"),
         "{volumes:?}"
     );
-
-    let cm = patch_body(
-        &world,
-        "/api/v1/namespaces/kafka/configmaps/orders-worker-config",
+    let pdb = s.api.patch_body(PDB);
+    assert_eq!(pdb["spec"]["maxUnavailable"], 1);
+    assert_eq!(
+        pdb["spec"]["selector"]["matchLabels"],
+        sts["spec"]["selector"]["matchLabels"]
     );
-    let yaml = cm["data"]["flow.yaml"].as_str().unwrap();
-    let parsed = mirrorflow::api::parse_flow_file(yaml).unwrap();
+
+    let cm = s.api.patch_body(CM);
+    let parsed =
+        mirrorflow::api::parse_flow_file(cm["data"]["flow.yaml"].as_str().unwrap()).unwrap();
     assert_eq!(parsed.checkpoints.len(), 1);
 
-    let st = patch_body(&world, &format!("{FLOWS}/orders/status"));
-    assert_eq!(st["apiVersion"], "mirrorflow.io/v1alpha1");
-    assert_eq!(st["kind"], "MirrorFlow");
+    let st = s.api.patch_body(&status_path());
+    assert_eq!(
+        (st["apiVersion"].as_str(), st["kind"].as_str()),
+        (Some("mirrorflow.io/v1alpha1"), Some("MirrorFlow"))
+    );
     assert!(
         st["status"].get("workers").is_none(),
         "the controller never writes worker entries"
@@ -326,45 +138,101 @@ async fn create_applies_children_and_status() {
     assert_eq!(st["status"]["workersSummary"], "0/3");
     assert_eq!(condition(&st["status"], "Ready").1, "WorkersStarting");
     assert_eq!(condition(&st["status"], "InvalidSpec").0, "False");
-    assert_eq!(events(&world), vec![]);
+    assert_eq!(s.api.events(), vec![]);
+}
+
+#[tokio::test]
+async fn steady_state_costs_no_request() {
+    let s = reconciled(flow_json(spec(2))).await;
+    // The caches hold what the first reconcile applied (as after the watch events).
+    let s = s.cached();
+    let (ctx, _) = s.controller();
+    reconcile_flow(current_flow(&s.api), ctx.clone())
+        .await
+        .unwrap();
+    assert_eq!(
+        s.api.requests().len(),
+        0,
+        "unchanged children are not applied, an unchanged status is not written: {:?}",
+        s.api.calls()
+    );
+
+    // A worker's heartbeat is no trigger; a change of its state is.
+    let entry = |state: &str, beat: i64, lag: i64| {
+        json!({"id": "orders-worker-0", "state": state, "partitions": 2,
+               "lastHeartbeatTime": Timestamp::from_second(1_700_000_000 + beat).unwrap().to_string(),
+               "replicationLag": {"records": lag, "seconds": 0}})
+    };
+    let with = |e: Value| {
+        let mut f = flow_json(spec(2));
+        f["status"] = json!({"workers": [e]});
+        serde_json::from_value::<MirrorFlow>(f).unwrap()
+    };
+    let base = flow_trigger(&with(entry("Running", 0, 0)));
+    assert_eq!(
+        flow_trigger(&with(entry("Running", 10, 0))),
+        base,
+        "heartbeat"
+    );
+    assert_eq!(flow_trigger(&with(entry("Running", 10, 500))), base, "lag");
+    assert_ne!(flow_trigger(&with(entry("Degraded", 10, 0))), base, "state");
+    let mut respec = with(entry("Running", 0, 0));
+    respec.metadata.generation = Some(2);
+    assert_ne!(flow_trigger(&respec), base, "spec change");
+}
+
+#[tokio::test]
+async fn drift_is_repaired_and_only_there() {
+    let s = reconciled(flow_json(spec(1))).await;
+    s.api
+        .edit(CM, |cm| cm["data"]["flow.yaml"] = json!("edited by hand"));
+    s.api.edit(STS, |sts| {
+        sts["metadata"]["labels"]["team"] = json!("someone else's label is left alone")
+    });
+    let s = s.cached();
+    let (ctx, _) = s.controller();
+    reconcile_flow(current_flow(&s.api), ctx).await.unwrap();
+    assert_eq!(s.api.calls(), vec![format!("PATCH {CM}")]);
+    assert!(
+        s.api.patch_query(CM).contains("force=true"),
+        "our own child: our fields win"
+    );
 }
 
 #[tokio::test]
 async fn update_rolls_on_spec_change_and_renders_only_valid_checkpoints() {
+    let s = reconciled(flow_json(spec(3))).await;
     let mut new_spec = spec(3);
     new_spec["source"]["bootstrapServers"] = json!("c:9092");
-    let mut flow = flow_json(new_spec.clone());
+    let mut flow = flow_json(new_spec);
     flow["metadata"]["generation"] = json!(2);
-    let world = world_with_flow(&flow);
-    {
-        let mut w = world.lock().unwrap();
-        let old: MirrorFlow = serde_json::from_value(flow_json(spec(3))).unwrap();
-        w.objects.insert(
-            STS.into(),
-            json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
-                   "metadata": {"name": "orders-worker", "namespace": NS,
-                                "annotations": {WORKER_COUNT_ANNOTATION: "3"}},
-                   "spec": {"replicas": 3, "serviceName": "orders-worker", "selector": {},
-                            "template": {"metadata": {"annotations": {SPEC_HASH_ANNOTATION: spec_hash(&old.spec)}}}}}),
-        );
-        w.pods = 3;
-        w.sts_status = Some(
-            json!({"replicas": 3, "readyReplicas": 3, "updatedReplicas": 1, "observedGeneration": 1,
-                                   "currentRevision": "a", "updateRevision": "b"}),
-        );
-        w.checkpoints = vec![
-            checkpoint_json("b-valid", "orders", "team-.*"),
-            checkpoint_json("a-invalid", "orders", "("),
-            checkpoint_json("other", "payments", ".*"),
-        ];
+    s.api.insert(flow.clone());
+    for cp in [
+        checkpoint_json("b-valid", "orders", "team-.*"),
+        checkpoint_json("a-invalid", "orders", "("),
+        checkpoint_json("other", "payments", ".*"),
+    ] {
+        s.api.insert(cp);
     }
-    let (ctx, _) = context(world.clone());
+    s.api.edit(STS, |sts| {
+        sts["status"] = json!({"replicas": 3, "readyReplicas": 3, "updatedReplicas": 1,
+                               "observedGeneration": 1, "currentRevision": "a", "updateRevision": "b"})
+    });
+    let s = s.cached();
+    let (ctx, _) = s.controller();
     let f = flow_of(&flow);
     reconcile_flow(f.clone(), ctx).await.unwrap();
 
-    let c = calls(&world);
-    assert!(c.contains(&format!("GET {PODS}")), "{c:?}");
-    let sts = patch_body(&world, STS);
+    assert_eq!(
+        s.api.calls(),
+        vec![
+            format!("PATCH {CM}"),
+            format!("PATCH {STS}"),
+            format!("PATCH {}", status_path())
+        ],
+        "the config and the pod template changed, nothing else; no pod listing at a steady count"
+    );
+    let sts = s.api.patch_body(STS);
     let hash = sts["spec"]["template"]["metadata"]["annotations"][SPEC_HASH_ANNOTATION]
         .as_str()
         .unwrap();
@@ -375,12 +243,8 @@ async fn update_rolls_on_spec_change_and_renders_only_valid_checkpoints() {
         spec_hash(&old.spec),
         "a bootstrap change rolls the workers"
     );
-    assert_eq!(sts["spec"]["replicas"], 3);
 
-    let cm = patch_body(
-        &world,
-        "/api/v1/namespaces/kafka/configmaps/orders-worker-config",
-    );
+    let cm = s.api.patch_body(CM);
     let parsed =
         mirrorflow::api::parse_flow_file(cm["data"]["flow.yaml"].as_str().unwrap()).unwrap();
     let names: Vec<_> = parsed
@@ -395,29 +259,24 @@ async fn update_rolls_on_spec_change_and_renders_only_valid_checkpoints() {
     );
     assert_eq!(parsed.flow.spec.source.bootstrap_servers, "c:9092");
 
-    let st = patch_body(&world, &format!("{FLOWS}/orders/status"));
+    let st = s.api.patch_body(&status_path());
     assert_eq!(condition(&st["status"], "Ready").1, "RollingUpdate");
     assert_eq!(st["status"]["observedGeneration"], 2);
 }
 
 #[tokio::test]
 async fn resize_drains_to_zero_first() {
+    let s = reconciled(flow_json(spec(2))).await.pods(2);
     let flow = flow_json(spec(3));
-    let world = world_with_flow(&flow);
-    {
-        let mut w = world.lock().unwrap();
-        w.objects.insert(
-            STS.into(),
-            json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
-                   "metadata": {"name": "orders-worker", "namespace": NS, "annotations": {WORKER_COUNT_ANNOTATION: "2"}},
-                   "spec": {"replicas": 2, "selector": {}, "template": {}}}),
-        );
-        w.pods = 2;
-    }
-    let (ctx, _) = context(world.clone());
+    s.api.insert(flow.clone());
+    let (ctx, _) = s.controller();
     let action = reconcile_flow(flow_of(&flow), ctx.clone()).await.unwrap();
     assert_eq!(action, Action::requeue(Duration::from_secs(5)));
-    let sts = patch_body(&world, STS);
+    assert!(
+        s.api.calls().contains(&format!("GET {PODS}")),
+        "the count changes: pods are counted"
+    );
+    let sts = s.api.patch_body(STS);
     assert_eq!(
         sts["spec"]["replicas"], 0,
         "old workers stop before the new count starts"
@@ -427,35 +286,173 @@ async fn resize_drains_to_zero_first() {
         .unwrap()
         .windows(2)
         .any(|w| w[0] == "--worker-count" && w[1] == "2"));
-    let st = patch_body(&world, &format!("{FLOWS}/orders/status"));
+    let st = s.api.patch_body(&status_path());
     let (_, reason, message) = condition(&st["status"], "Ready");
     assert_eq!(reason, "Scaling");
     assert!(message.contains("from 2 to 3"), "{message}");
 
     // Pods still terminating: keep waiting.
-    world.lock().unwrap().pods = 1;
-    let flow_now: Value = world.lock().unwrap().objects[&format!("{FLOWS}/orders")].clone();
-    reconcile_flow(flow_of(&flow_now), ctx.clone())
+    s.api.remove(&format!("{PODS}/orders-worker-1"));
+    reconcile_flow(current_flow(&s.api), ctx.clone())
         .await
         .unwrap();
-    assert_eq!(patch_body(&world, STS)["spec"]["replicas"], 0);
+    assert_eq!(s.api.patch_body(STS)["spec"]["replicas"], 0);
 
     // No pod left: the new count.
-    world.lock().unwrap().pods = 0;
-    let action = reconcile_flow(flow_of(&flow_now), ctx).await.unwrap();
-    assert_eq!(action, Action::requeue(Duration::from_secs(30)));
-    let sts = patch_body(&world, STS);
+    s.api.remove(&format!("{PODS}/orders-worker-0"));
+    let action = reconcile_flow(current_flow(&s.api), ctx).await.unwrap();
+    assert_eq!(action, Action::requeue(Duration::from_secs(300)));
+    let sts = s.api.patch_body(STS);
     assert_eq!(sts["spec"]["replicas"], 3);
     assert_eq!(sts["metadata"]["annotations"][WORKER_COUNT_ANNOTATION], "3");
 }
 
 #[tokio::test]
+async fn a_foreign_object_is_never_taken_over() {
+    // Someone's own StatefulSet happens to be called orders-worker.
+    let foreign = json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
+                         "metadata": {"name": "orders-worker", "namespace": NS, "uid": "theirs"},
+                         "spec": {"replicas": 5, "selector": {}, "template": {}}});
+    let flow = flow_json(spec(1));
+    let s = Scenario::with_flow(flow.clone()).with(foreign.clone());
+    let (ctx, registry) = s.controller();
+    let action = reconcile_flow(flow_of(&flow), ctx.clone()).await.unwrap();
+    assert_eq!(action, Action::requeue(Duration::from_secs(15)));
+    assert!(
+        s.api
+            .calls()
+            .iter()
+            .all(|c| !c.starts_with("PATCH") || c.ends_with("/status")),
+        "no child at all is applied: {:?}",
+        s.api.calls()
+    );
+    assert_eq!(s.api.object(STS).unwrap(), foreign);
+    let st = s.api.patch_body(&status_path());
+    let (status, reason, message) = condition(&st["status"], "Ready");
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "ChildConflict")
+    );
+    assert!(
+        message.contains("StatefulSet orders-worker already exists")
+            && message.contains("does not take it over"),
+        "{message}"
+    );
+    let ev = s.api.events();
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    assert_eq!(
+        (ev[0].0.as_str(), ev[0].1.as_str()),
+        ("Warning", "ChildConflict")
+    );
+    assert!(metrics_text(&registry).contains(
+        "mirrorflow_controller_reconcile_errors_total{category=\"KubeApi\",resource=\"mirrorflow\"} 1"
+    ));
+
+    // Owned by another flow of the same name (a deleted one, not yet garbage collected).
+    let mut previous = foreign;
+    previous["metadata"]["ownerReferences"] = json!([{"apiVersion": "mirrorflow.io/v1alpha1",
+        "kind": "MirrorFlow", "name": "orders", "uid": "uid-0", "controller": true}]);
+    s.api.insert(previous);
+    reconcile_flow(current_flow(&s.api), ctx).await.unwrap();
+    let st = s.api.patch_body(&status_path());
+    assert!(
+        condition(&st["status"], "Ready")
+            .2
+            .contains("controlled by MirrorFlow orders (uid uid-0)"),
+        "{st}"
+    );
+}
+
+#[tokio::test]
+async fn a_refused_apply_is_a_condition_and_an_event_once() {
+    let flow = flow_json(spec(1));
+    let s = Scenario::with_flow(flow.clone());
+    s.api.fail(
+        "PATCH",
+        STS,
+        422,
+        "StatefulSet.apps \"orders-worker\" is invalid: spec.template.spec.containers[0].resources.requests: Invalid value: \"2\": must be less than or equal to cpu limit of 1",
+    );
+    let (ctx, registry) = s.controller();
+    let f = flow_of(&flow);
+    let action = reconcile_flow(f.clone(), ctx.clone()).await.unwrap();
+    assert_eq!(
+        action,
+        Action::requeue(Duration::from_secs(15)),
+        "retried, not a hot loop"
+    );
+    let st = s.api.patch_body(&status_path());
+    let (status, reason, message) = condition(&st["status"], "Ready");
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "ApplyFailed"));
+    assert!(
+        message.contains("applying StatefulSet orders-worker")
+            && message.contains("spec.template.spec.containers[0].resources.requests"),
+        "the API server's words, naming the field: {message}"
+    );
+    let ev = s.api.events();
+    assert_eq!(ev.len(), 1);
+    assert_eq!(ev[0].1, "ApplyFailed");
+    assert!(metrics_text(&registry).contains(&format!(
+        "mirrorflow_controller_reconcile_errors_total{{category=\"KubeApi\",resource=\"{FLOW}\"}} 1"
+    )));
+
+    // The same refusal again: no new status, no new event.
+    s.api.clear_requests();
+    reconcile_flow(current_flow(&s.api), ctx).await.unwrap();
+    assert!(!s.api.calls().contains(&format!("PATCH {}", status_path())));
+    assert_eq!(s.api.events(), vec![]);
+}
+
+#[tokio::test]
+async fn read_errors_are_conditions_too() {
+    // E.g. a chart without the pods rule: a resize cannot count the old workers.
+    let s = reconciled(flow_json(spec(2))).await;
+    let flow = flow_json(spec(3));
+    s.api.insert(flow.clone());
+    s.api.fail(
+        "GET",
+        PODS,
+        403,
+        "pods is forbidden: User cannot list resource pods",
+    );
+    let (ctx, registry) = s.controller();
+    let f = flow_of(&flow);
+    let action = reconcile_flow(f.clone(), ctx.clone()).await.unwrap();
+    assert_eq!(action, Action::requeue(Duration::from_secs(15)));
+    assert!(
+        !s.api.calls().contains(&format!("PATCH {STS}")),
+        "nothing applied"
+    );
+    let st = s.api.patch_body(&status_path());
+    let (status, reason, message) = condition(&st["status"], "Ready");
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "ApplyFailed"));
+    assert!(
+        message.contains("list Pod kafka/orders-worker") && message.contains("forbidden"),
+        "{message}"
+    );
+    assert_eq!(s.api.events()[0].1, "ApplyFailed");
+    assert!(metrics_text(&registry).contains(&format!(
+        "mirrorflow_controller_reconcile_errors_total{{category=\"KubeApi\",resource=\"{FLOW}\"}} 1"
+    )));
+    // Errors that are not about the flow (no status write possible) still go to the policy.
+    let err = mirrorflow::controller::error::Error::MissingMetadata {
+        kind: "MirrorFlow",
+        name: "orders".into(),
+        field: "metadata.uid",
+    };
+    assert_eq!(
+        error_policy(f, &err, ctx),
+        Action::requeue(Duration::from_secs(15))
+    );
+}
+
+#[tokio::test]
 async fn invalid_spec_sets_a_condition_and_touches_no_child() {
-    let mut s = spec(1);
-    s["topics"] = json!({"include": ["("]});
-    let flow = flow_json(s);
-    let world = world_with_flow(&flow);
-    let (ctx, registry) = context(world.clone());
+    let mut sp = spec(1);
+    sp["topics"] = json!({"include": ["("]});
+    let flow = flow_json(sp);
+    let s = Scenario::with_flow(flow.clone());
+    let (ctx, registry) = s.controller();
 
     let action = reconcile_flow(flow_of(&flow), ctx.clone()).await.unwrap();
     assert_eq!(
@@ -464,11 +461,11 @@ async fn invalid_spec_sets_a_condition_and_touches_no_child() {
         "long requeue, no hot loop"
     );
     assert_eq!(
-        calls(&world),
-        vec![format!("PATCH {FLOWS}/orders/status")],
+        s.api.calls(),
+        vec![format!("PATCH {}", status_path())],
         "no child read or written"
     );
-    let st = patch_body(&world, &format!("{FLOWS}/orders/status"));
+    let st = s.api.patch_body(&status_path());
     let (status, reason, message) = condition(&st["status"], "InvalidSpec");
     assert_eq!(
         (status.as_str(), reason.as_str()),
@@ -476,83 +473,46 @@ async fn invalid_spec_sets_a_condition_and_touches_no_child() {
     );
     assert!(message.contains("spec.topics.include[0]"), "{message}");
     assert_eq!(condition(&st["status"], "Ready").1, "InvalidSpec");
-    let ev = events(&world);
+    let ev = s.api.events();
     assert_eq!(ev.len(), 1);
     assert_eq!(
         (ev[0].0.as_str(), ev[0].1.as_str()),
         ("Warning", "InvalidSpec")
     );
-    assert!(ev[0].2.contains("spec.topics.include[0]"));
-    let text = prometheus::TextEncoder::new()
-        .encode_to_string(&registry.gather())
-        .unwrap();
-    assert!(
-        text.contains("mirrorflow_controller_reconcile_errors_total{category=\"InvalidSpec\",resource=\"mirrorflow\"} 1"),
-        "{text}"
-    );
+    assert!(metrics_text(&registry).contains(
+        "mirrorflow_controller_reconcile_errors_total{category=\"InvalidSpec\",resource=\"mirrorflow\"} 1"
+    ));
 
     // The status write triggers another reconcile: it must change nothing and say nothing.
-    let before = requests(&world).len();
-    let flow_now: Value = world.lock().unwrap().objects[&format!("{FLOWS}/orders")].clone();
-    reconcile_flow(flow_of(&flow_now), ctx).await.unwrap();
+    s.api.clear_requests();
+    reconcile_flow(current_flow(&s.api), ctx).await.unwrap();
     assert_eq!(
-        requests(&world).len(),
-        before,
+        s.api.requests().len(),
+        0,
         "an unchanged invalid flow makes no request"
     );
 }
 
 #[tokio::test]
-async fn long_flow_name_is_an_invalid_spec() {
-    let mut flow = flow_json(spec(1));
-    let name = "x".repeat(60);
-    flow["metadata"]["name"] = json!(name);
-    let world = Arc::new(Mutex::new(World::default()));
-    world
-        .lock()
-        .unwrap()
-        .objects
-        .insert(format!("{FLOWS}/{name}"), flow.clone());
-    let (ctx, _) = context(world.clone());
-    reconcile_flow(flow_of(&flow), ctx).await.unwrap();
-    let st = patch_body(&world, &format!("{FLOWS}/{name}/status"));
-    let (status, _, message) = condition(&st["status"], "InvalidSpec");
-    assert_eq!(status, "True");
-    assert!(message.starts_with("metadata.name:"), "{message}");
-}
-
-#[tokio::test]
-async fn unchanged_status_is_not_written() {
-    let flow = flow_json(spec(1));
-    let world = world_with_flow(&flow);
-    world.lock().unwrap().sts_status = Some(
-        json!({"replicas": 1, "readyReplicas": 1, "updatedReplicas": 1, "observedGeneration": 1,
-                    "currentRevision": "a", "updateRevision": "a"}),
-    );
-    let (ctx, _) = context(world.clone());
-    reconcile_flow(flow_of(&flow), ctx.clone()).await.unwrap();
-    assert!(calls(&world).contains(&format!("PATCH {FLOWS}/orders/status")));
-
-    // The worker reports in (its own field manager), twice with different heartbeats.
-    for (hb, expect_write) in [(0, true), (5, false)] {
-        let now = jiff::Timestamp::now() - jiff::SignedDuration::from_secs(10 - hb);
-        {
-            let mut w = world.lock().unwrap();
-            let f = w.objects.get_mut(&format!("{FLOWS}/orders")).unwrap();
-            f["status"]["workers"] = json!([{"id": "orders-worker-0", "state": "Running", "partitions": 2,
-                                             "lastHeartbeatTime": now.to_string()}]);
-            w.requests.clear();
-        }
-        let flow_now: Value = world.lock().unwrap().objects[&format!("{FLOWS}/orders")].clone();
-        reconcile_flow(flow_of(&flow_now), ctx.clone())
-            .await
-            .unwrap();
-        let wrote = calls(&world).contains(&format!("PATCH {FLOWS}/orders/status"));
-        assert_eq!(wrote, expect_write, "heartbeat {hb}: {:?}", calls(&world));
-        if expect_write {
-            let st = patch_body(&world, &format!("{FLOWS}/orders/status"));
-            assert_eq!(condition(&st["status"], "Ready").0, "True");
-        }
+async fn names_that_cannot_form_children_are_an_invalid_spec() {
+    for (name, want) in [
+        ("x".repeat(46), "at most 45 characters"),
+        ("1orders".to_string(), "DNS-1035"),
+        ("a.b".to_string(), "DNS-1035"),
+    ] {
+        let mut flow = flow_json(spec(1));
+        flow["metadata"]["name"] = json!(name);
+        let s = Scenario::with_flow(flow.clone());
+        let (ctx, _) = s.controller();
+        reconcile_flow(flow_of(&flow), ctx).await.unwrap();
+        let st = s.api.patch_body(&format!("{FLOWS}/{name}/status"));
+        let (status, _, message) = condition(&st["status"], "InvalidSpec");
+        assert_eq!(status, "True", "{name}");
+        assert!(
+            message.starts_with("metadata.name:") && message.contains(want),
+            "{name}: {message}"
+        );
+        assert_eq!(s.api.calls().len(), 1, "{name}: only the status");
     }
 }
 
@@ -560,12 +520,12 @@ async fn unchanged_status_is_not_written() {
 async fn deletion_creates_nothing() {
     let mut flow = flow_json(spec(1));
     flow["metadata"]["deletionTimestamp"] = json!("2025-01-01T00:00:00Z");
-    let world = world_with_flow(&flow);
-    let (ctx, _) = context(world.clone());
+    let s = Scenario::with_flow(flow.clone());
+    let (ctx, _) = s.controller();
     let action = reconcile_flow(flow_of(&flow), ctx.clone()).await.unwrap();
     assert_eq!(action, Action::await_change());
     assert_eq!(
-        requests(&world).len(),
+        s.api.requests().len(),
         0,
         "children go with the flow through owner references"
     );
@@ -577,32 +537,92 @@ async fn deletion_creates_nothing() {
         reconcile_checkpoint(Arc::new(cp), ctx).await.unwrap(),
         Action::await_change()
     );
-    assert_eq!(requests(&world).len(), 0);
+    assert_eq!(s.api.requests().len(), 0);
+}
+
+#[tokio::test]
+async fn a_replica_that_lost_the_lease_writes_nothing() {
+    let flow = flow_json(spec(1));
+    let s = Scenario::with_flow(flow.clone());
+    let (ctx, _) = s.controller();
+    let ctx = Arc::try_unwrap(ctx).ok().unwrap();
+    let lost = Leadership::elected();
+    lost.renewed(std::time::Instant::now() - Duration::from_millis(1));
+    let ctx: Arc<Context> = Arc::new(ctx.with_leadership(lost));
+    reconcile_flow(flow_of(&flow), ctx.clone()).await.unwrap();
+    let cp: OffsetCheckpoint =
+        serde_json::from_value(checkpoint_json("groups", "orders", ".*")).unwrap();
+    reconcile_checkpoint(Arc::new(cp), ctx).await.unwrap();
+    assert_eq!(s.api.requests().len(), 0, "{:?}", s.api.calls());
+}
+
+#[test]
+fn staleness_is_checked_just_in_time() {
+    let now = Timestamp::from_second(1_700_000_100).unwrap();
+    let stale_after = SignedDuration::from_secs(30);
+    let with_beats = |beats: &[(i32, i64)], replicas: i32| {
+        let mut f = flow_json(spec(replicas));
+        let workers: Vec<Value> = beats
+            .iter()
+            .map(|(i, ago)| {
+                json!({"id": format!("orders-worker-{i}"), "state": "Running",
+                       "lastHeartbeatTime": (now - SignedDuration::from_secs(*ago)).to_string()})
+            })
+            .collect();
+        f["status"] = json!({"workers": workers});
+        serde_json::from_value::<MirrorFlow>(f).unwrap()
+    };
+    let rows: Vec<(&str, MirrorFlow, u64)> = vec![
+        ("no entries: the safety net", with_beats(&[], 2), 300),
+        (
+            "fresh entry 10 s old: stale in 20 s",
+            with_beats(&[(0, 10)], 1),
+            21,
+        ),
+        (
+            "the oldest fresh entry decides",
+            with_beats(&[(0, 5), (1, 25)], 2),
+            6,
+        ),
+        (
+            "stale entries change nothing with time",
+            with_beats(&[(0, 40), (1, 10)], 2),
+            21,
+        ),
+        (
+            "scaled-away entries do not count",
+            with_beats(&[(0, 10), (5, 29)], 1),
+            21,
+        ),
+        ("at the bound", with_beats(&[(0, 30)], 1), 2),
+    ];
+    for (name, flow, secs) in rows {
+        assert_eq!(
+            next_check(&flow, now, stale_after),
+            Duration::from_secs(secs),
+            "{name}"
+        );
+    }
 }
 
 #[tokio::test]
 async fn missing_flow_ref_is_a_condition_not_a_hot_loop() {
     let cp = checkpoint_json("groups", "nope", ".*");
-    let world = Arc::new(Mutex::new(World::default()));
-    world
-        .lock()
-        .unwrap()
-        .objects
-        .insert(format!("{CPS}/groups"), cp.clone());
-    let (ctx, registry) = context(world.clone());
+    let s = Scenario::empty().with(cp.clone());
+    let (ctx, registry) = s.controller();
     let parsed: OffsetCheckpoint = serde_json::from_value(cp).unwrap();
     let action = reconcile_checkpoint(Arc::new(parsed), ctx.clone())
         .await
         .unwrap();
     assert_eq!(action, Action::requeue(Duration::from_secs(60)));
     assert_eq!(
-        calls(&world),
+        s.api.calls(),
         vec![
             format!("GET {FLOWS}/nope"),
             format!("PATCH {CPS}/groups/status")
         ]
     );
-    let st = patch_body(&world, &format!("{CPS}/groups/status"));
+    let st = s.api.patch_body(&format!("{CPS}/groups/status"));
     assert_eq!(st["kind"], "OffsetCheckpoint");
     let (status, reason, message) = condition(&st["status"], "Ready");
     assert_eq!(
@@ -610,84 +630,47 @@ async fn missing_flow_ref_is_a_condition_not_a_hot_loop() {
         ("False", "FlowNotFound")
     );
     assert!(message.contains("\"nope\""), "{message}");
-    let ev = events(&world);
+    let ev = s.api.events();
     assert_eq!(ev.len(), 1);
     assert_eq!(ev[0].1, "FlowNotFound");
-    let text = prometheus::TextEncoder::new()
-        .encode_to_string(&registry.gather())
-        .unwrap();
-    assert!(
-        text.contains("category=\"FlowNotFound\",resource=\"offsetcheckpoint\"} 1"),
-        "{text}"
-    );
+    assert!(metrics_text(&registry)
+        .contains("category=\"FlowNotFound\",resource=\"offsetcheckpoint\"} 1"));
 
     // Requeued: looks again, writes nothing new.
     let now: OffsetCheckpoint =
-        serde_json::from_value(world.lock().unwrap().objects[&format!("{CPS}/groups")].clone())
-            .unwrap();
-    world.lock().unwrap().requests.clear();
+        serde_json::from_value(s.api.object(&format!("{CPS}/groups")).unwrap()).unwrap();
+    s.api.clear_requests();
     reconcile_checkpoint(Arc::new(now.clone()), ctx.clone())
         .await
         .unwrap();
-    assert_eq!(calls(&world), vec![format!("GET {FLOWS}/nope")]);
-    assert_eq!(events(&world), vec![]);
+    assert_eq!(s.api.calls(), vec![format!("GET {FLOWS}/nope")]);
+    assert_eq!(s.api.events(), vec![]);
 
-    // The flow appears: Ready moves on (no checkpoint reports yet).
-    world
-        .lock()
-        .unwrap()
-        .objects
-        .insert(format!("{FLOWS}/nope"), flow_json(spec(1)));
+    // The flow appears (in the watch cache: no GET at all): Ready moves on.
+    let mut flow = flow_json(spec(1));
+    flow["metadata"]["name"] = json!("nope");
+    s.api.insert(flow);
+    let s = s.cached();
+    let (ctx, _) = s.controller();
+    s.api.clear_requests();
     reconcile_checkpoint(Arc::new(now), ctx).await.unwrap();
-    let st = patch_body(&world, &format!("{CPS}/groups/status"));
+    assert_eq!(s.api.calls(), vec![format!("PATCH {CPS}/groups/status")]);
+    let st = s.api.patch_body(&format!("{CPS}/groups/status"));
     assert_eq!(condition(&st["status"], "Ready").1, "AwaitingCheckpoints");
 }
 
 #[tokio::test]
 async fn invalid_checkpoint_does_not_look_up_its_flow() {
     let cp = checkpoint_json("groups", "orders", "(");
-    let world = Arc::new(Mutex::new(World::default()));
-    world
-        .lock()
-        .unwrap()
-        .objects
-        .insert(format!("{CPS}/groups"), cp.clone());
-    let (ctx, _) = context(world.clone());
+    let s = Scenario::empty().with(cp.clone());
+    let (ctx, _) = s.controller();
     let action = reconcile_checkpoint(Arc::new(serde_json::from_value(cp).unwrap()), ctx)
         .await
         .unwrap();
     assert_eq!(action, Action::requeue(Duration::from_secs(300)));
-    assert_eq!(calls(&world), vec![format!("PATCH {CPS}/groups/status")]);
-    let st = patch_body(&world, &format!("{CPS}/groups/status"));
+    assert_eq!(s.api.calls(), vec![format!("PATCH {CPS}/groups/status")]);
+    let st = s.api.patch_body(&format!("{CPS}/groups/status"));
     let (_, reason, message) = condition(&st["status"], "Ready");
     assert_eq!(reason, "InvalidSpec");
     assert!(message.contains("spec.groups.include[0]"), "{message}");
-}
-
-#[tokio::test]
-async fn api_errors_are_categorised_and_retried() {
-    let flow = flow_json(spec(1));
-    let world = world_with_flow(&flow);
-    world.lock().unwrap().fail_patch.insert(STS.into(), 403);
-    let (ctx, registry) = context(world.clone());
-    let f = flow_of(&flow);
-    let err = reconcile_flow(f.clone(), ctx.clone()).await.unwrap_err();
-    assert_eq!(err.category(), ErrorCategory::KubeApi);
-    assert!(
-        err.to_string().contains("StatefulSet kafka/orders-worker"),
-        "{err}"
-    );
-    assert!(
-        !calls(&world).contains(&format!("PATCH {FLOWS}/orders/status")),
-        "no status from a failed apply"
-    );
-    assert_eq!(
-        error_policy(f, &err, ctx),
-        Action::requeue(Duration::from_secs(15))
-    );
-    let text = prometheus::TextEncoder::new()
-        .encode_to_string(&registry.gather())
-        .unwrap();
-    let line = format!("mirrorflow_controller_reconcile_errors_total{{category=\"KubeApi\",resource=\"{FLOW}\"}} 1");
-    assert!(text.contains(&line), "{text}");
 }

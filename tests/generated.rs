@@ -104,12 +104,19 @@ fn example_docs() -> Vec<(PathBuf, Value)> {
 #[test]
 fn examples_parse_validate_and_match_the_schema() {
     let (mut flows, mut cps) = (0, 0);
+    let mut secrets: Vec<(PathBuf, String, Vec<String>)> = Vec::new();
+    let mut referenced: Vec<(PathBuf, String, String)> = Vec::new();
     for (file, doc) in example_docs() {
         let name = file.display();
         match doc["kind"].as_str() {
             Some("MirrorFlow") => {
                 let f: MirrorFlow = serde_json::from_value(doc.clone()).unwrap();
                 api::validate_flow(&f.spec).unwrap_or_else(|e| panic!("{name}: {e}"));
+                for c in [&f.spec.source, &f.spec.target] {
+                    for (s, k) in c.secret_keys() {
+                        referenced.push((file.clone(), s.to_string(), k.to_string()));
+                    }
+                }
                 assert_eq!(
                     schema_errors("mirrorflows", &doc),
                     Vec::<String>::new(),
@@ -127,10 +134,38 @@ fn examples_parse_validate_and_match_the_schema() {
                 );
                 cps += 1;
             }
+            // The Secrets a secured example needs: every key its flow references is there.
+            Some("Secret") => {
+                assert_eq!(doc["apiVersion"], "v1", "{name}");
+                secrets.push((
+                    file.clone(),
+                    doc["metadata"]["name"].as_str().unwrap().to_string(),
+                    doc["stringData"]
+                        .as_object()
+                        .map(|m| m.keys().cloned().collect::<Vec<_>>())
+                        .unwrap_or_default(),
+                ));
+            }
             other => panic!("{name}: unexpected kind {other:?}"),
         }
     }
     assert!(flows >= 2 && cps >= 1);
+    assert!(
+        !secrets.is_empty(),
+        "examples/secured-flow.yaml carries its Secrets"
+    );
+    for (file, secret, key) in referenced {
+        if !secrets.iter().any(|(f, _, _)| *f == file) {
+            continue; // an example that leaves the Secrets to the reader
+        }
+        assert!(
+            secrets
+                .iter()
+                .any(|(f, n, keys)| *f == file && *n == secret && keys.contains(&key)),
+            "{}: the flow reads key {key:?} of Secret {secret:?}, which the file does not hold",
+            file.display()
+        );
+    }
 }
 
 #[test]
@@ -251,4 +286,62 @@ fn schema_rejects_bad_checkpoints() {
             "schema accepted: {what}"
         );
     }
+}
+
+/// Edits that would apply one cluster's positions to another are refused on update by the
+/// CEL transition rules (`oldSelf`); edits that keep the history are not.
+#[test]
+fn schema_refuses_history_splitting_edits() {
+    let old = json!({
+        "apiVersion": "mirrorflow.io/v1alpha1", "kind": "MirrorFlow", "metadata": {"name": "f"},
+        "spec": {"source": {"alias": "dc1", "bootstrapServers": "a:1"},
+                 "target": {"alias": "dc2", "bootstrapServers": "b:1"}}
+    });
+    let schema = crd_schema("mirrorflows");
+    let update_errors = |pointer: &str, value: Value| {
+        let old = kube::core::cel::apply_defaults(&schema, &old);
+        let mut new = old.clone();
+        let (parent, key) = pointer.rsplit_once('/').unwrap();
+        new.pointer_mut(parent).unwrap()[key] = value;
+        let new = kube::core::cel::apply_defaults(&schema, &new);
+        match kube::core::cel::Validator::new().validate(&schema, &new, Some(&old)) {
+            Ok(()) => String::new(),
+            Err(e) => format!("{e:?}"),
+        }
+    };
+    let rows = [
+        (
+            "/spec/source/alias",
+            json!("dc9"),
+            "spec.source.alias cannot change",
+        ),
+        (
+            "/spec/source/bootstrapServers",
+            json!("c:1"),
+            "spec.source.bootstrapServers cannot change",
+        ),
+        (
+            "/spec/target/alias",
+            json!("dc8"),
+            "spec.target.alias cannot change",
+        ),
+        (
+            "/spec/replicationPolicy",
+            json!({"type": "Identity"}),
+            "spec.replicationPolicy cannot change",
+        ),
+    ];
+    for (pointer, value, message) in rows {
+        let errs = update_errors(pointer, value);
+        assert!(errs.contains(message), "{pointer}: {errs}");
+    }
+    // What may change on a live flow.
+    assert_eq!(
+        update_errors("/spec/target/bootstrapServers", json!("d:1")),
+        ""
+    );
+    assert_eq!(
+        update_errors("/spec/source/bootstrapServers", json!("a:1")),
+        ""
+    );
 }

@@ -514,14 +514,25 @@ async fn too_large_record(kind: BrokerKind, delivery: Delivery, broker_side: boo
     };
     // Delivered before the big one; never the record after it (no gap on the target).
     if delivery == Delivery::AtLeastOnce || !broker_side {
-        assert_eq!(keys(0), vec!["k0", "k1"]);
+        let k0 = keys(0);
+        let distinct: std::collections::BTreeSet<&String> = k0.iter().collect();
+        assert_eq!(distinct.len(), 2, "{k0:?}");
+        assert_eq!(&keys(0)[..2], &["k0".to_string(), "k1".to_string()]);
     }
     assert!(
         !keys(0).iter().any(|k| k == "k2" || k.starts_with('t')),
         "nothing after the refused record: {:?}",
         keys(0)
     );
-    assert_eq!(keys(1), vec!["k3", "k4", "k5"]);
+    // The other partition loses nothing and keeps its order; it may see its records again
+    // (at least once: each refusal stops the producer, see enable.gapless.guarantee).
+    let mut first_seen: Vec<String> = Vec::new();
+    for k in keys(1) {
+        if !first_seen.contains(&k) {
+            first_seen.push(k);
+        }
+    }
+    assert_eq!(first_seen, vec!["k3", "k4", "k5"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -622,7 +633,7 @@ async fn zombie_is_fenced_tansu() {
     }
     let err = old.stop().await.unwrap_err().to_string();
     assert!(
-        err.contains("fenced") && err.contains("mirrorflow-test-zombie-0"),
+        err.contains("fenced") && err.contains("mirrorflow-4-test-zombie-0"),
         "{err}"
     );
     assert!(!new.task.is_finished(), "the new worker goes on");

@@ -540,6 +540,126 @@ async fn recreated_shorter_topic_then_restart_from_earliest_nisshi() {
     assert_eq!(keys_of(&dst, 0), want);
 }
 
+/// The progress topic deleted while the worker was stopped: "no progress" is not read as a
+/// new flow (which would replay all 3,000 records with startFrom: Earliest). Each partition
+/// stops with ProgressMissing, naming the resets that clear it; ResumeFromTarget resumes
+/// after the records the target holds (from the last offset sync): nothing lost, at most
+/// offsetSyncs.lagMax records again per partition, order of first appearance kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn deleted_progress_is_not_a_new_flow_nisshi() {
+    let Some(kafka) = broker_or_skip(BrokerKind::Nisshi).await else {
+        return;
+    };
+    let bs = kafka.bootstrap_servers();
+    create(&kafka, "orders", 2).await;
+    for p in 0..2 {
+        produce(&bs, "orders", &recs(&format!("a{p}"), p, 1500))
+            .await
+            .unwrap();
+    }
+    let spec = spec_on(&kafka, &["orders"]);
+    let mut w = start_worker("forgot", spec.clone(), 0, 1, test_tuning(200));
+    w.wait_positions("orders", &[(0, 1500), (1, 1500)].into())
+        .await;
+    w.stop().await.unwrap();
+    delete_topic(&bs, "mirrorflow-progress.test.forgot.internal")
+        .await
+        .unwrap();
+
+    let mut w = start_worker("forgot", spec.clone(), 0, 1, test_tuning(200));
+    for p in 0..2 {
+        let (_, f) = wait_failure(&mut w, "orders", p).await;
+        assert_eq!(f.type_, FailureType::ProgressMissing, "partition {p}");
+        assert_contains(
+            f.message.as_deref().unwrap(),
+            &[
+                "no replication progress is recorded",
+                "already holds offsets up to 1499",
+                "ResumeFromTarget",
+                "RestartFromEarliest",
+                "SkipToLatest",
+            ],
+        );
+    }
+    a_few_refreshes().await;
+    let dst = read_idle(&bs, "dc1.orders", Duration::from_secs(2)).await;
+    assert_eq!(dst.len(), 3000, "nothing replayed");
+    for p in 0..2 {
+        produce(&bs, "orders", &recs(&format!("b{p}"), p, 100))
+            .await
+            .unwrap();
+    }
+    let reset = with_reset(&spec, "resume", ResetStrategy::ResumeFromTarget, &[]);
+    w.spec.send(reset).unwrap();
+    let s = wait_reset(&mut w, "resume", |s| {
+        (0..2).all(|p| position(s, "orders", p) == Some(1600))
+    })
+    .await;
+    let r = s.last_applied_reset.unwrap();
+    assert_eq!(
+        (r.outcome, r.partitions.len()),
+        (ResetOutcome::Applied, 2),
+        "{r:?}"
+    );
+    w.stop().await.unwrap();
+    let src = read_n(&bs, "orders", 3200).await;
+    let dst = read_idle(&bs, "dc1.orders", Duration::from_secs(2)).await;
+    let dups = assert_no_loss_bounded_dups(&src, &dst, 100, "orders after ResumeFromTarget");
+    println!(
+        "FAULT progress-deleted: 3,000 records replicated, progress topic deleted while the \
+         worker was stopped: 0 replayed at restart, both partitions ProgressMissing; after \
+         ResumeFromTarget 0 lost, {} sent again (bound: offsetSyncs.lagMax per partition)",
+        dups.values().sum::<usize>()
+    );
+}
+
+/// A partition stopped for TopicReset stays stopped across a restart with the failure it had
+/// (persisted with its progress), also after the recreated topic grew past the old position,
+/// where a fresh check could only rely on the topic id; the reset then clears it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn failure_survives_a_restart_nisshi() {
+    let Some(kafka) = broker_or_skip(BrokerKind::Nisshi).await else {
+        return;
+    };
+    let bs = kafka.bootstrap_servers();
+    create(&kafka, "orders", 1).await;
+    produce(&bs, "orders", &recs("old", 0, 10)).await.unwrap();
+    let spec = spec_on(&kafka, &["orders"]);
+    let mut w = start_worker("survives", spec.clone(), 0, 1, test_tuning(50));
+    w.wait_positions("orders", &[(0, 10)].into()).await;
+    delete_topic(&bs, "orders").await.unwrap();
+    create(&kafka, "orders", 1).await;
+    produce(&bs, "orders", &recs("new", 0, 3)).await.unwrap();
+    let (_, before) = wait_failure(&mut w, "orders", 0).await;
+    assert_eq!(before.type_, FailureType::TopicReset);
+    produce(&bs, "orders", &recs("more", 0, 30)).await.unwrap();
+    w.stop().await.unwrap();
+
+    let mut w = start_worker("survives", spec.clone(), 0, 1, test_tuning(50));
+    let (_, after) = wait_failure(&mut w, "orders", 0).await;
+    assert_eq!(after, before, "the recorded failure, not a new detection");
+    println!(
+        "FAULT topicreset-restart: partition stopped for TopicReset at offset {}, worker \
+         restarted after the recreated topic grew past it: still stopped with the same failure \
+         (detected {}), 0 records of the new topic written until the reset",
+        before.requested_offset, before.detected_at.0
+    );
+    a_few_refreshes().await;
+    let dst = read_idle(&bs, "dc1.orders", Duration::from_secs(2)).await;
+    assert_eq!(dst.len(), 10, "nothing of the new topic was written");
+    let reset = with_reset(&spec, "again", ResetStrategy::RestartFromEarliest, &[]);
+    w.spec.send(reset).unwrap();
+    wait_reset(&mut w, "again", |s| position(s, "orders", 0) == Some(33)).await;
+    w.stop().await.unwrap();
+    let dst = read_n(&bs, "dc1.orders", 43).await;
+    let want: Vec<String> = keys("old", 0, 10)
+        .into_iter()
+        .chain(keys("new", 0, 3))
+        .chain(keys("more", 0, 30))
+        .collect();
+    assert_eq!(keys_of(&dst, 0), want);
+}
+
 /// A topic recreated while the worker was stopped, already holding MORE records than our
 /// position: no fetch would ever fail. The recorded topic id (persisted with the progress)
 /// catches it at start, before anything is fetched. Then: a refused reset naming a healthy
@@ -600,12 +720,12 @@ async fn recreated_longer_topic_caught_by_topic_id_and_resets_nisshi() {
     let dst = read_idle(&bs, "dc1.orders", Duration::from_secs(2)).await;
     assert_eq!(dst.len(), 10, "nothing of the new topic was written");
 
-    // Naming a healthy partition refuses the whole request.
+    // Naming only a healthy partition: nothing applies, refused.
     let r = with_reset(
         &spec,
         "r1",
         ResetStrategy::RestartFromEarliest,
-        &[("orders", 0), ("pay", 0)],
+        &[("pay", 0)],
     );
     w.spec.send(r).unwrap();
     let s = wait_reset(&mut w, "r1", |_| true).await;
@@ -628,18 +748,24 @@ async fn recreated_longer_topic_caught_by_topic_id_and_resets_nisshi() {
     );
     assert_eq!(s.failures.len(), 2);
 
-    // Partition 0 from the new topic's beginning, partition 1 from its end.
+    // Partition 0 from the new topic's beginning (the healthy partition named with it is
+    // left alone and named), partition 1 from its end.
     let r = with_reset(
         &spec,
         "r3",
         ResetStrategy::RestartFromEarliest,
-        &[("orders", 0)],
+        &[("orders", 0), ("pay", 0)],
     );
     w.spec.send(r).unwrap();
     let s = wait_reset(&mut w, "r3", |s| position(s, "orders", 0) == Some(20)).await;
+    let rec = s.last_applied_reset.clone().unwrap();
     assert_eq!(
-        s.last_applied_reset.as_ref().unwrap().outcome,
-        ResetOutcome::Applied
+        (rec.outcome, rec.partitions.len()),
+        (ResetOutcome::Applied, 1)
+    );
+    assert_contains(
+        rec.message.as_deref().unwrap(),
+        &["Not reset:", "Not failed: topic \"pay\" partition 0"],
     );
     assert!(
         failure(&s, "orders", 1).is_some(),
@@ -810,7 +936,7 @@ async fn two_workers_scope_resets_to_their_partitions_nisshi() {
     let rec = s.last_applied_reset.unwrap();
     assert_eq!(
         (rec.outcome, rec.partitions.len()),
-        (ResetOutcome::Applied, 0)
+        (ResetOutcome::NotOwned, 0)
     );
     assert_contains(
         rec.message.as_deref().unwrap(),
@@ -832,7 +958,10 @@ async fn two_workers_scope_resets_to_their_partitions_nisshi() {
         &["Not failed: topic \"orders\" partition 1"],
     );
     let s = wait_reset(ws.get_mut(&w0).unwrap(), "two", |_| true).await;
-    assert_eq!(s.last_applied_reset.unwrap().outcome, ResetOutcome::Applied);
+    assert_eq!(
+        s.last_applied_reset.unwrap().outcome,
+        ResetOutcome::NotOwned
+    );
     for (_, w) in ws {
         w.stop().await.unwrap();
     }

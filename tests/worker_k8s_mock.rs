@@ -1,137 +1,72 @@
-//! The worker's Kubernetes edge against a mocked API server (tower_test, kube's documented
-//! approach): the flow is read and watched, and the worker applies only its own status entry.
+//! The worker's Kubernetes edge against the fake API server (`kube_mock`): the flow is read
+//! and watched, and the worker applies only its own status entry, material changes at once and
+//! the rest with its heartbeat.
 
-use std::sync::{Arc, Mutex};
+mod kube_mock;
+
 use std::time::Duration;
 
-use http::{Request, Response, StatusCode};
-use kube::client::Body;
-use kube::{Api, Client};
+use kube::Api;
 use mirrorflow::api::{Delivery, MirrorFlow};
-use mirrorflow::worker::k8s::{flow_source, KubeStatusSink};
+use mirrorflow::worker::k8s::{flow_source, FlowSource, KubeStatusSink};
 use mirrorflow::worker::replicate::{StatusSink, WorkerSnapshot};
-use serde_json::{json, Value};
+use serde_json::json;
 
-#[derive(Debug, Clone)]
-struct Recorded {
-    method: String,
-    path: String,
-    query: String,
-    body: Value,
+use kube_mock::{flow_json, FakeApi, Recorded, FLOWS, NS};
+
+fn flow(paused: bool, generation: i64) -> serde_json::Value {
+    let mut f = flow_json(json!({
+        "source": {"alias": "dc1", "bootstrapServers": "a:9092"},
+        "target": {"alias": "dc2", "bootstrapServers": "b:9092"},
+        "paused": paused
+    }));
+    f["metadata"]["generation"] = json!(generation);
+    f
 }
 
-fn flow_json(paused: bool, generation: i64) -> Value {
-    json!({
-        "apiVersion": "mirrorflow.io/v1alpha1", "kind": "MirrorFlow",
-        "metadata": {"name": "orders", "namespace": "kafka", "uid": "u1",
-                     "generation": generation, "resourceVersion": "7"},
-        "spec": {"source": {"alias": "dc1", "bootstrapServers": "a:9092"},
-                 "target": {"alias": "dc2", "bootstrapServers": "b:9092"},
-                 "paused": paused}
-    })
+fn api_for(fake: &FakeApi) -> Api<MirrorFlow> {
+    Api::namespaced(fake.client(), NS)
 }
 
-/// A fake API server: GET returns the flow, list/watch return it once, PATCH status echoes.
-fn client(log: Arc<Mutex<Vec<Recorded>>>, flow: Value) -> Client {
-    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-    tokio::spawn(async move {
-        while let Some((req, send)) = handle.next_request().await {
-            let method = req.method().to_string();
-            let path = req.uri().path().to_string();
-            let query = req.uri().query().unwrap_or_default().to_string();
-            let bytes = req.into_body().collect_bytes().await.unwrap();
-            let body: Value = if bytes.is_empty() {
-                Value::Null
-            } else {
-                serde_json::from_slice(&bytes).unwrap()
-            };
-            log.lock().unwrap().push(Recorded {
-                method: method.clone(),
-                path: path.clone(),
-                query: query.clone(),
-                body: body.clone(),
-            });
-            if query.contains("watch=true") {
-                // Hold the watch open without blocking other requests: nothing changes here.
-                tokio::spawn(async move {
-                    tokio::time::sleep(Duration::from_secs(3600)).await;
-                    drop(send);
-                });
-                continue;
-            }
-            let (code, resp) = match (method.as_str(), path.as_str()) {
-                ("GET", "/apis/mirrorflow.io/v1alpha1/namespaces/kafka/mirrorflows/orders") => {
-                    (StatusCode::OK, flow.clone())
-                }
-                ("GET", "/apis/mirrorflow.io/v1alpha1/namespaces/kafka/mirrorflows") => (
-                    StatusCode::OK,
-                    json!({"apiVersion": "mirrorflow.io/v1alpha1", "kind": "MirrorFlowList",
-                           "metadata": {"resourceVersion": "7"}, "items": [flow.clone()]}),
-                ),
-                (
-                    "PATCH",
-                    "/apis/mirrorflow.io/v1alpha1/namespaces/kafka/mirrorflows/orders/status",
-                ) => {
-                    let mut f = flow.clone();
-                    f["status"] = body["status"].clone();
-                    (StatusCode::OK, f)
-                }
-                _ => (
-                    StatusCode::NOT_FOUND,
-                    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404}),
-                ),
-            };
-            send.send_response(
-                Response::builder()
-                    .status(code)
-                    .body(Body::from(serde_json::to_vec(&resp).unwrap()))
-                    .unwrap(),
-            );
+/// Waits (bounded) for the `n`-th status PATCH.
+async fn status_patch(fake: &FakeApi, n: usize) -> Recorded {
+    let path = format!("{FLOWS}/orders/status");
+    for _ in 0..200 {
+        let patches: Vec<Recorded> = fake
+            .requests()
+            .into_iter()
+            .filter(|r| r.method == "PATCH" && r.path == path)
+            .collect();
+        if patches.len() >= n {
+            return patches[n - 1].clone();
         }
-    });
-    Client::new(service, "kafka")
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("no status PATCH #{n}: {:?}", fake.calls());
 }
 
 #[tokio::test]
 async fn reads_the_flow_and_applies_only_its_own_entry() {
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let api: Api<MirrorFlow> = Api::namespaced(client(log.clone(), flow_json(true, 4)), "kafka");
-    let (input, generation, task) = flow_source(api.clone(), "kafka", "orders").await.unwrap();
+    let fake = FakeApi::new();
+    fake.insert(flow(true, 4));
+    let api = api_for(&fake);
+    let FlowSource {
+        input,
+        generation,
+        folded,
+        task,
+    } = flow_source(api.clone(), NS, "orders").await.unwrap();
     assert_eq!(
         (input.namespace.as_str(), input.name.as_str()),
-        ("kafka", "orders")
+        (NS, "orders")
     );
     assert!(input.spec.borrow().paused, "the spec comes from the API");
     assert_eq!(*generation.borrow(), Some(4));
-
-    let sink = KubeStatusSink::spawn(api, "orders".into(), 2, generation);
-    sink.publish(&WorkerSnapshot::starting(
-        "kafka",
-        "orders",
-        2,
-        3,
-        Delivery::AtLeastOnce,
-    ));
-    // The first apply goes out at once (then debounced / heartbeat).
-    let mut patch = None;
-    for _ in 0..100 {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        patch = log
-            .lock()
-            .unwrap()
-            .iter()
-            .find(|r| r.method == "PATCH")
-            .cloned();
-        if patch.is_some() {
-            break;
-        }
-    }
-    let patch = patch.expect("the worker applied its status entry");
-    assert!(
-        patch.path.ends_with("/mirrorflows/orders/status"),
-        "{}",
-        patch.path
-    );
+    let sink = KubeStatusSink::spawn(api, "orders".into(), 2, generation, folded);
+    let mut snap = WorkerSnapshot::starting(NS, "orders", 2, 3, Delivery::AtLeastOnce);
+    sink.publish(&snap);
+    // The first apply goes out at once.
+    let patch = status_patch(&fake, 1).await;
     assert!(
         patch.query.contains("fieldManager=mirrorflow-worker-2"),
         "{}",
@@ -144,15 +79,38 @@ async fn reads_the_flow_and_applies_only_its_own_entry() {
     assert_eq!(entry["id"], "orders-worker-2");
     assert_eq!(entry["observedGeneration"], 4);
     assert!(entry["lastHeartbeatTime"].is_string());
+    assert!(
+        fake.requests()
+            .iter()
+            .any(|r| r.method == "GET" && r.query.contains("fieldSelector=metadata.name%3Dorders")),
+        "the watch selects the flow by name (all its Role allows): {:?}",
+        fake.requests().iter().map(|r| &r.query).collect::<Vec<_>>()
+    );
+
+    // Lag alone waits for the heartbeat (10 s); a state change goes out at once (≤ 1 s).
+    snap.replication_lag.records = 500;
+    sink.publish(&snap);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let patches = |f: &FakeApi| f.requests().iter().filter(|r| r.method == "PATCH").count();
+    assert_eq!(patches(&fake), 1, "a lag change is no reason for an apply");
+    snap.state = mirrorflow::api::WorkerState::Running;
+    sink.publish(&snap);
+    let patch = status_patch(&fake, 2).await;
+    let entry = &patch.body["status"]["workers"][0];
+    assert_eq!(entry["state"], "Running");
+    assert_eq!(
+        entry["replicationLag"]["records"], 500,
+        "the lag rides along"
+    );
     sink.flush().await;
     task.abort();
 }
 
 #[tokio::test]
 async fn a_missing_flow_is_a_clear_error() {
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let api: Api<MirrorFlow> = Api::namespaced(client(log, flow_json(false, 1)), "kafka");
-    let err = flow_source(api, "kafka", "nope")
+    let fake = FakeApi::new();
+    fake.insert(flow(false, 1));
+    let err = flow_source(api_for(&fake), NS, "nope")
         .await
         .err()
         .expect("missing flow fails");
@@ -164,11 +122,11 @@ async fn a_missing_flow_is_a_clear_error() {
 
 #[tokio::test]
 async fn an_invalid_flow_is_refused_at_start() {
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let mut flow = flow_json(false, 1);
-    flow["spec"]["target"]["alias"] = json!("dc1");
-    let api: Api<MirrorFlow> = Api::namespaced(client(log, flow), "kafka");
-    let err = flow_source(api, "kafka", "orders")
+    let fake = FakeApi::new();
+    let mut f = flow(false, 1);
+    f["spec"]["target"]["alias"] = json!("dc1");
+    fake.insert(f);
+    let err = flow_source(api_for(&fake), NS, "orders")
         .await
         .err()
         .expect("invalid flow fails");

@@ -20,6 +20,7 @@ use super::defaults;
     version = "v1alpha1",
     kind = "OffsetCheckpoint",
     plural = "offsetcheckpoints",
+    doc = "Consumer-group checkpoints for a MirrorFlow: the committed offsets of the selected source groups are translated to the target cluster every intervalSeconds (never past a record the group has not consumed), written as MirrorMaker 2-compatible checkpoints and, when the group is idle on the target, committed there so its consumers can fail over.",
     namespaced,
     status = "OffsetCheckpointStatus",
     shortname = "ocp",

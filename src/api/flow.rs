@@ -22,6 +22,7 @@ use super::defaults;
     version = "v1alpha1",
     kind = "MirrorFlow",
     plural = "mirrorflows",
+    doc = "A Kafka cross-cluster replication flow: records of the selected topics on spec.source are mirrored to spec.target by worker pods, with keys, values, headers, timestamps and partitions. Offset validation stops a partition whose records were deleted before they were replicated (DataLoss) or whose topic was recreated (TopicReset) and shows it here; spec.reset clears it. Offset syncs let OffsetCheckpoints translate consumer-group offsets for failover.",
     namespaced,
     status = "MirrorFlowStatus",
     shortname = "mf",
@@ -64,6 +65,13 @@ use super::defaults;
     )
 )]
 #[x_kube(cel, validation = Rule::new("self.source.alias != self.target.alias").message("source.alias and target.alias must differ"))]
+// A running flow's history (positions, offset syncs, target topic names) belongs to these
+// fields: changing them would apply one cluster's positions to another. A new MirrorFlow is
+// a new history.
+#[x_kube(validation = Rule::new("self.source.alias == oldSelf.source.alias").field_path(".source.alias").reason(Reason::FieldValueForbidden).message("spec.source.alias cannot change on an existing flow (its positions and offset syncs belong to the old source); create a new MirrorFlow instead"))]
+#[x_kube(validation = Rule::new("self.source.bootstrapServers == oldSelf.source.bootstrapServers").field_path(".source.bootstrapServers").reason(Reason::FieldValueForbidden).message("spec.source.bootstrapServers cannot change on an existing flow (positions of one cluster would be applied to another); create a new MirrorFlow instead"))]
+#[x_kube(validation = Rule::new("self.target.alias == oldSelf.target.alias").field_path(".target.alias").reason(Reason::FieldValueForbidden).message("spec.target.alias cannot change on an existing flow (it names the offset-syncs topic and cycle detection); create a new MirrorFlow instead"))]
+#[x_kube(validation = Rule::new("has(self.replicationPolicy) == has(oldSelf.replicationPolicy) && (!has(self.replicationPolicy) || self.replicationPolicy == oldSelf.replicationPolicy)").field_path(".replicationPolicy").reason(Reason::FieldValueForbidden).message("spec.replicationPolicy cannot change on an existing flow (target topic names and positions would no longer match); create a new MirrorFlow instead"))]
 #[serde(rename_all = "camelCase")]
 pub struct MirrorFlowSpec {
     /// The cluster records are read from.
@@ -91,6 +99,15 @@ pub struct MirrorFlowSpec {
     /// Copy topic configs (retention, cleanup.policy, ...) from source topics to target topics.
     #[serde(default = "defaults::true_")]
     pub sync_topic_configs: bool,
+    /// Copy the source's ALLOW ACLs on replicated topics to their target topics, as
+    /// MirrorMaker 2's `sync.topic.acls`: literal and prefixed topic patterns renamed by the
+    /// replication policy; READ, DESCRIBE and DESCRIBE_CONFIGS copied, ALL copied as READ (so
+    /// nobody but the mirror writes the target topics); WRITE, other operations and DENY
+    /// never copied. Re-synced every `topics.refreshIntervalSeconds`; an ACL the mirror
+    /// created is removed when its source ACL goes. Needs DESCRIBE on the source cluster and
+    /// ALTER on the target cluster (Kafka's ACL permissions).
+    #[serde(default = "defaults::true_")]
+    pub sync_topic_acls: bool,
     /// Stop consuming without losing position.
     #[serde(default)]
     pub paused: bool,
@@ -105,6 +122,7 @@ pub struct MirrorFlowSpec {
 
 /// Connection to one Kafka cluster. Secrets are always referenced, never inline.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[x_kube(cel, validation = Rule::new("!has(self.sasl) || !(self.sasl.mechanism in ['PLAIN', 'OAUTHBEARER']) || has(self.tls)").message("sasl.mechanism PLAIN and OAUTHBEARER send the password or token as clear text: set tls (use SCRAM-SHA-256/512 where TLS is impossible)"))]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterSpec {
     /// Short cluster name used in topic names (e.g. `dc1` → `dc1.orders`); a DNS-1123 label.
@@ -122,11 +140,55 @@ pub struct ClusterSpec {
     /// SASL authentication; absent means none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sasl: Option<SaslSpec>,
-    /// Extra librdkafka client properties. Properties mirrorflow owns (group.id,
-    /// enable.auto.commit, auto.offset.reset, isolation.level, transactional.id,
-    /// bootstrap.servers, security.*, ssl.*, sasl.*) are rejected.
+    /// Extra librdkafka client properties (at most 100). Properties mirrorflow owns are
+    /// rejected: group.id, enable.auto.commit, auto.offset.reset, isolation.level,
+    /// transactional.id, enable.idempotence, enable.gapless.guarantee,
+    /// message/delivery/transaction timeouts, bootstrap.servers, and every security property
+    /// (security.*, ssl.*, sasl.*, https.*, enable.ssl.certificate.verification,
+    /// enable.sasl.oauthbearer.unsecure.jwt), which come from the typed tls and sasl fields so
+    /// that certificate verification cannot be switched off unnoticed; and so are values
+    /// that break the delivery guarantees (acks other than all, more than 5 requests in
+    /// flight, retries=0).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 100))]
+    #[x_kube(validation = Rule::new("self.all(k, !(k.lowerAscii().startsWith('ssl.') || k.lowerAscii().startsWith('ssl_') || k.lowerAscii().startsWith('sasl.') || k.lowerAscii().startsWith('https.') || k.lowerAscii().startsWith('security.') || k.lowerAscii() in ['enable.ssl.certificate.verification', 'enable.sasl.oauthbearer.unsecure.jwt']))").message("config may not set security properties (security.*, ssl.*, sasl.*, https.*, enable.ssl.certificate.verification, enable.sasl.oauthbearer.unsecure.jwt): use the typed tls and sasl fields (tls.insecureSkipVerify for a test cluster)"))]
     pub config: BTreeMap<String, String>,
+}
+
+impl ClusterSpec {
+    /// Every `(secretName, key)` the cluster's connection reads (TLS files, credentials, the
+    /// OAUTHBEARER client secret and CA), sorted, without repeats: what the worker mounts
+    /// and watches for rotation.
+    pub fn secret_keys(&self) -> Vec<(&str, &str)> {
+        let mut out = Vec::new();
+        if let Some(tls) = &self.tls {
+            if let Some(ca) = &tls.ca {
+                out.push((ca.secret_name.as_str(), ca.key.as_str()));
+            }
+            if let Some(cc) = &tls.client_cert {
+                out.push((cc.secret_name.as_str(), cc.cert_key.as_str()));
+                out.push((cc.secret_name.as_str(), cc.key_key.as_str()));
+            }
+        }
+        if let Some(sasl) = &self.sasl {
+            if let Some(cr) = &sasl.credentials {
+                out.push((cr.secret_name.as_str(), cr.username_key.as_str()));
+                out.push((cr.secret_name.as_str(), cr.password_key.as_str()));
+            }
+            if let Some(o) = &sasl.oauth_bearer {
+                out.push((
+                    o.client_secret.secret_name.as_str(),
+                    o.client_secret.key.as_str(),
+                ));
+                if let Some(ca) = &o.ca {
+                    out.push((ca.secret_name.as_str(), ca.key.as_str()));
+                }
+            }
+        }
+        out.sort();
+        out.dedup();
+        out
+    }
 }
 
 /// TLS to the brokers. Certificates come from Secrets in the flow's namespace.
@@ -139,6 +201,13 @@ pub struct TlsSpec {
     /// Client certificate for mutual TLS.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_cert: Option<ClientCertRef>,
+    /// FOR TEST CLUSTERS ONLY: do not verify the brokers' certificates or host names. Anyone
+    /// on the network path can then impersonate the brokers and read the credentials and
+    /// records. The flow gets an `InsecureTls` condition while it is set. Default false:
+    /// the certificate chain is verified against `ca` (or the system trust store) and the
+    /// broker's host name must match the certificate.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub insecure_skip_verify: bool,
 }
 
 /// A key in a Secret.
@@ -170,12 +239,18 @@ pub struct ClientCertRef {
 
 /// SASL authentication with credentials from a Secret.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[x_kube(cel, validation = Rule::new("self.mechanism == 'OAUTHBEARER' ? (has(self.oauthBearer) && !has(self.credentials)) : (has(self.credentials) && !has(self.oauthBearer))").message("mechanism OAUTHBEARER takes oauthBearer (and no credentials); PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 take credentials (and no oauthBearer)"))]
 #[serde(rename_all = "camelCase")]
 pub struct SaslSpec {
-    /// SASL mechanism.
+    /// SASL mechanism. PLAIN and OAUTHBEARER need `tls`.
     pub mechanism: SaslMechanism,
-    /// Secret holding the username and password.
-    pub credentials: CredentialsRef,
+    /// Secret holding the username and password (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials: Option<CredentialsRef>,
+    /// OIDC client credentials (OAUTHBEARER): librdkafka fetches and refreshes the token from
+    /// the token endpoint itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oauth_bearer: Option<OAuthBearerSpec>,
 }
 
 /// SASL mechanisms supported.
@@ -187,6 +262,9 @@ pub enum SaslMechanism {
     ScramSha256,
     #[serde(rename = "SCRAM-SHA-512")]
     ScramSha512,
+    /// OAuth 2 bearer tokens from an OIDC token endpoint (client credentials grant).
+    #[serde(rename = "OAUTHBEARER")]
+    OAuthBearer,
 }
 
 impl SaslMechanism {
@@ -196,8 +274,44 @@ impl SaslMechanism {
             Self::Plain => "PLAIN",
             Self::ScramSha256 => "SCRAM-SHA-256",
             Self::ScramSha512 => "SCRAM-SHA-512",
+            Self::OAuthBearer => "OAUTHBEARER",
         }
     }
+
+    /// Whether the mechanism sends a reusable secret (password or token) as clear text, so
+    /// that it needs TLS.
+    pub fn needs_tls(self) -> bool {
+        matches!(self, Self::Plain | Self::OAuthBearer)
+    }
+}
+
+/// OIDC client credentials for SASL/OAUTHBEARER (Confluent Cloud, Redpanda Cloud, Strimzi
+/// OAuth, Amazon MSK with an OIDC proxy, ...).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[x_kube(cel, validation = Rule::new("self.tokenEndpointUrl.startsWith('https://') || self.tokenEndpointUrl.matches('^http://(localhost|127\\\\.0\\\\.0\\\\.1|\\\\[::1\\\\])(:[0-9]+)?(/.*)?$')").message("tokenEndpointUrl must be https:// (http:// only to a loopback address, e.g. a local token proxy)"))]
+#[serde(rename_all = "camelCase")]
+pub struct OAuthBearerSpec {
+    /// The OIDC token endpoint, e.g. `https://idp.example.com/oauth2/token`. Must be
+    /// `https://`; `http://` is accepted only for a loopback address (a token proxy in the
+    /// same pod), because the client secret travels in the request.
+    #[schemars(length(min = 1, max = 2048))]
+    pub token_endpoint_url: String,
+    /// The OAuth client id (not secret).
+    #[schemars(length(min = 1, max = 512))]
+    pub client_id: String,
+    /// Key in a Secret holding the client secret.
+    pub client_secret: SecretKeyRef,
+    /// Scope to request, space-separated; absent means the endpoint's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
+    /// SASL extensions sent with the token, e.g. Confluent Cloud's `logicalCluster` and
+    /// `identityPoolId`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 20))]
+    pub extensions: BTreeMap<String, String>,
+    /// CA bundle (PEM) to verify the token endpoint; absent means the system trust store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca: Option<SecretKeyRef>,
 }
 
 /// Username and password keys in a Secret.
@@ -339,7 +453,10 @@ pub struct WorkersSpec {
     /// Compute resources of each worker container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
-    /// Worker image; defaults to the controller's own image.
+    /// Worker image; defaults to the controller's own image. When the operator is installed
+    /// with an image allowlist (chart value `workerImageAllowlist`), other images are
+    /// refused with an `InvalidSpec` condition: the workers get the flow's Secrets mounted,
+    /// so whoever may create flows could otherwise run any image with them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1))]
     pub image: Option<String>,
@@ -391,6 +508,10 @@ pub enum ResetStrategy {
     RestartFromEarliest,
     /// Skip everything up to the source's current end; replicate only new records.
     SkipToLatest,
+    /// Resume after the records already on the target (ProgressMissing): from the source
+    /// offset after the last offset sync those records left. Never skips a record; re-sends
+    /// at most `offsetSyncs.lagMax` of them.
+    ResumeFromTarget,
 }
 
 /// One partition of a source topic.
@@ -407,6 +528,16 @@ pub struct TopicPartitionRef {
     pub partition: i32,
 }
 
+impl TopicPartitionRef {
+    /// `topic`/`partition`.
+    pub fn new(topic: impl Into<String>, partition: i32) -> Self {
+        Self {
+            topic: topic.into(),
+            partition,
+        }
+    }
+}
+
 /// Observed state of a MirrorFlow.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
@@ -414,7 +545,9 @@ pub struct MirrorFlowStatus {
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// `Ready` (summary), `Replicating`, `DataLoss`, `TopicReset`, `InvalidSpec`.
+    /// `Ready` (summary), `Replicating`, `DataLoss`, `TopicReset`, `ConnectionFailed`
+    /// (authentication or TLS verification fails, naming the cluster), `InsecureTls` (a
+    /// cluster has `tls.insecureSkipVerify`), `InvalidSpec`.
     #[serde(default)]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
@@ -438,6 +571,9 @@ pub struct MirrorFlowStatus {
     /// Records and time not yet replicated, over all partitions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replication_lag: Option<ReplicationLag>,
+    /// The topic ACL sync (`spec.syncTopicAcls`), as worker 0 reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topic_acls: Option<TopicAclSync>,
 }
 
 /// A worker's own report.
@@ -474,6 +610,108 @@ pub struct WorkerStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 20))]
     pub checkpoints: Vec<WorkerCheckpointReport>,
+    /// Clusters this worker cannot use because authentication or TLS verification fails
+    /// (cleared by itself once a connection succeeds again).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 10))]
+    pub connection_problems: Vec<ConnectionProblem>,
+    /// The topic ACL sync (`spec.syncTopicAcls`; only worker 0 runs it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topic_acls: Option<TopicAclSync>,
+}
+
+/// Which side of the flow a cluster is.
+#[derive(
+    JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord,
+)]
+#[serde(rename_all = "camelCase")]
+pub enum ClusterRole {
+    Source,
+    Target,
+}
+
+impl ClusterRole {
+    /// `source` or `target`, as in `spec.source`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Source => "source",
+            Self::Target => "target",
+        }
+    }
+}
+
+/// Why a worker cannot use a cluster.
+#[derive(
+    JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord,
+)]
+pub enum ConnectionProblemReason {
+    /// The brokers refused the SASL credentials (wrong username or password, unknown user,
+    /// mechanism not enabled, token refused).
+    AuthenticationFailed,
+    /// The brokers' certificate could not be verified: untrusted CA, expired or not yet
+    /// valid, or issued for another host name.
+    TlsVerificationFailed,
+    /// Another TLS failure: handshake refused (e.g. the brokers require a client
+    /// certificate), unreadable certificate or key, protocol mismatch.
+    TlsFailed,
+}
+
+impl ConnectionProblemReason {
+    /// The condition reason / human phrase.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::AuthenticationFailed => "AuthenticationFailed",
+            Self::TlsVerificationFailed => "TlsVerificationFailed",
+            Self::TlsFailed => "TlsFailed",
+        }
+    }
+
+    /// "authentication failed", "TLS verification failed", "TLS failed".
+    pub fn phrase(self) -> &'static str {
+        match self {
+            Self::AuthenticationFailed => "authentication failed",
+            Self::TlsVerificationFailed => "TLS verification failed",
+            Self::TlsFailed => "TLS failed",
+        }
+    }
+}
+
+/// A cluster a worker cannot use. Never holds a secret value.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ConnectionProblem {
+    /// `source` or `target`.
+    pub cluster: ClusterRole,
+    /// The cluster's alias.
+    pub alias: String,
+    /// What fails.
+    pub reason: ConnectionProblemReason,
+    /// The client's message, e.g. `target cluster dc2: authentication failed: SASL
+    /// authentication error: Authentication failed during authentication due to invalid
+    /// credentials with SASL mechanism SCRAM-SHA-512`.
+    pub message: String,
+    /// When it was first seen.
+    pub since: Time,
+}
+
+/// Result of the topic ACL sync.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct TopicAclSync {
+    /// ACL bindings on the target that mirror a source binding (present after the last sync).
+    pub synced: i32,
+    /// Of those, the bindings this flow created (the ones it removes when their source
+    /// binding goes).
+    pub created_by_flow: i32,
+    /// Source bindings on replicated topics that are not copied (DENY, WRITE and other
+    /// operations that would let someone change the target topics).
+    pub skipped: i32,
+    /// When the last sync finished without error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_sync_time: Option<Time>,
+    /// Why the last sync failed; absent after a good one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
 }
 
 /// What a worker reports about one OffsetCheckpoint; the controller folds it into that
@@ -540,6 +778,10 @@ pub enum FailureType {
     DataLoss,
     /// The source topic was deleted and recreated.
     TopicReset,
+    /// No progress is recorded for the partition, but its target topic already holds
+    /// records (the progress topic was deleted, or the target rebuilt): where to resume is
+    /// not guessed.
+    ProgressMissing,
 }
 
 /// Outcome of a reset request.
@@ -550,7 +792,7 @@ pub struct AppliedReset {
     pub id: String,
     /// When it was handled.
     pub time: Time,
-    /// `Applied`, `Refused` or `Failed`.
+    /// `Applied`, `Refused`, `Failed` (retried) or, from one worker, `NotOwned`.
     pub outcome: ResetOutcome,
     /// Details: partitions reset, or why it was refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -565,7 +807,10 @@ pub struct AppliedReset {
 pub enum ResetOutcome {
     Applied,
     Refused,
+    /// The seek could not be resolved (e.g. the source did not answer); retried.
     Failed,
+    /// The worker owns none of the partitions the request concerns (other workers do).
+    NotOwned,
 }
 
 /// Replication lag.

@@ -64,7 +64,14 @@ fn nested_defaults() {
         "/source/sasl",
         json!({"mechanism": "PLAIN", "credentials": {"secretName": "creds"}}),
     );
-    let c = &s.source.sasl.as_ref().unwrap().credentials;
+    let c = s
+        .source
+        .sasl
+        .as_ref()
+        .unwrap()
+        .credentials
+        .as_ref()
+        .unwrap();
     assert_eq!(
         (c.username_key.as_str(), c.password_key.as_str()),
         ("username", "password")
@@ -343,6 +350,72 @@ fn flow_validation_table() {
             Some("spec.target.config[\"ssl.key.location\"]"),
         ),
         (
+            "config acks 1",
+            "/target/config",
+            json!({"acks": "1"}),
+            Some("spec.target.config[\"acks\"]"),
+        ),
+        (
+            "config acks all",
+            "/target/config",
+            json!({"acks": "all"}),
+            None,
+        ),
+        (
+            "config acks -1",
+            "/target/config",
+            json!({"request.required.acks": "-1"}),
+            None,
+        ),
+        (
+            "config in flight 6",
+            "/target/config",
+            json!({"max.in.flight.requests.per.connection": "6"}),
+            Some("spec.target.config[\"max.in.flight.requests.per.connection\"]"),
+        ),
+        (
+            "config in flight 5",
+            "/target/config",
+            json!({"max.in.flight": "5"}),
+            None,
+        ),
+        (
+            "config in flight junk",
+            "/target/config",
+            json!({"max.in.flight": "lots"}),
+            Some("spec.target.config[\"max.in.flight\"]"),
+        ),
+        (
+            "config retries 0",
+            "/target/config",
+            json!({"retries": "0"}),
+            Some("spec.target.config[\"retries\"]"),
+        ),
+        (
+            "config retries 3",
+            "/target/config",
+            json!({"message.send.max.retries": "3"}),
+            None,
+        ),
+        (
+            "config message timeout",
+            "/target/config",
+            json!({"message.timeout.ms": "0"}),
+            Some("spec.target.config[\"message.timeout.ms\"]"),
+        ),
+        (
+            "config transaction timeout",
+            "/target/config",
+            json!({"transaction.timeout.ms": "900000"}),
+            Some("spec.target.config[\"transaction.timeout.ms\"]"),
+        ),
+        (
+            "config gapless",
+            "/target/config",
+            json!({"enable.gapless.guarantee": "false"}),
+            Some("spec.target.config[\"enable.gapless.guarantee\"]"),
+        ),
+        (
             "config case-insensitive",
             "/target/config",
             json!({"Group.Id": "x"}),
@@ -501,6 +574,81 @@ fn flow_validation_table() {
             json!({"mechanism": "SCRAM-SHA-256", "credentials": {"secretName": ""}}),
             Some("spec.target.sasl.credentials.secretName"),
         ),
+        (
+            "scram without tls is fine (the password never travels)",
+            "/target/sasl",
+            json!({"mechanism": "SCRAM-SHA-512", "credentials": {"secretName": "c"}}),
+            None,
+        ),
+        (
+            "plain without tls",
+            "/target/sasl",
+            json!({"mechanism": "PLAIN", "credentials": {"secretName": "c"}}),
+            Some("spec.target.sasl.mechanism"),
+        ),
+        (
+            "oauthbearer without tls",
+            "/target/sasl",
+            json!({"mechanism": "OAUTHBEARER", "oauthBearer": {"tokenEndpointUrl": "https://idp/t",
+                   "clientId": "m", "clientSecret": {"secretName": "o", "key": "s"}}}),
+            Some("spec.target.sasl.mechanism"),
+        ),
+        (
+            "scram without credentials",
+            "/target/sasl",
+            json!({"mechanism": "SCRAM-SHA-256"}),
+            Some("spec.target.sasl.credentials"),
+        ),
+        (
+            "scram with oauthBearer",
+            "/target/sasl",
+            json!({"mechanism": "SCRAM-SHA-256", "credentials": {"secretName": "c"},
+                   "oauthBearer": {"tokenEndpointUrl": "https://idp/t", "clientId": "m",
+                                   "clientSecret": {"secretName": "o", "key": "s"}}}),
+            Some("spec.target.sasl.credentials"),
+        ),
+        (
+            "config bypasses certificate verification",
+            "/source/config",
+            json!({"enable.ssl.certificate.verification": "false"}),
+            Some("spec.source.config[\"enable.ssl.certificate.verification\"]"),
+        ),
+        (
+            "config sets a CA location",
+            "/source/config",
+            json!({"SSL.CA.Location": "/tmp/evil.pem"}),
+            Some("spec.source.config[\"SSL.CA.Location\"]"),
+        ),
+        (
+            "config turns off host name checks",
+            "/source/config",
+            json!({"ssl.endpoint.identification.algorithm": "none"}),
+            Some("spec.source.config[\"ssl.endpoint.identification.algorithm\"]"),
+        ),
+        (
+            "config sets a sasl password inline",
+            "/target/config",
+            json!({"sasl.password": "hunter2"}),
+            Some("spec.target.config[\"sasl.password\"]"),
+        ),
+        (
+            "config enables unsigned tokens",
+            "/target/config",
+            json!({"enable.sasl.oauthbearer.unsecure.jwt": "true"}),
+            Some("spec.target.config[\"enable.sasl.oauthbearer.unsecure.jwt\"]"),
+        ),
+        (
+            "config trusts another token endpoint CA",
+            "/target/config",
+            json!({"https.ca.location": "/tmp/x"}),
+            Some("spec.target.config[\"https.ca.location\"]"),
+        ),
+        (
+            "insecureSkipVerify is the documented opt-out",
+            "/source/tls",
+            json!({"insecureSkipVerify": true}),
+            None,
+        ),
     ];
     for (what, pointer, value, expected) in rows {
         let spec = with(minimal_flow_json(), pointer, value.clone());
@@ -545,6 +693,50 @@ fn all_errors_are_reported_at_once() {
             "spec.topics.include[0]"
         ]
     );
+}
+
+#[test]
+fn plain_sasl_needs_tls() {
+    let plain = json!({"mechanism": "PLAIN", "credentials": {"secretName": "creds"}});
+    let mut v = minimal_flow_json();
+    v["target"]["sasl"] = plain.clone();
+    let errs = validate_flow(&serde_json::from_value(v.clone()).unwrap()).unwrap_err();
+    assert_eq!(errs.fields(), vec!["spec.target.sasl.mechanism"]);
+    assert!(errs.to_string().contains("clear text"), "{errs}");
+    v["target"]["tls"] = json!({});
+    assert_eq!(
+        validate_flow(&serde_json::from_value(v.clone()).unwrap()),
+        Ok(())
+    );
+    v["target"]["sasl"]["mechanism"] = json!("SCRAM-SHA-256");
+    v["target"].as_object_mut().unwrap().remove("tls");
+    assert_eq!(validate_flow(&serde_json::from_value(v).unwrap()), Ok(()));
+}
+
+#[test]
+fn crds_check_names_and_patterns() {
+    let crds = crds();
+    let flow = serde_json::to_value(&crds[0]).unwrap();
+    let root = &flow["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+    let name = &root["properties"]["metadata"]["properties"]["name"];
+    assert_eq!(name["maxLength"], MAX_FLOW_NAME_LEN);
+    assert!(name["x-kubernetes-validations"][0]["rule"]
+        .as_str()
+        .unwrap()
+        .contains("^[a-z]([-a-z0-9]*[a-z0-9])?$"));
+    for (doc, path) in [
+        (&flow, "/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/topics/properties/include"),
+        (&flow, "/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/topics/properties/exclude"),
+    ] {
+        let list = doc.pointer(path).unwrap();
+        assert!(list["maxItems"].is_u64(), "{path}");
+        assert!(list["items"]["x-kubernetes-validations"][0]["rule"]
+            .as_str()
+            .unwrap()
+            .contains("matches(self)"));
+    }
+    let cp = serde_json::to_value(&crds[1]).unwrap();
+    assert!(cp.pointer("/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/groups/properties/include/items/x-kubernetes-validations").is_some());
 }
 
 #[test]
@@ -615,6 +807,39 @@ fn checkpoint_validation_table() {
             Some(field) => {
                 let errs = validate_checkpoint(&spec).expect_err(what);
                 assert_eq!(errs.fields(), vec![field], "{what}: {errs}");
+            }
+        }
+    }
+}
+
+#[test]
+fn history_fields_cannot_change_on_an_existing_flow() {
+    let old = minimal_flow_json();
+    #[rustfmt::skip]
+    let cases: [(&str, &str, serde_json::Value, Option<&str>); 7] = [
+        ("source alias", "/source/alias", json!("dc9"), Some("spec.source.alias cannot change")),
+        ("source servers", "/source/bootstrapServers", json!("elsewhere:9092"), Some("spec.source.bootstrapServers cannot change")),
+        ("target alias", "/target/alias", json!("dc9"), Some("spec.target.alias cannot change")),
+        ("policy set", "/replicationPolicy", json!({"type": "Identity"}), Some("spec.replicationPolicy cannot change")),
+        ("target servers may move", "/target/bootstrapServers", json!("b2:9092"), None),
+        ("pause", "/paused", json!(true), None),
+        ("topics", "/topics", json!({"include": ["orders"]}), None),
+    ];
+    for (name, path, value, want) in cases {
+        let mut new = old.clone();
+        let (parent, key) = path.rsplit_once('/').unwrap();
+        let target = if parent.is_empty() {
+            &mut new
+        } else {
+            new.pointer_mut(parent).unwrap()
+        };
+        target[key] = value;
+        let got = MirrorFlowSpec::validate_cel(&new, Some(&old));
+        match want {
+            None => assert!(got.is_ok(), "{name}: {got:?}"),
+            Some(msg) => {
+                let err = format!("{:?}", got.expect_err(name));
+                assert!(err.contains(msg), "{name}: {err}");
             }
         }
     }
@@ -764,7 +989,130 @@ fn crds_are_structural_and_described() {
         );
         walk(name, &v["schema"]["openAPIV3Schema"], &mut problems);
     }
-    // metadata, and k8s-openapi's ResourceRequirements internals, carry no descriptions of ours.
+    // metadata (the API server allows nothing there but name restrictions), and k8s-openapi's
+    // ResourceRequirements internals, carry no descriptions of ours.
+    problems.retain(|p| !p.ends_with(".metadata: no description"));
     problems.retain(|p| !p.contains(".resources.") || p.ends_with(": no type"));
     assert!(problems.is_empty(), "{problems:#?}");
+}
+
+#[test]
+fn security_refusals_in_cel_and_validate() {
+    // Each is refused by the API server (CEL) and by validate() (standalone mode), and each
+    // message names what to use instead.
+    let oauth = |url: &str| {
+        json!({"mechanism": "OAUTHBEARER", "oauthBearer": {"tokenEndpointUrl": url,
+               "clientId": "m", "clientSecret": {"secretName": "o", "key": "s"}}})
+    };
+    let tls = json!({"ca": {"secretName": "ca", "key": "ca.crt"}});
+    type Row<'a> = (&'a str, Vec<(&'a str, serde_json::Value)>, Option<&'a str>);
+    let rows: Vec<Row> = vec![
+        (
+            "plain without tls",
+            vec![(
+                "/source/sasl",
+                json!({"mechanism": "PLAIN", "credentials": {"secretName": "c"}}),
+            )],
+            Some("clear text"),
+        ),
+        (
+            "plain with tls",
+            vec![
+                (
+                    "/source/sasl",
+                    json!({"mechanism": "PLAIN", "credentials": {"secretName": "c"}}),
+                ),
+                ("/source/tls", tls.clone()),
+            ],
+            None,
+        ),
+        (
+            "verification off through config",
+            vec![(
+                "/target/config",
+                json!({"enable.ssl.certificate.verification": "false"}),
+            )],
+            Some("insecureSkipVerify"),
+        ),
+        (
+            "ssl key through config, upper case",
+            vec![("/target/config", json!({"SSL.KEY.LOCATION": "/x"}))],
+            Some("typed tls and sasl"),
+        ),
+        (
+            "oauth over http to a remote host",
+            vec![
+                ("/target/sasl", oauth("http://idp.example/token")),
+                ("/target/tls", tls.clone()),
+            ],
+            Some("https"),
+        ),
+        (
+            "oauth over http to loopback",
+            vec![
+                ("/target/sasl", oauth("http://127.0.0.1:8080/token")),
+                ("/target/tls", tls.clone()),
+            ],
+            None,
+        ),
+        (
+            "oauth over https",
+            vec![
+                ("/target/sasl", oauth("https://idp.example/token")),
+                ("/target/tls", tls.clone()),
+            ],
+            None,
+        ),
+        (
+            "oauth with username credentials instead",
+            vec![
+                (
+                    "/target/sasl",
+                    json!({"mechanism": "OAUTHBEARER", "credentials": {"secretName": "c"}}),
+                ),
+                ("/target/tls", tls.clone()),
+            ],
+            Some("oauthBearer"),
+        ),
+    ];
+    for (what, patches, refused) in rows {
+        let mut v = minimal_flow_json();
+        for (pointer, value) in &patches {
+            let spec = with(v.clone(), pointer, value.clone());
+            v = serde_json::to_value(&spec).unwrap();
+        }
+        let spec: MirrorFlowSpec = serde_json::from_value(v.clone()).unwrap();
+        let by_validate = validate_flow(&spec);
+        let by_cel = MirrorFlowSpec::validate_cel(&v, None);
+        match refused {
+            None => {
+                assert_eq!(by_validate, Ok(()), "{what}");
+                assert!(by_cel.is_ok(), "{what}: {by_cel:?}");
+            }
+            Some(needle) => {
+                let e = by_validate.expect_err(what).to_string();
+                assert!(e.contains(needle), "{what}: validate: {e}");
+                let c = format!("{:?}", by_cel.expect_err(what));
+                assert!(c.contains(needle), "{what}: CEL: {c}");
+            }
+        }
+    }
+}
+
+#[test]
+fn loopback_http_table() {
+    let cases = [
+        ("http://localhost/token", true),
+        ("http://localhost:8080/token", true),
+        ("http://127.0.0.1:1/x?y", true),
+        ("http://[::1]:9/t", true),
+        ("http://localhost.evil.example/t", false),
+        ("http://127.0.0.1.evil.example/t", false),
+        ("http://user@evil.example/t", false),
+        ("https://localhost/t", false),
+        ("http://idp.example/t", false),
+    ];
+    for (url, want) in cases {
+        assert_eq!(validate::is_loopback_http(url), want, "{url}");
+    }
 }

@@ -9,7 +9,10 @@ use std::fmt;
 
 use regex::Regex;
 
-use super::{ClusterSpec, MirrorFlowSpec, OffsetCheckpointSpec, ReplicationPolicyType};
+use super::{
+    ClusterSpec, MirrorFlowSpec, OffsetCheckpointSpec, ReplicationPolicyType, SaslMechanism,
+    SaslSpec,
+};
 
 /// One problem, naming the field (JSON path from the resource root) and the offending value.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,11 +87,18 @@ pub const OWNED_PROPERTIES: &[&str] = &[
     "isolation.level",
     "transactional.id",
     "enable.idempotence",
+    "enable.gapless.guarantee",
+    "transaction.timeout.ms",
+    "message.timeout.ms",
+    "delivery.timeout.ms",
     "security.protocol",
+    "enable.ssl.certificate.verification",
+    "enable.sasl.oauthbearer.unsecure.jwt",
 ];
 
-/// Property prefixes handled by the typed `tls` / `sasl` fields.
-pub const OWNED_PREFIXES: &[&str] = &["ssl.", "sasl.", "ssl_"];
+/// Property prefixes handled by the typed `tls` / `sasl` fields (`https.*` configures the
+/// TLS of the OAUTHBEARER token endpoint).
+pub const OWNED_PREFIXES: &[&str] = &["ssl.", "sasl.", "ssl_", "https.", "security."];
 
 /// Why a client property may not be set through `config`, if it may not.
 pub fn owned_property_reason(key: &str) -> Option<&'static str> {
@@ -97,9 +107,20 @@ pub fn owned_property_reason(key: &str) -> Option<&'static str> {
         return Some(match k.as_str() {
             "bootstrap.servers" | "metadata.broker.list" => "set it in bootstrapServers",
             "security.protocol" => "it follows from the tls and sasl fields",
+            "enable.ssl.certificate.verification" => {
+                "certificates are always verified; for a test cluster only, set tls.insecureSkipVerify: true (the flow then shows an InsecureTls condition)"
+            }
+            "enable.sasl.oauthbearer.unsecure.jwt" => {
+                "unsigned tokens are never used; configure sasl.oauthBearer with a token endpoint"
+            }
             "auto.offset.reset" => "offset validation and startFrom decide positions",
-            "isolation.level" | "transactional.id" | "enable.idempotence" => {
-                "it follows from spec.delivery"
+            "isolation.level"
+            | "transactional.id"
+            | "enable.idempotence"
+            | "enable.gapless.guarantee" => "it follows from spec.delivery",
+            "transaction.timeout.ms" | "message.timeout.ms" | "delivery.timeout.ms" => {
+                "the worker sets its delivery and transaction timeouts together (ExactlyOnce \
+                 needs message.timeout.ms <= transaction.timeout.ms) and waits on them"
             }
             _ => "mirrorflow manages consumer groups and offsets itself",
         });
@@ -108,6 +129,40 @@ pub fn owned_property_reason(key: &str) -> Option<&'static str> {
         return Some("use the typed tls and sasl fields (secrets come from Secret references)");
     }
     None
+}
+
+/// Why a client property value would break the delivery guarantees, if it would: `acks`
+/// other than all, more than 5 requests in flight per connection (the idempotent producer
+/// keeps order only up to 5), or no retries.
+pub fn unsafe_property_value(key: &str, value: &str) -> Option<String> {
+    let k = key.trim().to_ascii_lowercase();
+    let v = value.trim();
+    match k.as_str() {
+        "acks" | "request.required.acks" if !matches!(v, "all" | "-1") => Some(format!(
+            "{k}={v} lets the target acknowledge records it could still lose; mirrorflow \
+             needs acks=all (leave it unset)"
+        )),
+        "max.in.flight.requests.per.connection" | "max.in.flight" => match v.parse::<u32>() {
+            Ok(1..=5) => None,
+            _ => Some(format!(
+                "{k}={v}: the idempotent producer keeps per-partition order only with 1 to 5 \
+                 requests in flight"
+            )),
+        },
+        "retries" | "message.send.max.retries" if v == "0" => Some(format!(
+            "{k}=0 turns every transient broker error into a failed batch; leave it unset"
+        )),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+#[test]
+fn unsafe_values_name_the_value() {
+    let why = unsafe_property_value("ACKS", "1").unwrap();
+    assert!(why.contains("acks=1") && why.contains("acks=all"), "{why}");
+    assert_eq!(unsafe_property_value("linger.ms", "0"), None);
+    assert_eq!(unsafe_property_value("retries", "2147483647"), None);
 }
 
 /// Is `s` a DNS-1123 label (lowercase alphanumerics and '-', 1..=63, alphanumeric ends)?
@@ -181,7 +236,7 @@ fn validate_cluster(path: &str, c: &ClusterSpec, errs: &mut ValidationErrors) {
             }
         }
     }
-    for key in c.config.keys() {
+    for (key, value) in &c.config {
         if let Some(why) = owned_property_reason(key) {
             // The value may be a secret: name the key only.
             errs.push(
@@ -189,6 +244,8 @@ fn validate_cluster(path: &str, c: &ClusterSpec, errs: &mut ValidationErrors) {
                 key,
                 format!("property {key:?} is managed by mirrorflow: {why}"),
             );
+        } else if let Some(why) = unsafe_property_value(key, value) {
+            errs.push(format!("{path}.config[{key:?}]"), value, why);
         }
     }
     if let Some(tls) = &c.tls {
@@ -210,8 +267,71 @@ fn validate_cluster(path: &str, c: &ClusterSpec, errs: &mut ValidationErrors) {
         }
     }
     if let Some(sasl) = &c.sasl {
-        let cr = &sasl.credentials;
-        check_secret_ref(
+        validate_sasl(path, c, sasl, errs);
+    }
+}
+
+fn validate_sasl(path: &str, c: &ClusterSpec, sasl: &SaslSpec, errs: &mut ValidationErrors) {
+    let mech = sasl.mechanism;
+    if mech.needs_tls() && c.tls.is_none() {
+        errs.push(
+            format!("{path}.sasl.mechanism"),
+            mech.as_str(),
+            format!(
+                "{} sends the {} as clear text without TLS: set {path}.tls (or use SCRAM-SHA-256/512)",
+                mech.as_str(),
+                if mech == SaslMechanism::Plain { "password" } else { "bearer token" }
+            ),
+        );
+    }
+    match (mech, &sasl.credentials, &sasl.oauth_bearer) {
+        (SaslMechanism::OAuthBearer, None, Some(o)) => {
+            let url = o.token_endpoint_url.trim();
+            if !(url.starts_with("https://") || is_loopback_http(url)) {
+                errs.push(
+                    format!("{path}.sasl.oauthBearer.tokenEndpointUrl"),
+                    url,
+                    "must be an https:// URL (http:// only to a loopback address such as a local token proxy: the client secret travels in the request)",
+                );
+            }
+            if o.client_id.trim().is_empty() {
+                errs.push(
+                    format!("{path}.sasl.oauthBearer.clientId"),
+                    &o.client_id,
+                    "must not be empty",
+                );
+            }
+            check_secret_ref(
+                &format!("{path}.sasl.oauthBearer.clientSecret"),
+                &o.client_secret.secret_name,
+                &[("key", &o.client_secret.key)],
+                errs,
+            );
+            if let Some(ca) = &o.ca {
+                check_secret_ref(
+                    &format!("{path}.sasl.oauthBearer.ca"),
+                    &ca.secret_name,
+                    &[("key", &ca.key)],
+                    errs,
+                );
+            }
+            for (k, v) in &o.extensions {
+                // librdkafka joins them as k=v,k=v.
+                if k.is_empty() || k.contains([',', '=']) || v.contains(',') {
+                    errs.push(
+                        format!("{path}.sasl.oauthBearer.extensions[{k:?}]"),
+                        k,
+                        "extension names must be non-empty without ',' or '=', values without ','",
+                    );
+                }
+            }
+        }
+        (SaslMechanism::OAuthBearer, _, _) => errs.push(
+            format!("{path}.sasl.oauthBearer"),
+            "absent",
+            "mechanism OAUTHBEARER needs sasl.oauthBearer and no sasl.credentials",
+        ),
+        (_, Some(cr), None) => check_secret_ref(
             &format!("{path}.sasl.credentials"),
             &cr.secret_name,
             &[
@@ -219,8 +339,29 @@ fn validate_cluster(path: &str, c: &ClusterSpec, errs: &mut ValidationErrors) {
                 ("passwordKey", &cr.password_key),
             ],
             errs,
-        );
+        ),
+        (_, _, _) => errs.push(
+            format!("{path}.sasl.credentials"),
+            "absent",
+            format!(
+                "mechanism {} needs sasl.credentials and no sasl.oauthBearer",
+                mech.as_str()
+            ),
+        ),
     }
+}
+
+/// `http://` to localhost, 127.0.0.1 or [::1] (with an optional port and path).
+pub fn is_loopback_http(url: &str) -> bool {
+    let Some(rest) = url.strip_prefix("http://") else {
+        return false;
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let host = match authority.rsplit_once(':') {
+        Some((h, port)) if !h.is_empty() && !h.ends_with(':') && port.parse::<u16>().is_ok() => h,
+        _ => authority,
+    };
+    matches!(host, "localhost" | "127.0.0.1" | "[::1]")
 }
 
 fn check_secret_ref(path: &str, name: &str, keys: &[(&str, &str)], errs: &mut ValidationErrors) {

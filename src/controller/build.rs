@@ -7,15 +7,17 @@ use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdate
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource,
     EnvVar, EnvVarSource, HTTPGetAction, KeyToPath, ObjectFieldSelector, PodSecurityContext,
-    PodSpec, PodTemplateSpec, Probe, SeccompProfile, SecretVolumeSource, SecurityContext, Service,
-    ServiceAccount, ServicePort, ServiceSpec, Volume, VolumeMount,
+    PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, SecretVolumeSource,
+    SecurityContext, Service, ServiceAccount, ServicePort, ServiceSpec, Volume, VolumeMount,
 };
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
 
-use crate::api::{FieldError, MirrorFlow, MirrorFlowSpec, OffsetCheckpoint, GROUP};
+use crate::api::{FieldError, MirrorFlow, MirrorFlowSpec, OffsetCheckpoint, GROUP, SECRETS_DIR};
 
 /// Field manager of every server-side apply the controller makes.
 pub const FIELD_MANAGER: &str = "mirrorflow-controller";
@@ -28,8 +30,6 @@ pub const WORKER_COUNT_ANNOTATION: &str = "mirrorflow.io/worker-count";
 pub const CONFIG_KEY: &str = "flow.yaml";
 /// Where the ConfigMap is mounted.
 pub const CONFIG_DIR: &str = "/etc/mirrorflow";
-/// Where referenced Secrets are mounted, one directory per Secret.
-pub const SECRETS_DIR: &str = "/var/run/mirrorflow/secrets";
 /// Worker HTTP port (metrics, /healthz, /readyz), named `http`.
 pub const HTTP_PORT: i32 = 8080;
 /// Grace period for a worker to commit its transaction and leave.
@@ -38,8 +38,13 @@ pub const TERMINATION_GRACE_SECONDS: i64 = 30;
 pub const WORKER_UID: i64 = 65532;
 /// Longest flow name whose children stay legal: the StatefulSet `<flow>-worker` must leave
 /// room for the `controller-revision-hash` label (`<sts>-<10 char hash>`, 63 max), which
-/// limits StatefulSet names to 52 characters.
-pub const MAX_FLOW_NAME_LEN: usize = 52 - "-worker".len();
+/// limits StatefulSet names to 52 characters. The CRD schema enforces it too.
+pub use crate::api::MAX_FLOW_NAME_LEN;
+/// CPU request of a worker whose flow sets no `workers.resources`.
+pub const DEFAULT_CPU_REQUEST: &str = "100m";
+/// Memory a worker needs besides its in-flight window (measured peak RSS is 54-63 MiB with
+/// the default 16 MiB window at 1,000 partitions, benches/replication.rs).
+pub const BASE_MEMORY_MIB: i32 = 64;
 
 /// Label keys and values shared by all children.
 pub const LABEL_NAME: &str = "app.kubernetes.io/name";
@@ -54,6 +59,48 @@ pub const COMPONENT_WORKER: &str = "worker";
 pub struct BuildSettings {
     /// Image used when `spec.workers.image` is not set.
     pub worker_image: String,
+    /// Images a flow may name in `spec.workers.image` (see [`check_worker_image`]); empty
+    /// allows every image.
+    pub image_allowlist: Vec<String>,
+}
+
+/// Whether `image` is allowed by `allowlist`: empty allows all; an entry allows the image
+/// it spells exactly, or, ending in `*`, every image that starts with what precedes the
+/// `*` (e.g. `registry.example.com/mirrorflow:*`, `registry.example.com/mirrorflow@sha256:*`).
+/// Compared as written (no registry or tag normalisation), so write entries the way flows
+/// name images. Pure.
+pub fn image_allowed(image: &str, allowlist: &[String]) -> bool {
+    allowlist.is_empty()
+        || allowlist.iter().any(|entry| match entry.strip_suffix('*') {
+            Some(prefix) => image.starts_with(prefix),
+            None => image == entry,
+        })
+}
+
+/// `spec.workers.image` against the operator's allowlist (the controller's own worker image
+/// is always allowed). Worker pods get the flow's Secrets mounted: without a list, anyone
+/// who may create a MirrorFlow (but not read Secrets) could run an image of their choice
+/// with those Secrets, or send them to a broker of their choice.
+pub fn check_worker_image(
+    spec: &MirrorFlowSpec,
+    settings: &BuildSettings,
+) -> Result<(), FieldError> {
+    match &spec.workers.image {
+        Some(image)
+            if *image != settings.worker_image
+                && !image_allowed(image, &settings.image_allowlist) =>
+        {
+            Err(FieldError {
+                field: "spec.workers.image".into(),
+                value: image.clone(),
+                message: format!(
+                    "is not in the operator's worker image allowlist ({}); remove spec.workers.image to use the operator's image, or ask the operator's administrators to allow it (chart value workerImageAllowlist)",
+                    settings.image_allowlist.join(", ")
+                ),
+            })
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Name of the StatefulSet, headless Service, ServiceAccount, Role and RoleBinding.
@@ -64,11 +111,6 @@ pub fn worker_name(flow: &str) -> String {
 /// Name of the rendered-config ConfigMap.
 pub fn config_map_name(flow: &str) -> String {
     format!("{flow}-worker-config")
-}
-
-/// Worker id of index `i` (also its pod name and its `status.workers[].id`).
-pub fn worker_id(flow: &str, i: i32) -> String {
-    format!("{flow}-worker-{i}")
 }
 
 /// The label set every child carries.
@@ -97,20 +139,64 @@ pub fn selector_string(flow: &str) -> String {
         .join(",")
 }
 
-/// Checks the flow name leaves room for the children's names (the spec validator cannot see
-/// metadata).
+/// Is `s` a DNS-1035 label (what a Service name must be): 1-63 lowercase letters, digits or
+/// '-', starting with a letter and ending with a letter or digit.
+pub fn is_dns1035_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b[0].is_ascii_lowercase()
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b[b.len() - 1] != b'-'
+}
+
+/// Checks the flow name can form its children's names (the spec validator cannot see
+/// metadata; the CRD schema refuses such names too, this catches flows created before).
 pub fn check_flow_name(name: &str) -> Result<(), FieldError> {
+    let error = |message: String| FieldError {
+        field: "metadata.name".into(),
+        value: name.into(),
+        message,
+    };
     if name.len() > MAX_FLOW_NAME_LEN {
-        return Err(FieldError {
-            field: "metadata.name".into(),
-            value: name.into(),
-            message: format!(
-                "must be at most {MAX_FLOW_NAME_LEN} characters so the StatefulSet {:?} and its pod labels stay within Kubernetes limits",
-                worker_name(name)
-            ),
-        });
+        return Err(error(format!(
+            "must be at most {MAX_FLOW_NAME_LEN} characters so the StatefulSet {:?} and its pod labels stay within Kubernetes limits",
+            worker_name(name)
+        )));
+    }
+    if !is_dns1035_label(&worker_name(name)) {
+        return Err(error(format!(
+            "must be a DNS-1035 label (lowercase letters, digits and '-', starting with a letter) so the Service {:?} is a legal name",
+            worker_name(name)
+        )));
     }
     Ok(())
+}
+
+/// Resources of a worker: the flow's `workers.resources`, else requests of
+/// [`DEFAULT_CPU_REQUEST`] and [`BASE_MEMORY_MIB`] + `inFlightMiB`, and a memory limit of
+/// twice that (no BestEffort pods, and no CPU limit, which only throttles).
+pub fn worker_resources(spec: &MirrorFlowSpec) -> ResourceRequirements {
+    if let Some(r) = &spec.workers.resources {
+        let set =
+            |m: &Option<BTreeMap<String, Quantity>>| m.as_ref().is_some_and(|m| !m.is_empty());
+        if set(&r.requests) || set(&r.limits) {
+            return r.clone();
+        }
+    }
+    let memory = BASE_MEMORY_MIB + spec.workers.in_flight_mib.max(1);
+    ResourceRequirements {
+        requests: Some(BTreeMap::from([
+            ("cpu".to_string(), Quantity(DEFAULT_CPU_REQUEST.into())),
+            ("memory".to_string(), Quantity(format!("{memory}Mi"))),
+        ])),
+        limits: Some(BTreeMap::from([(
+            "memory".to_string(),
+            Quantity(format!("{}Mi", 2 * memory)),
+        )])),
+        ..Default::default()
+    }
 }
 
 /// Hash of the spec fields whose change needs a worker restart: everything but `paused`,
@@ -126,7 +212,13 @@ pub fn spec_hash(spec: &MirrorFlowSpec) -> String {
             w.remove("replicas");
         }
     }
-    let bytes = serde_json::to_vec(&v).expect("JSON value serializes");
+    json_hash(&v)
+}
+
+/// FNV-1a of a JSON value's canonical text (serde_json's maps are sorted: no
+/// preserve_order feature), as 16 hex digits: stable across processes and Rust versions.
+pub(crate) fn json_hash(v: &serde_json::Value) -> String {
+    let bytes = serde_json::to_vec(v).expect("JSON value serializes");
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in bytes {
         h ^= u64::from(b);
@@ -140,22 +232,10 @@ pub fn spec_hash(spec: &MirrorFlowSpec) -> String {
 pub fn referenced_secrets(spec: &MirrorFlowSpec) -> BTreeMap<String, BTreeSet<String>> {
     let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for cluster in [&spec.source, &spec.target] {
-        if let Some(tls) = &cluster.tls {
-            if let Some(ca) = &tls.ca {
-                out.entry(ca.secret_name.clone())
-                    .or_default()
-                    .insert(ca.key.clone());
-            }
-            if let Some(cc) = &tls.client_cert {
-                let keys = out.entry(cc.secret_name.clone()).or_default();
-                keys.insert(cc.cert_key.clone());
-                keys.insert(cc.key_key.clone());
-            }
-        }
-        if let Some(sasl) = &cluster.sasl {
-            let keys = out.entry(sasl.credentials.secret_name.clone()).or_default();
-            keys.insert(sasl.credentials.username_key.clone());
-            keys.insert(sasl.credentials.password_key.clone());
+        for (secret, key) in cluster.secret_keys() {
+            out.entry(secret.to_string())
+                .or_default()
+                .insert(key.to_string());
         }
     }
     out
@@ -253,6 +333,9 @@ pub struct Children {
     pub role_binding: RoleBinding,
     pub service: Service,
     pub stateful_set: StatefulSet,
+    /// At most one worker of the flow down for a voluntary disruption (a node drain): a
+    /// stopped worker's partitions wait for it.
+    pub disruption_budget: PodDisruptionBudget,
 }
 
 /// Build the desired children. The flow must have a name, a namespace and a uid (it comes
@@ -319,6 +402,18 @@ pub fn build_children(
                     protocol: Some("TCP".into()),
                     ..Default::default()
                 }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        disruption_budget: PodDisruptionBudget {
+            metadata: meta(worker_name(&name)),
+            spec: Some(PodDisruptionBudgetSpec {
+                max_unavailable: Some(IntOrString::Int(1)),
+                selector: Some(LabelSelector {
+                    match_labels: Some(selector_labels(&name)),
+                    ..Default::default()
+                }),
                 ..Default::default()
             }),
             ..Default::default()
@@ -475,7 +570,7 @@ fn stateful_set(
         }]),
         liveness_probe: Some(probe("/healthz", 3)),
         readiness_probe: Some(probe("/readyz", 1)),
-        resources: spec.workers.resources.clone(),
+        resources: Some(worker_resources(spec)),
         volume_mounts: Some(mounts),
         security_context: Some(SecurityContext {
             allow_privilege_escalation: Some(false),

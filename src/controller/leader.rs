@@ -1,19 +1,23 @@
 //! Leader election on a `coordination.k8s.io/v1` Lease, so two controller replicas never
 //! reconcile at once. kube 5's runtime has no lease helper, so this is a small one with
 //! client-go's semantics: a lease expires `leaseDurationSeconds` after *we saw it change*
-//! (our clock only, no trust in the holder's clock), updates use optimistic concurrency
-//! (resourceVersion), and a leader that cannot renew within the renew deadline steps down
-//! before anybody may steal the lease.
+//! (our monotonic clock only: no trust in the holder's clock, no wall-clock jumps), updates
+//! use optimistic concurrency (resourceVersion), and a leader steps down when it has not
+//! renewed within the renew deadline, counted from when its last successful renewal was
+//! *sent* and bounding every call (a hung request counts against it): it stops writing
+//! ([`Leadership`]) before anybody may take the lease over.
 
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use backon::{ExponentialBuilder, Retryable};
-use jiff::{SignedDuration, Timestamp};
+use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Api, PostParams};
 use kube::Client;
+
+use super::reconcile::Leadership;
 
 /// Lease timing, client-go's defaults.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,18 +63,20 @@ pub enum LeaseDecision {
     Renew,
     /// The holder stopped renewing for longer than the lease duration: take it over.
     Steal { previous: String },
-    /// Someone else holds a live lease.
-    Wait { holder: String, expires: Timestamp },
+    /// Someone else holds a live lease, for at least this long.
+    Wait {
+        holder: String,
+        expires_in: Duration,
+    },
 }
 
-/// Decide from the lease's spec (`None`: no Lease object), our identity, now, and when we
-/// first saw the current lease record (holder + renewTime) — expiry is measured on our clock
-/// from that moment, so a skewed clock on the holder cannot make us steal early.
+/// Decide from the lease's spec (`None`: no Lease object), our identity, and how long ago (on
+/// our monotonic clock) we first saw the current lease record (holder + renewTime): a
+/// skewed or jumping clock, ours or the holder's, cannot make us take it over early.
 pub fn decide(
     lease: Option<&LeaseSpec>,
     identity: &str,
-    now: Timestamp,
-    record_seen_at: Timestamp,
+    seen_for: Duration,
     default_duration: Duration,
 ) -> LeaseDecision {
     let Some(spec) = lease else {
@@ -86,21 +92,16 @@ pub fn decide(
     let duration = spec
         .lease_duration_seconds
         .filter(|s| *s > 0)
-        .map(|s| SignedDuration::from_secs(i64::from(s)))
-        .unwrap_or_else(|| {
-            SignedDuration::try_from(default_duration).unwrap_or(SignedDuration::MAX)
-        });
-    let expires = record_seen_at
-        .saturating_add(duration)
-        .expect("saturating add of a duration");
-    if now > expires {
+        .map(|s| Duration::from_secs(s.unsigned_abs().into()))
+        .unwrap_or(default_duration);
+    if seen_for > duration {
         LeaseDecision::Steal {
             previous: holder.to_string(),
         }
     } else {
         LeaseDecision::Wait {
             holder: holder.to_string(),
-            expires,
+            expires_in: duration - seen_for,
         }
     }
 }
@@ -159,17 +160,23 @@ pub enum HoldOutcome {
 pub struct LeaderElector {
     api: Api<Lease>,
     settings: LeaseSettings,
-    /// The last lease record seen (holder, renewTime) and when we first saw it.
-    observed: Mutex<Option<(String, Option<Timestamp>, Timestamp)>>,
+    /// The last lease record seen (holder, renewTime) and when (monotonic) we first saw it.
+    observed: Mutex<Option<(String, Option<Timestamp>, Instant)>>,
+    /// Until when we may write, set on every successful renewal.
+    leadership: Leadership,
+    /// When the last successful acquisition or renewal was sent.
+    renewed_at: Mutex<Option<Instant>>,
 }
 
 impl LeaderElector {
-    /// An elector for the lease in `settings`.
-    pub fn new(client: Client, settings: LeaseSettings) -> Self {
+    /// An elector for the lease in `settings`; `leadership` follows what it holds.
+    pub fn new(client: Client, settings: LeaseSettings, leadership: Leadership) -> Self {
         Self {
             api: Api::namespaced(client, &settings.namespace),
             settings,
             observed: Mutex::new(None),
+            leadership,
+            renewed_at: Mutex::new(None),
         }
     }
 
@@ -178,7 +185,7 @@ impl LeaderElector {
         &self.settings
     }
 
-    fn record_seen_at(&self, spec: Option<&LeaseSpec>, now: Timestamp) -> Timestamp {
+    fn record_seen_at(&self, spec: Option<&LeaseSpec>, now: Instant) -> Instant {
         let holder = spec
             .and_then(|s| s.holder_identity.clone())
             .unwrap_or_default();
@@ -193,17 +200,19 @@ impl LeaderElector {
         }
     }
 
-    /// One acquire-or-renew attempt.
+    /// One acquire-or-renew attempt. On success, [`Leadership`] holds until the renew
+    /// deadline counted from this attempt's start.
     pub async fn try_acquire_or_renew(&self) -> Result<Attempt, kube::Error> {
         let s = &self.settings;
+        let started = Instant::now();
         let now = Timestamp::now();
         let lease = self.api.get_opt(&s.name).await?;
         let spec = lease.as_ref().and_then(|l| l.spec.as_ref());
-        let seen = self.record_seen_at(spec, now);
+        let seen = self.record_seen_at(spec, Instant::now());
         let decision = match (&lease, spec) {
             // A Lease without spec is as good as released.
             (Some(_), None) => LeaseDecision::Acquire,
-            _ => decide(spec, &s.identity, now, seen, s.lease_duration),
+            _ => decide(spec, &s.identity, seen.elapsed(), s.lease_duration),
         };
         let Some(next) = next_spec(&decision, spec, &s.identity, now, s.lease_duration) else {
             let LeaseDecision::Wait { holder, .. } = decision else {
@@ -233,9 +242,23 @@ impl LeaderElector {
             }
         };
         match result {
-            Ok(_) => Ok(Attempt::Leader),
+            Ok(_) => {
+                self.leadership.renewed(started + s.renew_deadline);
+                *self.renewed_at.lock().expect("renewal lock") = Some(started);
+                Ok(Attempt::Leader)
+            }
             Err(kube::Error::Api(e)) if e.code == 409 => Ok(Attempt::Conflict),
             Err(e) => Err(e),
+        }
+    }
+
+    /// [`Self::try_acquire_or_renew`], bounded: a call that hangs is an error.
+    async fn attempt(&self, limit: Duration) -> Result<Attempt, Option<kube::Error>> {
+        match tokio::time::timeout(limit, self.try_acquire_or_renew()).await {
+            Ok(Ok(Attempt::Conflict)) => Err(None),
+            Ok(Ok(a)) => Ok(a),
+            Ok(Err(e)) => Err(Some(e)),
+            Err(_) => Err(None),
         }
     }
 
@@ -244,7 +267,11 @@ impl LeaderElector {
         let mut shutdown = std::pin::pin!(shutdown);
         let mut last_holder = None;
         loop {
-            match self.try_acquire_or_renew().await {
+            match self
+                .attempt(self.settings.renew_deadline)
+                .await
+                .map_err(|e| e.map(|e| e.to_string()))
+            {
                 Ok(Attempt::Leader) => {
                     tracing::info!(lease = %self.settings.name, identity = %self.settings.identity, "became leader");
                     return true;
@@ -255,8 +282,8 @@ impl LeaderElector {
                         last_holder = Some(holder);
                     }
                 }
-                Ok(Attempt::Conflict) => {}
-                Err(e) => {
+                Ok(Attempt::Conflict) | Err(None) => {}
+                Err(Some(e)) => {
                     tracing::warn!(lease = %self.settings.name, error = %e, "leader election attempt failed")
                 }
             }
@@ -267,8 +294,10 @@ impl LeaderElector {
         }
     }
 
-    /// Renew every retry period until `shutdown` resolves or leadership is lost. Transient
-    /// failures are retried with backoff, but never beyond the renew deadline.
+    /// Renew every retry period until `shutdown` resolves or leadership is lost. Failures and
+    /// conflicts are retried with backoff, all of it bounded by the renew deadline counted
+    /// from the last successful renewal (monotonic clock); past it, leadership is lost (and
+    /// [`Leadership`] already stopped the reconcilers from writing).
     pub async fn hold(&self, shutdown: impl std::future::Future<Output = ()>) -> HoldOutcome {
         let mut shutdown = std::pin::pin!(shutdown);
         let s = &self.settings;
@@ -277,39 +306,48 @@ impl LeaderElector {
                 _ = &mut shutdown => return HoldOutcome::Shutdown,
                 _ = tokio::time::sleep(s.retry_period) => {}
             }
+            let renewed_at = self
+                .renewed_at
+                .lock()
+                .expect("renewal lock")
+                .unwrap_or_else(Instant::now);
+            let deadline = renewed_at + s.renew_deadline;
             let backoff = ExponentialBuilder::default()
                 .with_min_delay(Duration::from_millis(200))
                 .with_max_delay(s.retry_period)
-                .with_total_delay(Some(s.renew_deadline))
                 .without_max_times();
-            let attempt = (|| async {
-                match self.try_acquire_or_renew().await {
-                    Ok(Attempt::Conflict) => Err(None),
-                    Ok(a) => Ok(a),
-                    Err(e) => Err(Some(e)),
-                }
+            let renew = (|| async {
+                let left = deadline.saturating_duration_since(Instant::now());
+                self.attempt(left).await
             })
             .retry(backoff)
+            .when(|_| Instant::now() < deadline)
             .notify(|e: &Option<kube::Error>, after| {
                 if let Some(e) = e {
                     tracing::warn!(lease = %s.name, error = %e, retry_in = ?after, "lease renewal failed");
                 }
-            })
-            .await;
+            });
+            let left = deadline.saturating_duration_since(Instant::now());
+            let attempt = match tokio::time::timeout(left, renew).await {
+                Ok(a) => a,
+                Err(_) => Err(None),
+            };
             match attempt {
                 Ok(Attempt::Leader) => {}
                 Ok(Attempt::Follower { holder }) => {
-                    return HoldOutcome::Lost(format!("lease {} is held by {holder}", s.name))
+                    self.leadership.lost();
+                    return HoldOutcome::Lost(format!("lease {} is held by {holder}", s.name));
                 }
                 Ok(Attempt::Conflict) => unreachable!("conflicts are retried"),
                 Err(e) => {
+                    self.leadership.lost();
                     return HoldOutcome::Lost(format!(
-                        "could not renew lease {} within {:?}: {}",
+                        "could not renew lease {} within the renew deadline of {:?}: {}",
                         s.name,
                         s.renew_deadline,
                         e.map(|e| e.to_string())
-                            .unwrap_or_else(|| "write conflicts".into())
-                    ))
+                            .unwrap_or_else(|| "no answer in time, or write conflicts".into())
+                    ));
                 }
             }
         }
@@ -327,6 +365,7 @@ impl LeaderElector {
         if spec.holder_identity.as_deref() != Some(s.identity.as_str()) {
             return Ok(());
         }
+        self.leadership.lost();
         spec.holder_identity = None;
         spec.lease_duration_seconds = Some(1);
         spec.renew_time = Some(MicroTime(Timestamp::now()));
@@ -373,69 +412,78 @@ mod tests {
         let ours = held("a", 0, Some(15));
         let old_renew = held("b", -1000, Some(15));
         let no_duration = held("b", 0, None);
-        let cases: Vec<(&str, Option<&LeaseSpec>, i64, i64, LeaseDecision)> = vec![
-            ("no lease", None, 0, 0, LeaseDecision::Create),
-            ("released", Some(&released), 5, 0, LeaseDecision::Acquire),
+        let secs = Duration::from_secs;
+        let cases: Vec<(&str, Option<&LeaseSpec>, u64, LeaseDecision)> = vec![
+            ("no lease", None, 0, LeaseDecision::Create),
+            ("released", Some(&released), 5, LeaseDecision::Acquire),
             (
                 "empty holder",
                 Some(&empty_holder),
                 5,
-                0,
                 LeaseDecision::Acquire,
             ),
-            ("ours", Some(&ours), 100, 0, LeaseDecision::Renew),
+            ("ours", Some(&ours), 100, LeaseDecision::Renew),
             (
                 "other, live",
                 Some(&other),
                 10,
-                0,
                 LeaseDecision::Wait {
                     holder: "b".into(),
-                    expires: t(15),
+                    expires_in: secs(5),
                 },
             ),
             (
                 "other, exactly at expiry",
                 Some(&other),
                 15,
-                0,
                 LeaseDecision::Wait {
                     holder: "b".into(),
-                    expires: t(15),
+                    expires_in: secs(0),
                 },
             ),
             (
                 "other, expired",
                 Some(&other),
                 16,
-                0,
                 LeaseDecision::Steal {
                     previous: "b".into(),
                 },
             ),
             (
-                "expiry counts from when we saw the record, not its renewTime",
+                "an old renewTime does not matter, only how long we have seen the record",
                 Some(&old_renew),
-                16,
-                10,
+                6,
                 LeaseDecision::Wait {
                     holder: "b".into(),
-                    expires: t(25),
+                    expires_in: secs(9),
                 },
             ),
             (
                 "no duration in the lease: our default",
                 Some(&no_duration),
                 16,
-                0,
                 LeaseDecision::Steal {
                     previous: "b".into(),
                 },
             ),
         ];
-        for (name, lease, now, seen, want) in cases {
-            assert_eq!(decide(lease, "a", t(now), t(seen), D), want, "{name}");
+        for (name, lease, seen_for, want) in cases {
+            assert_eq!(decide(lease, "a", secs(seen_for), D), want, "{name}");
         }
+    }
+
+    #[test]
+    fn leadership_ends_at_the_renew_deadline() {
+        let l = Leadership::elected();
+        assert!(!l.holds(), "not before the first renewal");
+        l.renewed(Instant::now() + Duration::from_secs(60));
+        assert!(l.holds());
+        l.renewed(Instant::now() - Duration::from_millis(1));
+        assert!(!l.holds(), "the deadline passed without a renewal");
+        l.renewed(Instant::now() + Duration::from_secs(60));
+        l.lost();
+        assert!(!l.holds());
+        assert!(Leadership::always().holds());
     }
 
     #[test]
@@ -478,7 +526,7 @@ mod tests {
 
         let wait = LeaseDecision::Wait {
             holder: "b".into(),
-            expires: t(15),
+            expires_in: Duration::from_secs(15),
         };
         assert_eq!(next_spec(&wait, Some(&cur), "a", t(9), D), None);
     }

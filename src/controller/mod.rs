@@ -1,16 +1,18 @@
 //! Control plane: reconciles MirrorFlow and OffsetCheckpoint into workers.
 //!
-//! `build` (pure: desired children), `status` (pure: status folding and events), `reconcile`
-//! (the API edge), `leader` (Lease-based leader election), `metrics`, `error`. [`run`] wires
-//! them: leader election, two controllers (flows, checkpoints), `/metrics` and `/healthz`,
-//! graceful shutdown on SIGTERM / Ctrl-C.
+//! `build` (pure: desired children), `diff` (pure: would an apply change a child), `events`
+//! (pure: events of a status change), `reconcile` (the API edge), `leader` (Lease-based
+//! leader election), `metrics`, `error`. [`run`] wires them: leader election, per watched
+//! namespace (or all) two controllers (flows, checkpoints) over watch caches of the flows,
+//! checkpoints and children, `/metrics` and `/healthz`, graceful shutdown on SIGTERM / Ctrl-C.
 
 pub mod build;
+pub mod diff;
 pub mod error;
+pub mod events;
 pub mod leader;
 pub mod metrics;
 pub mod reconcile;
-pub mod status;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -22,16 +24,18 @@ use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::Api;
 use kube::runtime::controller::{self, Controller};
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{predicates, watcher, WatchStreamExt};
 use kube::{Client, Resource, ResourceExt};
 use prometheus::Registry;
+use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
 use crate::api::{MirrorFlow, OffsetCheckpoint};
@@ -39,7 +43,9 @@ use crate::api::{MirrorFlow, OffsetCheckpoint};
 use self::build::{BuildSettings, FIELD_MANAGER, LABEL_MANAGED_BY};
 use self::leader::{HoldOutcome, LeaderElector, LeaseSettings};
 use self::metrics::Metrics;
-use self::reconcile::{error_policy, reconcile_checkpoint, reconcile_flow, Context};
+use self::reconcile::{
+    error_policy, flow_trigger, reconcile_checkpoint, reconcile_flow, Context, Leadership, Stores,
+};
 
 /// Worker image used when neither `--worker-image` nor `MIRRORFLOW_IMAGE` is set.
 pub const DEFAULT_WORKER_IMAGE: &str = concat!("mirrorflow:", env!("CARGO_PKG_VERSION"));
@@ -50,22 +56,43 @@ pub struct ControllerArgs {
     /// Address of the HTTP server (`/metrics`, `/healthz`).
     #[arg(long, default_value = "0.0.0.0:8080")]
     pub listen: SocketAddr,
-    /// Watch only this namespace (all namespaces when absent).
-    #[arg(long)]
-    pub namespace: Option<String>,
+    /// Watch only these namespaces (repeat the flag or separate with commas; all namespaces
+    /// when absent). Each is watched on its own, so namespaced RBAC (Roles) suffices.
+    #[arg(long = "namespace", value_delimiter = ',')]
+    pub namespaces: Vec<String>,
     /// Image of the worker pods of flows that do not set `spec.workers.image`.
     #[arg(long, env = "MIRRORFLOW_IMAGE", default_value = DEFAULT_WORKER_IMAGE)]
     pub worker_image: String,
+    /// Images flows may name in `spec.workers.image`, comma-separated: exact references,
+    /// or prefixes ending in `*`. Empty allows every image. Worker pods get the flow's
+    /// Secrets mounted, so a list keeps flow authors from running their own image with them.
+    #[arg(
+        long,
+        env = "MIRRORFLOW_WORKER_IMAGE_ALLOWLIST",
+        value_delimiter = ',',
+        num_args = 0..
+    )]
+    pub worker_image_allowlist: Vec<String>,
     /// Leader election on a Lease, so only one controller replica reconciles (on/off).
     #[arg(long, default_value = "on", action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
     pub leader_election: bool,
     /// Name of the leader-election Lease.
     #[arg(long, default_value = "mirrorflow-controller")]
     pub lease_name: String,
-    /// Namespace of the Lease (default: `POD_NAMESPACE`, else `--namespace`, else the
-    /// client's default namespace).
+    /// Namespace of the Lease (default: `POD_NAMESPACE`, else the first `--namespace`, else
+    /// the client's default namespace).
     #[arg(long, env = "POD_NAMESPACE")]
     pub lease_namespace: Option<String>,
+    /// How long a Lease is valid after its last renewal; a standby takes over after that.
+    #[arg(long, default_value_t = 15, value_name = "SECONDS")]
+    pub lease_duration_seconds: u64,
+    /// A leader that could not renew for this long stops reconciling and exits (below the
+    /// lease duration, so it stops before a standby may take over).
+    #[arg(long, default_value_t = 10, value_name = "SECONDS")]
+    pub renew_deadline_seconds: u64,
+    /// Interval between lease attempts.
+    #[arg(long, default_value_t = 2, value_name = "SECONDS")]
+    pub retry_period_seconds: u64,
     /// This replica's identity in the Lease (default: `POD_NAME`, else the host name).
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
@@ -141,31 +168,99 @@ where
     }
 }
 
-/// Run both controllers until `shutdown` resolves (graceful: running reconciles finish).
+/// A watch of the children of kind `K` (only those labelled as ours) into a cache.
+fn children<K>(
+    client: &Client,
+    ns: Option<&str>,
+) -> (
+    Store<K>,
+    impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+)
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let owned = watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={FIELD_MANAGER}"));
+    let (store, writer) = reflector::store();
+    let stream = watcher(api::<K>(client, ns), owned)
+        .default_backoff()
+        .reflect(writer)
+        .touched_objects();
+    (store, stream)
+}
+
+/// Run both controllers for one namespace (`None`: all) until `shutdown` resolves (graceful:
+/// running reconciles finish).
 async fn run_controllers(
     client: Client,
     namespace: Option<String>,
-    ctx: Arc<Context>,
+    ctx: Context,
     shutdown: impl Fn() -> Box<dyn Future<Output = ()> + Send + Sync + Unpin>,
 ) {
     let ns = namespace.as_deref();
-    let owned = watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={FIELD_MANAGER}"));
     let cfg = controller::Config::default().debounce(Duration::from_secs(1));
 
-    let flows = Controller::new(api::<MirrorFlow>(&client, ns), watcher::Config::default())
-        .owns(api::<StatefulSet>(&client, ns), owned.clone())
-        .owns(api::<ConfigMap>(&client, ns), owned.clone())
-        .owns(api::<Service>(&client, ns), owned.clone())
-        .owns(api::<ServiceAccount>(&client, ns), owned.clone())
-        .owns(api::<Role>(&client, ns), owned.clone())
-        .owns(api::<RoleBinding>(&client, ns), owned)
+    // Flows trigger a reconcile when their spec or a worker's state changes, not on every
+    // heartbeat (the cache still sees every version).
+    let (flows, flow_writer) = reflector::store::<MirrorFlow>();
+    let flow_triggers = watcher(api::<MirrorFlow>(&client, ns), watcher::Config::default())
+        .default_backoff()
+        .reflect(flow_writer)
+        .applied_objects()
+        .predicate_filter(flow_trigger, Default::default());
+    let (config_maps, cm_events) = children::<ConfigMap>(&client, ns);
+    let (service_accounts, sa_events) = children::<ServiceAccount>(&client, ns);
+    let (roles, role_events) = children::<Role>(&client, ns);
+    let (role_bindings, rb_events) = children::<RoleBinding>(&client, ns);
+    let (services, svc_events) = children::<Service>(&client, ns);
+    let (stateful_sets, sts_events) = children::<StatefulSet>(&client, ns);
+    let (disruption_budgets, pdb_events) = children::<PodDisruptionBudget>(&client, ns);
+
+    // Checkpoints trigger on their spec only: their status carries an age, and a reconcile
+    // woken by its own status write would write again every second.
+    let (checkpoint_store, checkpoint_writer) = reflector::store::<OffsetCheckpoint>();
+    let checkpoint_triggers = watcher(
+        api::<OffsetCheckpoint>(&client, ns),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(checkpoint_writer)
+    .applied_objects()
+    .predicate_filter(predicates::generation, Default::default());
+    let checkpoints = Controller::for_stream(checkpoint_triggers, checkpoint_store.clone());
+    let ctx = Arc::new(ctx.with_stores(Stores {
+        flows: flows.clone(),
+        checkpoints: checkpoint_store.clone(),
+        config_maps,
+        service_accounts,
+        roles,
+        role_bindings,
+        services,
+        stateful_sets,
+        disruption_budgets,
+    }));
+
+    let flow_controller = Controller::for_stream(flow_triggers, flows)
+        .owns_stream(cm_events)
+        .owns_stream(sa_events)
+        .owns_stream(role_events)
+        .owns_stream(rb_events)
+        .owns_stream(svc_events)
+        .owns_stream(sts_events)
+        .owns_stream(pdb_events)
         // A checkpoint's settings are rendered into its flow's ConfigMap.
         .watches(
             api::<OffsetCheckpoint>(&client, ns),
             watcher::Config::default(),
             |cp| {
-                cp.namespace()
-                    .map(|ns| ObjectRef::<MirrorFlow>::new(&cp.spec.flow_ref.name).within(&ns))
+                cp.namespace().map(|ns: String| {
+                    ObjectRef::<MirrorFlow>::new(&cp.spec.flow_ref.name).within(&ns)
+                })
             },
         )
         .with_config(cfg.clone())
@@ -177,26 +272,22 @@ async fn run_controllers(
             }
         });
 
-    let checkpoints = Controller::new(
-        api::<OffsetCheckpoint>(&client, ns),
-        watcher::Config::default(),
-    );
-    let store = checkpoints.store();
-    // A flow appearing (or changing) re-evaluates the checkpoints that reference it.
-    let checkpoints = checkpoints
-        .watches(
-            api::<MirrorFlow>(&client, ns),
-            watcher::Config::default(),
-            move |flow| {
-                let (name, ns) = (flow.name_any(), flow.namespace());
-                store
-                    .state()
-                    .into_iter()
-                    .filter(|cp| cp.spec.flow_ref.name == name && cp.namespace() == ns)
-                    .map(|cp| ObjectRef::from_obj(&*cp))
-                    .collect::<Vec<_>>()
-            },
-        )
+    // A flow appearing (or its workers' checkpoint reports changing) re-evaluates the
+    // checkpoints that reference it.
+    let flow_changes = watcher(api::<MirrorFlow>(&client, ns), watcher::Config::default())
+        .default_backoff()
+        .touched_objects()
+        .predicate_filter(flow_trigger, Default::default());
+    let checkpoint_controller = checkpoints
+        .watches_stream(flow_changes, move |flow| {
+            let (name, ns) = (flow.name_any(), flow.namespace());
+            checkpoint_store
+                .state()
+                .into_iter()
+                .filter(|cp| cp.spec.flow_ref.name == name && cp.namespace() == ns)
+                .map(|cp| ObjectRef::from_obj(&*cp))
+                .collect::<Vec<_>>()
+        })
         .with_config(cfg)
         .graceful_shutdown_on(shutdown())
         .run(reconcile_checkpoint, error_policy, ctx)
@@ -205,7 +296,7 @@ async fn run_controllers(
                 tracing::debug!(error = %e, "checkpoint controller");
             }
         });
-    futures::join!(flows, checkpoints);
+    futures::join!(flow_controller, checkpoint_controller);
 }
 
 /// Run the operator until SIGTERM / Ctrl-C (then `Ok`) or until leadership is lost (then an
@@ -245,14 +336,28 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
             .await
     });
 
+    anyhow::ensure!(
+        args.renew_deadline_seconds < args.lease_duration_seconds && args.retry_period_seconds >= 1,
+        "--renew-deadline-seconds ({}) must be below --lease-duration-seconds ({}), and --retry-period-seconds at least 1",
+        args.renew_deadline_seconds,
+        args.lease_duration_seconds
+    );
+    let leadership = if args.leader_election {
+        Leadership::elected()
+    } else {
+        Leadership::always()
+    };
     let elector = if args.leader_election {
         let ns = args
             .lease_namespace
             .clone()
-            .or_else(|| args.namespace.clone())
+            .or_else(|| args.namespaces.first().cloned())
             .unwrap_or_else(|| client.default_namespace().to_string());
-        let settings = LeaseSettings::new(&args.lease_name, ns, identity(&args));
-        let elector = LeaderElector::new(client.clone(), settings);
+        let mut settings = LeaseSettings::new(&args.lease_name, ns, identity(&args));
+        settings.lease_duration = Duration::from_secs(args.lease_duration_seconds);
+        settings.renew_deadline = Duration::from_secs(args.renew_deadline_seconds);
+        settings.retry_period = Duration::from_secs(args.retry_period_seconds);
+        let elector = LeaderElector::new(client.clone(), settings, leadership.clone());
         if !elector.acquire(shutdown()).await {
             let _ = stop.send(true);
             let _ = server.await;
@@ -265,16 +370,31 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
         None
     };
 
-    let ctx = Arc::new(Context::new(
-        client.clone(),
-        BuildSettings {
-            worker_image: args.worker_image.clone(),
-        },
-        metrics.clone(),
-        reconcile::reporter(),
-    ));
-    tracing::info!(namespace = args.namespace.as_deref().unwrap_or("<all>"), image = %args.worker_image, "controller started");
-    let controllers = run_controllers(client, args.namespace.clone(), ctx, &shutdown);
+    let settings = BuildSettings {
+        worker_image: args.worker_image.clone(),
+        image_allowlist: args
+            .worker_image_allowlist
+            .iter()
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect(),
+    };
+    let scopes: Vec<Option<String>> = if args.namespaces.is_empty() {
+        vec![None]
+    } else {
+        args.namespaces.iter().cloned().map(Some).collect()
+    };
+    tracing::info!(namespaces = ?args.namespaces, image = %args.worker_image, "controller started");
+    let controllers = futures::future::join_all(scopes.into_iter().map(|ns| {
+        let ctx = Context::new(
+            client.clone(),
+            settings.clone(),
+            metrics.clone(),
+            reconcile::reporter(),
+        )
+        .with_leadership(leadership.clone());
+        run_controllers(client.clone(), ns, ctx, &shutdown)
+    }));
     let outcome = match &elector {
         None => {
             controllers.await;
@@ -317,7 +437,15 @@ mod tests {
     fn args_defaults_and_overrides() {
         let a = Cli::try_parse_from(["x"]).unwrap().args;
         assert_eq!(a.listen, "0.0.0.0:8080".parse().unwrap());
-        assert_eq!(a.namespace, None);
+        assert_eq!(a.namespaces, Vec::<String>::new());
+        assert_eq!(
+            (
+                a.lease_duration_seconds,
+                a.renew_deadline_seconds,
+                a.retry_period_seconds
+            ),
+            (15, 10, 2)
+        );
         assert!(a.leader_election);
         assert_eq!(a.lease_name, "mirrorflow-controller");
         // MIRRORFLOW_IMAGE may be set in the environment running the tests.
@@ -343,11 +471,14 @@ mod tests {
             "l",
             "--lease-namespace",
             "ops",
+            "--worker-image-allowlist",
+            "reg/mf:*,reg/other@sha256:*",
         ])
         .unwrap()
         .args;
+        assert_eq!(a.worker_image_allowlist, ["reg/mf:*", "reg/other@sha256:*"]);
         assert_eq!(a.listen.port(), 9000);
-        assert_eq!(a.namespace.as_deref(), Some("kafka"));
+        assert_eq!(a.namespaces, vec!["kafka".to_string()]);
         assert_eq!(a.worker_image, "reg/mf:1");
         assert!(!a.leader_election);
         assert_eq!(
@@ -355,6 +486,10 @@ mod tests {
             ("l", Some("ops"))
         );
         assert!(Cli::try_parse_from(["x", "--leader-election", "maybe"]).is_err());
+        let a = Cli::try_parse_from(["x", "--namespace", "a,b", "--namespace", "c"])
+            .unwrap()
+            .args;
+        assert_eq!(a.namespaces, vec!["a", "b", "c"]);
     }
 
     /// GET over a real socket (no HTTP client crate in the tree): status and body.

@@ -1,20 +1,35 @@
-//! The thin API edge: read what exists, call the pure builders and folds, server-side apply
-//! the results, publish events.
+//! The thin API edge: read what exists (from the watch caches), call the pure builders and
+//! folds, server-side apply what would change, publish events.
+//!
+//! What it costs at steady state: nothing. A flow is reconciled when its spec (generation)
+//! or a worker's state changes (the watch's predicate ignores heartbeats and lag), when one
+//! of its children changes, and once just after a worker entry would go stale; each child is
+//! compared with its cached live copy and applied only when that would change it
+//! ([`super::diff`]); the status is written only when it changes.
+//!
+//! Blast radius: a child whose name is taken by an object this flow does not control is
+//! never taken over: Ready says so (ChildConflict) and an Event too. Any apply the API server
+//! refuses is Ready=False (ApplyFailed) with its message, and an Event.
 //!
 //! Deletion: children carry controller owner references, so the garbage collector deletes
 //! them with the flow and no finalizer is needed. A flow that is being deleted is left
 //! alone: no child is created or updated and no status is written.
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
+use futures::FutureExt;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service, ServiceAccount};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -25,20 +40,25 @@ use crate::api::{
 };
 
 use super::build::{
-    build_children, check_flow_name, checkpoints_of, observe_workers, plan_scale, selector_string,
-    worker_name, BuildSettings, FIELD_MANAGER,
+    build_children, check_flow_name, check_worker_image, checkpoints_of, observe_workers,
+    plan_scale, selector_string, worker_name, BuildSettings, Children, ObservedWorkers,
+    FIELD_MANAGER,
 };
+use super::diff::{applied_hash, unchanged, APPLIED_HASH_ANNOTATION};
 use super::error::{Error, ErrorCategory};
+use super::events::{checkpoint_events, flow_events, EventSeverity, StatusEvent};
 use super::metrics::{Metrics, CHECKPOINT, FLOW};
-use super::status::{
-    checkpoint_events, flow_events, fold_checkpoint_status, fold_flow_status,
-    CheckpointObservation, CheckpointReports, EventSeverity, FlowObservation, FlowRefState,
-    StatefulSetView, StatusEvent, DEFAULT_STALE_AFTER, INVALID_SPEC,
+use crate::api::status::{
+    fold_changes_at, fold_checkpoint_status, fold_flow_status, material, CheckpointObservation,
+    CheckpointReports, ChildProblem, FlowObservation, FlowRefState, StatefulSetView, APPLY_FAILED,
+    CHILD_CONFLICT, DEFAULT_STALE_AFTER, INVALID_SPEC,
 };
 
-/// Requeue of a healthy flow: as often as a worker may go stale, since a dead worker stops
-/// triggering reconciles.
-pub const REQUEUE_STEADY: Duration = Duration::from_secs(30);
+/// Longest wait before a steady flow is looked at again (a safety net: every change that
+/// matters triggers a reconcile, and staleness has its own timer).
+pub const REQUEUE_STEADY: Duration = Duration::from_secs(300);
+/// Shortest staleness timer.
+pub const REQUEUE_MIN: Duration = Duration::from_secs(2);
 /// Requeue while old workers drain before a resize.
 pub const REQUEUE_DRAINING: Duration = Duration::from_secs(5);
 /// Requeue of an invalid spec: a fix is a spec change, which triggers a reconcile anyway.
@@ -48,6 +68,115 @@ pub const REQUEUE_CHECKPOINT: Duration = Duration::from_secs(60);
 /// Requeue after an error.
 pub const REQUEUE_ERROR: Duration = Duration::from_secs(15);
 
+/// The watch caches the reconcilers read instead of asking the API server. An empty store
+/// (not synced yet, or in tests) falls back to a GET or LIST.
+#[derive(Clone)]
+pub struct Stores {
+    pub flows: Store<MirrorFlow>,
+    pub checkpoints: Store<OffsetCheckpoint>,
+    pub config_maps: Store<ConfigMap>,
+    pub service_accounts: Store<ServiceAccount>,
+    pub roles: Store<Role>,
+    pub role_bindings: Store<RoleBinding>,
+    pub services: Store<Service>,
+    pub stateful_sets: Store<StatefulSet>,
+    pub disruption_budgets: Store<PodDisruptionBudget>,
+}
+
+impl Default for Stores {
+    /// Empty stores that never fill: every read goes to the API.
+    fn default() -> Self {
+        Self {
+            flows: reflector::store().0,
+            checkpoints: reflector::store().0,
+            config_maps: reflector::store().0,
+            service_accounts: reflector::store().0,
+            roles: reflector::store().0,
+            role_bindings: reflector::store().0,
+            services: reflector::store().0,
+            stateful_sets: reflector::store().0,
+            disruption_budgets: reflector::store().0,
+        }
+    }
+}
+
+impl Stores {
+    /// Stores holding `objects` (JSON of any of the cached kinds), synced: for tests of the
+    /// reconcilers without watches.
+    pub fn with_objects(objects: &[serde_json::Value]) -> Self {
+        fn fill<K>(objects: &[serde_json::Value]) -> Store<K>
+        where
+            K: Resource<DynamicType = ()> + DeserializeOwned + Clone + 'static,
+        {
+            let (store, mut writer) = reflector::store::<K>();
+            writer.apply_watcher_event(&watcher::Event::Init);
+            for o in objects
+                .iter()
+                .filter(|o| o["kind"] == K::kind(&()).as_ref())
+            {
+                let obj: K = serde_json::from_value(o.clone()).expect("a cached object");
+                writer.apply_watcher_event(&watcher::Event::InitApply(obj));
+            }
+            writer.apply_watcher_event(&watcher::Event::InitDone);
+            store
+        }
+        Self {
+            flows: fill(objects),
+            checkpoints: fill(objects),
+            config_maps: fill(objects),
+            service_accounts: fill(objects),
+            roles: fill(objects),
+            role_bindings: fill(objects),
+            services: fill(objects),
+            stateful_sets: fill(objects),
+            disruption_budgets: fill(objects),
+        }
+    }
+}
+
+/// Whether this replica may write: always without leader election; with it, until the renew
+/// deadline of the last successful renewal (a monotonic clock), so a replica that cannot renew
+/// stops writing before another one may take the lease over.
+#[derive(Debug, Clone, Default)]
+pub struct Leadership(Option<Arc<Mutex<Option<Instant>>>>);
+
+impl Leadership {
+    /// No leader election: always the leader.
+    pub fn always() -> Self {
+        Self(None)
+    }
+
+    /// Leader election: not the leader until [`Leadership::renewed`].
+    pub fn elected() -> Self {
+        Self(Some(Arc::new(Mutex::new(None))))
+    }
+
+    /// The lease is ours until `until`.
+    pub fn renewed(&self, until: Instant) {
+        if let Some(m) = &self.0 {
+            *m.lock().expect("leadership lock") = Some(until);
+        }
+    }
+
+    /// The lease is not ours any more.
+    pub fn lost(&self) {
+        if let Some(m) = &self.0 {
+            *m.lock().expect("leadership lock") = None;
+        }
+    }
+
+    /// Whether this replica may write now.
+    pub fn holds(&self) -> bool {
+        match &self.0 {
+            None => true,
+            Some(m) => m
+                .lock()
+                .expect("leadership lock")
+                .is_some_and(|until| Instant::now() < until),
+        }
+    }
+}
+
 /// Shared state of the reconcilers.
 pub struct Context {
     pub client: Client,
@@ -56,10 +185,13 @@ pub struct Context {
     pub settings: BuildSettings,
     /// Worker entries older than this are not ready.
     pub stale_after: SignedDuration,
+    pub stores: Stores,
+    pub leadership: Leadership,
 }
 
 impl Context {
-    /// A context publishing events as `reporter`.
+    /// A context publishing events as `reporter`, reading through to the API (empty stores),
+    /// always the leader.
     pub fn new(
         client: Client,
         settings: BuildSettings,
@@ -72,7 +204,21 @@ impl Context {
             metrics,
             settings,
             stale_after: DEFAULT_STALE_AFTER,
+            stores: Stores::default(),
+            leadership: Leadership::always(),
         }
+    }
+
+    /// The same, reading from `stores`.
+    pub fn with_stores(mut self, stores: Stores) -> Self {
+        self.stores = stores;
+        self
+    }
+
+    /// The same, writing only while `leadership` holds.
+    pub fn with_leadership(mut self, leadership: Leadership) -> Self {
+        self.leadership = leadership;
+        self
     }
 }
 
@@ -99,23 +245,9 @@ fn kube_err<'a>(
     }
 }
 
+/// Status is ours alone (the workers own only their entries), so force is safe.
 fn ssa() -> PatchParams {
     PatchParams::apply(FIELD_MANAGER).force()
-}
-
-async fn apply<K>(client: &Client, ns: &str, kind: &'static str, obj: &K) -> Result<K, Error>
-where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + Serialize
-        + std::fmt::Debug,
-{
-    let name = obj.meta().name.clone().unwrap_or_default();
-    Api::<K>::namespaced(client.clone(), ns)
-        .patch(&name, &ssa(), &Patch::Apply(obj))
-        .await
-        .map_err(kube_err("apply", kind, ns, &name))
 }
 
 /// The status as an apply patch: only the fields the controller owns (the workers' entries
@@ -194,9 +326,14 @@ async fn write_flow_status(
     Ok(())
 }
 
-/// Reconcile one MirrorFlow: validate, build and apply its children, fold its status.
+/// Reconcile one MirrorFlow: validate, build and apply its children (those that would change),
+/// fold its status.
 pub async fn reconcile_flow(flow: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<Action, Error> {
     let _timer = ctx.metrics.reconcile(FLOW);
+    if !ctx.leadership.holds() {
+        // The lease may already belong to another replica; this process is stepping down.
+        return Ok(Action::requeue(REQUEUE_ERROR));
+    }
     if flow.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
@@ -212,6 +349,9 @@ pub async fn reconcile_flow(flow: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<
     if let Err(e) = check_flow_name(&name) {
         errs.0.insert(0, e);
     }
+    if let Err(e) = check_worker_image(&flow.spec, &ctx.settings) {
+        errs.0.push(e);
+    }
     if !errs.0.is_empty() {
         // Leave the children as they are: the workers keep running the last valid spec.
         ctx.metrics.error(FLOW, ErrorCategory::InvalidSpec);
@@ -221,48 +361,40 @@ pub async fn reconcile_flow(flow: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<
             invalid: Some(&errs),
             statefulset: None,
             draining: None,
+            children: None,
             now,
             stale_after: ctx.stale_after,
         });
         write_flow_status(&ctx, &flow, &ns, next).await?;
         return Ok(Action::requeue(REQUEUE_INVALID));
     }
+    let uid = flow.uid().ok_or_else(|| Error::MissingMetadata {
+        kind: "MirrorFlow",
+        name: name.clone(),
+        field: "metadata.uid",
+    })?;
 
-    let client = &ctx.client;
-    let all_checkpoints = Api::<OffsetCheckpoint>::namespaced(client.clone(), &ns)
-        .list(&ListParams::default())
-        .await
-        .map_err(kube_err("list", "OffsetCheckpoint", &ns, "*"))?
-        .items;
+    // What the children depend on; an API error here is reported like a refused apply.
+    let (all_checkpoints, existing, observed) = match observe(&ctx, &flow, &ns, &uid).await {
+        Ok(o) => o,
+        Err(e) => {
+            let problem = ChildProblem {
+                reason: APPLY_FAILED,
+                message: format!("cannot read what the children need: {e}"),
+            };
+            return report_problem(&ctx, &flow, &ns, problem, now).await;
+        }
+    };
     // Invalid checkpoints stay out of the rendered config (the worker would refuse the file);
     // their own status says why.
     let checkpoints: Vec<&OffsetCheckpoint> = checkpoints_of(&flow, &all_checkpoints)
         .into_iter()
         .filter(|cp| validate_checkpoint(&cp.spec).is_ok())
         .collect();
-
-    let sts_name = worker_name(&name);
-    let existing = Api::<StatefulSet>::namespaced(client.clone(), &ns)
-        .get_opt(&sts_name)
-        .await
-        .map_err(kube_err("get", "StatefulSet", &ns, &sts_name))?;
-    let observed = match &existing {
-        None => None,
-        Some(sts) => {
-            let pods = Api::<Pod>::namespaced(client.clone(), &ns)
-                .list_metadata(&ListParams::default().labels(&selector_string(&name)))
-                .await
-                .map_err(kube_err("list", "Pod", &ns, &sts_name))?
-                .items
-                .len();
-            Some(observe_workers(sts, pods))
-        }
-    };
     let plan = plan_scale(flow.spec.workers.replicas, observed);
     if let Some((from, to)) = plan.draining {
         tracing::info!(flow = %name, namespace = %ns, from, to, "resizing: draining the old workers first");
     }
-
     let children = build_children(&flow, &checkpoints, &ctx.settings, plan).ok_or_else(|| {
         Error::MissingMetadata {
             kind: "MirrorFlow",
@@ -270,29 +402,327 @@ pub async fn reconcile_flow(flow: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<
             field: "metadata.uid",
         }
     })?;
-    // Config and RBAC before the pods that use them.
-    apply::<ConfigMap>(client, &ns, "ConfigMap", &children.config_map).await?;
-    apply::<ServiceAccount>(client, &ns, "ServiceAccount", &children.service_account).await?;
-    apply::<Role>(client, &ns, "Role", &children.role).await?;
-    apply::<RoleBinding>(client, &ns, "RoleBinding", &children.role_binding).await?;
-    apply::<Service>(client, &ns, "Service", &children.service).await?;
-    let sts = apply::<StatefulSet>(client, &ns, "StatefulSet", &children.stateful_set).await?;
 
-    let view = StatefulSetView::of(&sts);
+    let (sts, problem) = match apply_children(&ctx, &ns, &uid, &children, existing).await {
+        Ok(sts) => (Some(sts), None),
+        Err(p) => (None, Some(p)),
+    };
+    if !ctx.leadership.holds() {
+        return Ok(Action::requeue(REQUEUE_ERROR));
+    }
+    if let Some(p) = &problem {
+        ctx.metrics.error(FLOW, ErrorCategory::KubeApi);
+        tracing::warn!(flow = %name, namespace = %ns, reason = p.reason, "{}", p.message);
+    }
+    let view = sts.as_ref().map(StatefulSetView::of);
     let next = fold_flow_status(&FlowObservation {
         flow: &flow,
         invalid: None,
-        statefulset: Some(&view),
+        statefulset: view.as_ref(),
         draining: plan.draining,
+        children: problem.as_ref(),
         now,
         stale_after: ctx.stale_after,
     });
     write_flow_status(&ctx, &flow, &ns, next).await?;
-    Ok(Action::requeue(if plan.draining.is_some() {
+    Ok(Action::requeue(if problem.is_some() {
+        REQUEUE_ERROR
+    } else if plan.draining.is_some() {
         REQUEUE_DRAINING
     } else {
-        REQUEUE_STEADY
+        next_check(&flow, now, ctx.stale_after)
     }))
+}
+
+/// The flow's checkpoints, its StatefulSet, and (while the worker count changes) its pods.
+async fn observe(
+    ctx: &Context,
+    flow: &MirrorFlow,
+    ns: &str,
+    uid: &str,
+) -> Result<
+    (
+        Vec<OffsetCheckpoint>,
+        Option<StatefulSet>,
+        Option<ObservedWorkers>,
+    ),
+    Error,
+> {
+    let name = flow.name_any();
+    let checkpoints = checkpoints_in(ctx, ns).await?;
+    let sts_name = worker_name(&name);
+    let existing = lookup(ctx, &ctx.stores.stateful_sets, ns, &sts_name, "StatefulSet").await?;
+    let observed = match &existing {
+        Some(sts) if owns(sts.meta(), uid) => {
+            let o = observe_workers(sts, 0);
+            let current = o.worker_count.unwrap_or(o.statefulset_replicas);
+            // Pods only matter while the worker count changes (drain to zero first).
+            let pods = if current == flow.spec.workers.replicas {
+                0
+            } else {
+                Api::<Pod>::namespaced(ctx.client.clone(), ns)
+                    .list_metadata(&ListParams::default().labels(&selector_string(&name)))
+                    .await
+                    .map_err(kube_err("list", "Pod", ns, &sts_name))?
+                    .items
+                    .len()
+            };
+            Some(observe_workers(sts, pods))
+        }
+        _ => None,
+    };
+    Ok((checkpoints, existing, observed))
+}
+
+/// Ready=False with `problem` (and its Event, once), retried after [`REQUEUE_ERROR`].
+async fn report_problem(
+    ctx: &Context,
+    flow: &MirrorFlow,
+    ns: &str,
+    problem: ChildProblem,
+    now: Timestamp,
+) -> Result<Action, Error> {
+    ctx.metrics.error(FLOW, ErrorCategory::KubeApi);
+    tracing::warn!(flow = %flow.name_any(), namespace = %ns, reason = problem.reason, "{}", problem.message);
+    let next = fold_flow_status(&FlowObservation {
+        flow,
+        invalid: None,
+        statefulset: None,
+        draining: None,
+        children: Some(&problem),
+        now,
+        stale_after: ctx.stale_after,
+    });
+    write_flow_status(ctx, flow, ns, next).await?;
+    Ok(Action::requeue(REQUEUE_ERROR))
+}
+
+/// When to look at a steady flow again without a trigger: just after its first fresh worker
+/// entry would go stale (a dead worker triggers nothing), within [`REQUEUE_MIN`] and
+/// [`REQUEUE_STEADY`].
+pub fn next_check(flow: &MirrorFlow, now: Timestamp, stale_after: SignedDuration) -> Duration {
+    fold_changes_at(flow, now, stale_after)
+        .and_then(|t| Duration::try_from(t.duration_since(now)).ok())
+        .map(|d| d + Duration::from_secs(1))
+        .unwrap_or(REQUEUE_STEADY)
+        .clamp(REQUEUE_MIN, REQUEUE_STEADY)
+}
+
+/// The trigger predicate of the flow watch: what a reconcile reacts to. The spec (through
+/// `metadata.generation`), deletion, and each worker entry without its heartbeat and lag
+/// ([`material`]): a heartbeat alone is no reason to reconcile ([`next_check`] folds
+/// staleness, and lag rides along with any reconcile).
+pub fn flow_trigger(flow: &MirrorFlow) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let workers: Vec<_> = flow
+        .status
+        .iter()
+        .flat_map(|s| &s.workers)
+        .map(material)
+        .collect();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    flow.metadata.generation.hash(&mut h);
+    flow.metadata.deletion_timestamp.is_some().hash(&mut h);
+    serde_json::to_string(&workers)
+        .unwrap_or_default()
+        .hash(&mut h);
+    Some(h.finish())
+}
+
+/// Applies the children that would change, config and RBAC before the pods that use them;
+/// none at all when one of their names is taken by an object this flow does not control.
+/// Returns the live StatefulSet.
+async fn apply_children(
+    ctx: &Context,
+    ns: &str,
+    uid: &str,
+    c: &Children,
+    statefulset: Option<StatefulSet>,
+) -> Result<StatefulSet, ChildProblem> {
+    let s = &ctx.stores;
+    let unreadable = |e: Error| ChildProblem {
+        reason: APPLY_FAILED,
+        message: e.to_string(),
+    };
+    macro_rules! live {
+        ($store:expr, $desired:expr, $kind:expr) => {
+            lookup(ctx, $store, ns, &$desired.name_any(), $kind)
+                .await
+                .map_err(unreadable)?
+        };
+    }
+    let cm = live!(&s.config_maps, c.config_map, "ConfigMap");
+    let sa = live!(&s.service_accounts, c.service_account, "ServiceAccount");
+    let role = live!(&s.roles, c.role, "Role");
+    let rb = live!(&s.role_bindings, c.role_binding, "RoleBinding");
+    let svc = live!(&s.services, c.service, "Service");
+    let pdb = live!(
+        &s.disruption_budgets,
+        c.disruption_budget,
+        "PodDisruptionBudget"
+    );
+    let metas = [
+        ("ConfigMap", cm.as_ref().map(|o| o.meta())),
+        ("ServiceAccount", sa.as_ref().map(|o| o.meta())),
+        ("Role", role.as_ref().map(|o| o.meta())),
+        ("RoleBinding", rb.as_ref().map(|o| o.meta())),
+        ("Service", svc.as_ref().map(|o| o.meta())),
+        ("PodDisruptionBudget", pdb.as_ref().map(|o| o.meta())),
+        ("StatefulSet", statefulset.as_ref().map(|o| o.meta())),
+    ];
+    for (kind, meta) in metas {
+        if let Some(m) = meta.filter(|m| !owns(m, uid)) {
+            return Err(ChildProblem {
+                reason: CHILD_CONFLICT,
+                message: foreign_message(kind, m),
+            });
+        }
+    }
+    ensure(ctx, ns, "ConfigMap", &c.config_map, cm).await?;
+    ensure(ctx, ns, "ServiceAccount", &c.service_account, sa).await?;
+    ensure(ctx, ns, "Role", &c.role, role).await?;
+    ensure(ctx, ns, "RoleBinding", &c.role_binding, rb).await?;
+    ensure(ctx, ns, "Service", &c.service, svc).await?;
+    ensure(ctx, ns, "PodDisruptionBudget", &c.disruption_budget, pdb).await?;
+    ensure(ctx, ns, "StatefulSet", &c.stateful_set, statefulset).await
+}
+
+/// A kind of child the controller applies.
+pub trait Child:
+    Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+    + Clone
+    + DeserializeOwned
+    + Serialize
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Child for K where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + Serialize
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+/// The live object: from the watch cache, else (not ours, or not cached yet) from the API.
+async fn lookup<K: Child>(
+    ctx: &Context,
+    store: &Store<K>,
+    ns: &str,
+    name: &str,
+    kind: &'static str,
+) -> Result<Option<K>, Error> {
+    if let Some(obj) = store.get(&ObjectRef::new(name).within(ns)) {
+        return Ok(Some((*obj).clone()));
+    }
+    Api::<K>::namespaced(ctx.client.clone(), ns)
+        .get_opt(name)
+        .await
+        .map_err(kube_err("get", kind, ns, name))
+}
+
+/// Whether the object with `meta` is controlled by the flow with `uid`.
+pub fn owns(meta: &ObjectMeta, uid: &str) -> bool {
+    meta.owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && o.uid == uid)
+}
+
+/// Why an existing object is not ours to change.
+pub fn foreign_message(kind: &str, meta: &ObjectMeta) -> String {
+    let name = meta.name.clone().unwrap_or_default();
+    let controller = meta
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))
+        .map(|o| format!("controlled by {} {} (uid {})", o.kind, o.name, o.uid))
+        .unwrap_or_else(|| "not controlled by this MirrorFlow".into());
+    format!(
+        "{kind} {name} already exists and is {controller}; mirrorflow does not take it over: delete or rename it, or rename the flow"
+    )
+}
+
+/// Makes an owned (or missing) child look like `desired`: nothing when it already does, an
+/// apply otherwise. Returns the live object.
+async fn ensure<K: Child>(
+    ctx: &Context,
+    ns: &str,
+    kind: &'static str,
+    desired: &K,
+    live: Option<K>,
+) -> Result<K, ChildProblem> {
+    let name = desired.name_any();
+    if !ctx.leadership.holds() {
+        return Err(ChildProblem {
+            reason: APPLY_FAILED,
+            message: "this controller is not the leader any more".into(),
+        });
+    }
+    let mut want = serde_json::to_value(desired).map_err(|e| ChildProblem {
+        reason: APPLY_FAILED,
+        message: format!("{kind} {name}: cannot serialize: {e}"),
+    })?;
+    // apiVersion and kind, which the typed object leaves out.
+    want["apiVersion"] = K::api_version(&()).into();
+    want["kind"] = K::kind(&()).into();
+    let hash = applied_hash(&want);
+    want["metadata"]["annotations"][APPLIED_HASH_ANNOTATION] = hash.into();
+    let params = match &live {
+        Some(l) => {
+            let have = serde_json::to_value(l).unwrap_or_default();
+            if unchanged(&want, &have) {
+                return Ok(l.clone());
+            }
+            // Ours: our fields win over anyone who changed them.
+            PatchParams::apply(FIELD_MANAGER).force()
+        }
+        // New: not forced, so an object someone creates meanwhile is not taken over.
+        None => PatchParams::apply(FIELD_MANAGER),
+    };
+    tracing::debug!(kind, name = %name, namespace = ns, "applying");
+    Api::<K>::namespaced(ctx.client.clone(), ns)
+        .patch(&name, &params, &Patch::Apply(&want))
+        .await
+        .map_err(|e| ChildProblem {
+            reason: APPLY_FAILED,
+            message: format!("applying {kind} {name}: {}", api_message(&e)),
+        })
+}
+
+/// The API server's own words for an error (the Status message names the field).
+fn api_message(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => format!("{} ({})", s.message, s.reason),
+        other => other.to_string(),
+    }
+}
+
+/// The OffsetCheckpoints of a namespace: from the watch cache once it is filled, else listed.
+async fn checkpoints_in(ctx: &Context, ns: &str) -> Result<Vec<OffsetCheckpoint>, Error> {
+    let store = &ctx.stores.checkpoints;
+    if matches!(store.wait_until_ready().now_or_never(), Some(Ok(()))) {
+        return Ok(store
+            .state()
+            .into_iter()
+            .filter(|cp| cp.namespace().as_deref() == Some(ns))
+            .map(|cp| (*cp).clone())
+            .collect());
+    }
+    Ok(Api::<OffsetCheckpoint>::namespaced(ctx.client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .map_err(kube_err("list", "OffsetCheckpoint", ns, "*"))?
+        .items)
 }
 
 /// Reconcile one OffsetCheckpoint: check its flowRef and spec, fold its status. Its settings
@@ -302,6 +732,9 @@ pub async fn reconcile_checkpoint(
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
     let _timer = ctx.metrics.reconcile(CHECKPOINT);
+    if !ctx.leadership.holds() {
+        return Ok(Action::requeue(REQUEUE_ERROR));
+    }
     if cp.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
@@ -318,11 +751,19 @@ pub async fn reconcile_checkpoint(
         FlowRefState::Found { invalid: false }
     } else {
         let flow_name = &cp.spec.flow_ref.name;
-        match Api::<MirrorFlow>::namespaced(ctx.client.clone(), &ns)
-            .get_opt(flow_name)
-            .await
-            .map_err(kube_err("get", "MirrorFlow", &ns, flow_name))?
-        {
+        let cached = ctx
+            .stores
+            .flows
+            .get(&ObjectRef::new(flow_name).within(&ns))
+            .map(|f| (*f).clone());
+        let flow = match cached {
+            Some(f) => Some(f),
+            None => Api::<MirrorFlow>::namespaced(ctx.client.clone(), &ns)
+                .get_opt(flow_name)
+                .await
+                .map_err(kube_err("get", "MirrorFlow", &ns, flow_name))?,
+        };
+        match flow {
             None => FlowRefState::NotFound,
             Some(f) => {
                 reports = checkpoint_reports(&f, &name);

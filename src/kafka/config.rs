@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use rdkafka::ClientConfig;
 
 use crate::api::validate::owned_property_reason;
-use crate::api::ClusterSpec;
+use crate::api::{ClusterSpec, OAuthBearerSpec};
 
 /// Property names whose values are secret and must never be logged.
 const SECRET_PROPERTIES: &[&str] = &[
@@ -205,26 +205,39 @@ pub fn client_properties(
             props.set("ssl.certificate.location", crt.display().to_string());
             props.set("ssl.key.location", key.display().to_string());
         }
+        // librdkafka's defaults are the same since 2.0; set explicitly so that no build or
+        // default change can switch verification off unnoticed.
+        if tls.insecure_skip_verify {
+            props.set("enable.ssl.certificate.verification", "false");
+            props.set("ssl.endpoint.identification.algorithm", "none");
+        } else {
+            props.set("enable.ssl.certificate.verification", "true");
+            props.set("ssl.endpoint.identification.algorithm", "https");
+        }
     }
     if let Some(sasl) = &cluster.sasl {
-        let creds = &sasl.credentials;
-        let username = read_credential(
-            alias,
-            "sasl.credentials.usernameKey",
-            secrets_dir,
-            &creds.secret_name,
-            &creds.username_key,
-        )?;
-        let password = read_credential(
-            alias,
-            "sasl.credentials.passwordKey",
-            secrets_dir,
-            &creds.secret_name,
-            &creds.password_key,
-        )?;
         props.set("sasl.mechanism", sasl.mechanism.as_str());
-        props.set("sasl.username", username);
-        props.set("sasl.password", password);
+        if let Some(creds) = &sasl.credentials {
+            let username = read_credential(
+                alias,
+                "sasl.credentials.usernameKey",
+                secrets_dir,
+                &creds.secret_name,
+                &creds.username_key,
+            )?;
+            let password = read_credential(
+                alias,
+                "sasl.credentials.passwordKey",
+                secrets_dir,
+                &creds.secret_name,
+                &creds.password_key,
+            )?;
+            props.set("sasl.username", username);
+            props.set("sasl.password", password);
+        }
+        if let Some(o) = &sasl.oauth_bearer {
+            oauth_bearer_properties(alias, o, secrets_dir, &mut props)?;
+        }
     }
     for (key, value) in &cluster.config {
         if let Some(reason) = owned_property_reason(key) {
@@ -237,6 +250,62 @@ pub fn client_properties(
         props.set(key.trim(), value.as_str());
     }
     Ok(props)
+}
+
+/// librdkafka's built-in OIDC client-credentials login (it fetches and refreshes tokens
+/// itself, through libcurl; the `curl` feature of rdkafka builds it in).
+fn oauth_bearer_properties(
+    alias: &str,
+    o: &OAuthBearerSpec,
+    secrets_dir: &Path,
+    props: &mut ClientProperties,
+) -> Result<(), ConfigError> {
+    let secret = read_credential(
+        alias,
+        "sasl.oauthBearer.clientSecret",
+        secrets_dir,
+        &o.client_secret.secret_name,
+        &o.client_secret.key,
+    )?;
+    props.set("sasl.oauthbearer.method", "oidc");
+    props.set(
+        "sasl.oauthbearer.token.endpoint.url",
+        o.token_endpoint_url.trim(),
+    );
+    props.set("sasl.oauthbearer.client.id", o.client_id.trim());
+    props.set("sasl.oauthbearer.client.secret", secret);
+    if let Some(scope) = o.scope.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
+        props.set("sasl.oauthbearer.scope", scope);
+    }
+    if !o.extensions.is_empty() {
+        let joined: Vec<String> = o
+            .extensions
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        props.set("sasl.oauthbearer.extensions", joined.join(","));
+    }
+    if let Some(ca) = &o.ca {
+        let path = existing_file(
+            alias,
+            "sasl.oauthBearer.ca",
+            secrets_dir,
+            &ca.secret_name,
+            &ca.key,
+        )?;
+        props.set("https.ca.location", path.display().to_string());
+    }
+    Ok(())
+}
+
+/// The mounted files `cluster`'s client properties are built from (TLS files, credentials,
+/// the OAUTHBEARER client secret and CA): what a rotation changes.
+pub fn secret_files(cluster: &ClusterSpec, secrets_dir: &Path) -> Vec<PathBuf> {
+    cluster
+        .secret_keys()
+        .into_iter()
+        .map(|(secret, key)| secret_path(secrets_dir, secret, key))
+        .collect()
 }
 
 /// [`client_properties`] as an rdkafka [`ClientConfig`].
@@ -309,7 +378,8 @@ fn read_credential(
 mod tests {
     use super::*;
     use crate::api::{
-        ClientCertRef, CredentialsRef, SaslMechanism, SaslSpec, SecretKeyRef, TlsSpec,
+        ClientCertRef, CredentialsRef, OAuthBearerSpec, SaslMechanism, SaslSpec, SecretKeyRef,
+        TlsSpec,
     };
     use pretty_assertions::assert_eq;
     use std::collections::BTreeMap;
@@ -325,11 +395,12 @@ mod tests {
     fn sasl(mechanism: SaslMechanism) -> Option<SaslSpec> {
         Some(SaslSpec {
             mechanism,
-            credentials: CredentialsRef {
+            credentials: Some(CredentialsRef {
                 secret_name: "creds".into(),
                 username_key: "username".into(),
                 password_key: "password".into(),
-            },
+            }),
+            oauth_bearer: None,
         })
     }
 
@@ -344,6 +415,31 @@ mod tests {
                 cert_key: "tls.crt".into(),
                 key_key: "tls.key".into(),
             }),
+            insecure_skip_verify: false,
+        })
+    }
+
+    fn oauth() -> Option<SaslSpec> {
+        Some(SaslSpec {
+            mechanism: SaslMechanism::OAuthBearer,
+            credentials: None,
+            oauth_bearer: Some(OAuthBearerSpec {
+                token_endpoint_url: "https://idp.example/token".into(),
+                client_id: "mirror".into(),
+                client_secret: SecretKeyRef {
+                    secret_name: "oidc".into(),
+                    key: "client-secret".into(),
+                },
+                scope: Some("kafka".into()),
+                extensions: BTreeMap::from([
+                    ("logicalCluster".into(), "lkc-1".into()),
+                    ("identityPoolId".into(), "pool-2".into()),
+                ]),
+                ca: Some(SecretKeyRef {
+                    secret_name: "ca".into(),
+                    key: "ca.crt".into(),
+                }),
+            }),
         })
     }
 
@@ -357,6 +453,7 @@ mod tests {
             ("client", "tls.key", "key"),
             ("blank", "username", "\n"),
             ("blank", "password", "x"),
+            ("oidc", "client-secret", "oidc-s3cret\n"),
         ];
         for (secret, key, content) in files {
             std::fs::create_dir_all(dir.path().join(secret)).unwrap();
@@ -391,6 +488,52 @@ mod tests {
                 vec![
                     ("bootstrap.servers", "k1:9092,k2:9092".into()),
                     ("security.protocol", "SSL".into()),
+                    ("enable.ssl.certificate.verification", "true".into()),
+                    ("ssl.endpoint.identification.algorithm", "https".into()),
+                ],
+            ),
+            (
+                "tls without verification (test clusters only)",
+                ClusterSpec {
+                    tls: Some(TlsSpec {
+                        insecure_skip_verify: true,
+                        ..TlsSpec::default()
+                    }),
+                    ..cluster()
+                },
+                vec![
+                    ("bootstrap.servers", "k1:9092,k2:9092".into()),
+                    ("security.protocol", "SSL".into()),
+                    ("enable.ssl.certificate.verification", "false".into()),
+                    ("ssl.endpoint.identification.algorithm", "none".into()),
+                ],
+            ),
+            (
+                "oauthbearer oidc client credentials over tls",
+                ClusterSpec {
+                    tls: Some(TlsSpec::default()),
+                    sasl: oauth(),
+                    ..cluster()
+                },
+                vec![
+                    ("bootstrap.servers", "k1:9092,k2:9092".into()),
+                    ("security.protocol", "SASL_SSL".into()),
+                    ("enable.ssl.certificate.verification", "true".into()),
+                    ("ssl.endpoint.identification.algorithm", "https".into()),
+                    ("sasl.mechanism", "OAUTHBEARER".into()),
+                    ("sasl.oauthbearer.method", "oidc".into()),
+                    (
+                        "sasl.oauthbearer.token.endpoint.url",
+                        "https://idp.example/token".into(),
+                    ),
+                    ("sasl.oauthbearer.client.id", "mirror".into()),
+                    ("sasl.oauthbearer.client.secret", "oidc-s3cret".into()),
+                    ("sasl.oauthbearer.scope", "kafka".into()),
+                    (
+                        "sasl.oauthbearer.extensions",
+                        "identityPoolId=pool-2,logicalCluster=lkc-1".into(),
+                    ),
+                    ("https.ca.location", format!("{d}/ca/ca.crt")),
                 ],
             ),
             (
@@ -405,6 +548,8 @@ mod tests {
                     ("ssl.ca.location", format!("{d}/ca/ca.crt")),
                     ("ssl.certificate.location", format!("{d}/client/tls.crt")),
                     ("ssl.key.location", format!("{d}/client/tls.key")),
+                    ("enable.ssl.certificate.verification", "true".into()),
+                    ("ssl.endpoint.identification.algorithm", "https".into()),
                 ],
             ),
             (
@@ -433,6 +578,8 @@ mod tests {
                     ("bootstrap.servers", "k1:9092,k2:9092".into()),
                     ("security.protocol", "SASL_SSL".into()),
                     ("ssl.ca.location", format!("{d}/ca/ca.crt")),
+                    ("enable.ssl.certificate.verification", "true".into()),
+                    ("ssl.endpoint.identification.algorithm", "https".into()),
                     ("sasl.mechanism", "PLAIN".into()),
                     ("sasl.username", "alice".into()),
                     ("sasl.password", "s3cret".into()),
@@ -455,11 +602,12 @@ mod tests {
         let missing_password = ClusterSpec {
             sasl: Some(SaslSpec {
                 mechanism: SaslMechanism::Plain,
-                credentials: CredentialsRef {
+                credentials: Some(CredentialsRef {
                     secret_name: "creds".into(),
                     username_key: "username".into(),
                     password_key: "pw".into(),
-                },
+                }),
+                oauth_bearer: None,
             }),
             ..cluster()
         };
@@ -470,17 +618,19 @@ mod tests {
                     key: "ca.crt".into(),
                 }),
                 client_cert: None,
+                insecure_skip_verify: false,
             }),
             ..cluster()
         };
         let blank_user = ClusterSpec {
             sasl: Some(SaslSpec {
                 mechanism: SaslMechanism::Plain,
-                credentials: CredentialsRef {
+                credentials: Some(CredentialsRef {
                     secret_name: "blank".into(),
                     username_key: "username".into(),
                     password_key: "password".into(),
-                },
+                }),
+                oauth_bearer: None,
             }),
             ..cluster()
         };
@@ -521,6 +671,16 @@ mod tests {
             ..cluster()
         };
         let props = client_properties(&spec, dir.path()).unwrap();
+        let oidc = ClusterSpec {
+            tls: Some(TlsSpec::default()),
+            sasl: oauth(),
+            ..cluster()
+        };
+        let oidc = client_properties(&oidc, dir.path()).unwrap();
+        for shown in [format!("{oidc}"), format!("{oidc:?}")] {
+            assert!(!shown.contains("oidc-s3cret"), "{shown}");
+            assert!(shown.contains("sasl.oauthbearer.client.secret"), "{shown}");
+        }
         for shown in [format!("{props}"), format!("{props:?}")] {
             assert!(!shown.contains("s3cret"), "{shown}");
             assert!(shown.contains("sasl.password"), "{shown}");
@@ -536,6 +696,31 @@ mod tests {
         for (key, want) in cases {
             assert_eq!(is_secret_property(key), want, "{key}");
         }
+    }
+
+    #[test]
+    fn secret_files_are_every_referenced_key() {
+        let d = Path::new("/s");
+        let spec = ClusterSpec {
+            tls: tls(true, true),
+            sasl: oauth(),
+            ..cluster()
+        };
+        let got: Vec<String> = secret_files(&spec, d)
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        // The CA is referenced twice (brokers and token endpoint): listed once.
+        assert_eq!(
+            got,
+            vec![
+                "/s/ca/ca.crt",
+                "/s/client/tls.crt",
+                "/s/client/tls.key",
+                "/s/oidc/client-secret",
+            ]
+        );
+        assert!(secret_files(&cluster(), d).is_empty());
     }
 
     #[test]

@@ -1,5 +1,21 @@
-//! Kafka edges: client configuration, MM2 wire formats, topic naming, topic ids.
+//! Kafka edges: client configuration and context, MM2 wire formats, topic naming, and the
+//! librdkafka admin calls rust-rdkafka does not wrap (group offsets, topic ids).
+pub mod acl;
+pub mod admin;
 pub mod config;
+pub mod context;
+mod ffi;
+pub mod health;
 pub mod naming;
+pub mod secrets;
 pub mod topic_id;
 pub mod wire;
+
+/// Runs a blocking librdkafka call on tokio's blocking pool.
+pub async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, String> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| format!("blocking task failed: {e}"))
+}

@@ -14,20 +14,7 @@ use rdkafka::admin::AdminClient;
 use rdkafka::bindings as rd;
 use rdkafka::client::ClientContext;
 
-/// Destroys a librdkafka handle on drop.
-struct Owned<T> {
-    ptr: *mut T,
-    destroy: unsafe extern "C" fn(*mut T),
-}
-
-impl<T> Drop for Owned<T> {
-    fn drop(&mut self) {
-        if !self.ptr.is_null() {
-            // SAFETY: `ptr` came from the matching librdkafka constructor and is destroyed once.
-            unsafe { (self.destroy)(self.ptr) }
-        }
-    }
-}
+use super::ffi::{admin_options, queue, Handle};
 
 /// The id of one described topic: `Ok(Some(base64))`, `Ok(None)` when the broker reports the
 /// all-zero id (no id support), or the broker's error for that topic (e.g. unknown topic).
@@ -67,25 +54,13 @@ pub fn describe_topic_ids<C: ClientContext>(
     // the whole call), destroyed by guards in reverse order, and result pointers (names,
     // ids, errors) are only read while `event` is alive.
     unsafe {
-        let queue = Owned {
-            ptr: rd::rd_kafka_queue_new(rk),
-            destroy: rd::rd_kafka_queue_destroy,
-        };
-        let options = Owned {
-            ptr: rd::rd_kafka_AdminOptions_new(
-                rk,
-                rd::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_DESCRIBETOPICS,
-            ),
-            destroy: rd::rd_kafka_AdminOptions_destroy,
-        };
-        let mut errbuf = [0 as c_char; 256];
-        rd::rd_kafka_AdminOptions_set_request_timeout(
-            options.ptr,
+        let queue = queue(rk);
+        let options = admin_options(
+            rk,
+            rd::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_DESCRIBETOPICS,
             timeout_ms,
-            errbuf.as_mut_ptr(),
-            errbuf.len(),
         );
-        let collection = Owned {
+        let collection = Handle {
             ptr: rd::rd_kafka_TopicCollection_of_topic_names(
                 name_ptrs.as_mut_ptr(),
                 name_ptrs.len(),
@@ -94,7 +69,7 @@ pub fn describe_topic_ids<C: ClientContext>(
         };
         rd::rd_kafka_DescribeTopics(rk, collection.ptr, options.ptr, queue.ptr);
         // A little slack over the request timeout so the request's own timeout reports first.
-        let event = Owned {
+        let event = Handle {
             ptr: rd::rd_kafka_queue_poll(queue.ptr, timeout_ms.saturating_add(1000)),
             destroy: rd::rd_kafka_event_destroy,
         };

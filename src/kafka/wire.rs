@@ -39,8 +39,10 @@ use thiserror::Error;
 pub const CHECKPOINT_VERSION: i16 = 0;
 /// Version written into (and accepted from) heartbeat values.
 pub const HEARTBEAT_VERSION: i16 = 0;
-/// Version written into (and accepted from) progress values.
+/// Version of progress values without a failure (also what older workers read).
 pub const PROGRESS_VERSION: i16 = 0;
+/// Version of progress values that carry a failure; read from this version on.
+pub const PROGRESS_VERSION_FAILURE: i16 = 1;
 /// Name of MM2's heartbeats topic.
 pub const HEARTBEATS_TOPIC: &str = "heartbeats";
 /// Largest byte length a Kafka `STRING` can carry (its length prefix is an `INT16`).
@@ -274,15 +276,20 @@ impl<'a> Reader<'a> {
 
     /// Reads the version header and rejects anything but `supported`.
     fn version(&mut self, supported: i16) -> Result<(), WireError> {
+        self.version_in(supported..=supported).map(|_| ())
+    }
+
+    /// Reads a version within `supported`; an error names the newest one supported.
+    fn version_in(&mut self, supported: std::ops::RangeInclusive<i16>) -> Result<i16, WireError> {
         let version = self.i16("version")?;
-        if version != supported {
+        if !supported.contains(&version) {
             return Err(WireError::UnsupportedVersion {
                 part: self.part,
                 version,
-                supported,
+                supported: *supported.end(),
             });
         }
-        Ok(())
+        Ok(version)
     }
 }
 
@@ -498,6 +505,9 @@ pub struct Progress {
     pub topic_id: String,
     /// Id of the last reset applied to this partition; empty if none.
     pub reset_id: String,
+    /// Why the partition is stopped (opaque text, JSON written by the engine); empty while it
+    /// replicates. Persisted so a restart keeps it stopped until a reset clears it.
+    pub failure: String,
 }
 
 impl Progress {
@@ -507,14 +517,25 @@ impl Progress {
         encode_topic_partition_key(Part::ProgressKey, &self.topic, self.partition)
     }
 
-    /// Value bytes: version INT16 (0), next_offset INT64, topic_id STRING, reset_id STRING.
+    /// Value bytes: version INT16, next_offset INT64, topic_id STRING, reset_id STRING, and
+    /// with a failure (version 1) failure STRING. Without one, version 0: the bytes older
+    /// workers wrote and read.
     pub fn encode_value(&self) -> Result<Vec<u8>, WireError> {
-        Ok(Writer::new(Part::ProgressValue)
-            .i16(PROGRESS_VERSION)
+        let version = if self.failure.is_empty() {
+            PROGRESS_VERSION
+        } else {
+            PROGRESS_VERSION_FAILURE
+        };
+        let w = Writer::new(Part::ProgressValue)
+            .i16(version)
             .i64(self.next_offset)
             .string("topic_id", &self.topic_id)?
-            .string("reset_id", &self.reset_id)?
-            .finish())
+            .string("reset_id", &self.reset_id)?;
+        Ok(if self.failure.is_empty() {
+            w.finish()
+        } else {
+            w.string("failure", &self.failure)?.finish()
+        })
     }
 
     /// Decodes only the key, e.g. for a tombstone (null value): `(topic, partition)`.
@@ -522,21 +543,27 @@ impl Progress {
         decode_topic_partition_key(Part::ProgressKey, key)
     }
 
-    /// Decodes a record. Rejects versions other than [`PROGRESS_VERSION`], naming the
+    /// Decodes a record. Rejects versions newer than [`PROGRESS_VERSION_FAILURE`], naming the
     /// version found, so an older worker never misreads a newer layout.
     pub fn decode(key: &[u8], value: &[u8]) -> Result<Self, WireError> {
         let (topic, partition) = Self::decode_key(key)?;
         let mut v = Reader::new(value, Part::ProgressValue);
-        v.version(PROGRESS_VERSION)?;
+        let version = v.version_in(PROGRESS_VERSION..=PROGRESS_VERSION_FAILURE)?;
         let next_offset = v.i64("next_offset")?;
         let topic_id = v.string("topic_id")?;
         let reset_id = v.string("reset_id")?;
+        let failure = if version >= PROGRESS_VERSION_FAILURE {
+            v.string("failure")?
+        } else {
+            String::new()
+        };
         Ok(Self {
             topic,
             partition,
             next_offset,
             topic_id,
             reset_id,
+            failure,
         })
     }
 }
@@ -637,6 +664,7 @@ mod tests {
             next_offset: 42,
             topic_id: "id".into(),
             reset_id: String::new(),
+            failure: String::new(),
         }
     }
 
@@ -682,6 +710,32 @@ mod tests {
         for (name, got, want) in cases {
             assert_eq!(got, want, "{name}");
         }
+    }
+
+    #[test]
+    fn progress_with_a_failure_is_version_1_and_older_values_still_read() {
+        const PR_FAILED: &[u8] = &[
+            0, 1, // version
+            0, 0, 0, 0, 0, 0, 0, 42, // next_offset
+            0, 2, b'i', b'd', // topic_id
+            0, 0, // reset_id (empty)
+            0, 2, b'{', b'}', // failure
+        ];
+        let failed = Progress {
+            failure: "{}".into(),
+            ..progress()
+        };
+        assert_eq!(failed.encode_value().unwrap(), PR_FAILED);
+        assert_eq!(Progress::decode(PR_KEY, PR_FAILED).unwrap(), failed);
+        assert_eq!(
+            Progress::decode(PR_KEY, PR_VALUE).unwrap().failure,
+            "",
+            "version 0 has no failure"
+        );
+        let mut newer = PR_FAILED.to_vec();
+        newer[1] = 2;
+        let err = Progress::decode(PR_KEY, &newer).unwrap_err().to_string();
+        assert!(err.contains('2') && err.contains('1'), "{err}");
     }
 
     #[test]
@@ -742,6 +796,7 @@ mod tests {
             next_offset: i64::MAX,
             topic_id: "AAAAAAAAAAAAAAAAAAAAAA".into(),
             reset_id: "reset-1".into(),
+            failure: String::new(),
         };
         let back = Progress::decode(&p.encode_key().unwrap(), &p.encode_value().unwrap());
         assert_eq!(back.unwrap(), p);
@@ -860,7 +915,7 @@ mod tests {
 
     #[test]
     fn wrong_versions_are_rejected_with_the_version() {
-        for version in [1i16, -1, 7] {
+        for version in [2i16, -1, 7] {
             let v = version.to_be_bytes();
             let mut cp = CP_VALUE.to_vec();
             cp[..2].copy_from_slice(&v);
@@ -875,12 +930,17 @@ mod tests {
             ];
             for (kind, key, value, part) in cases {
                 let err = decode_err(kind, key, &value).unwrap();
+                let supported = if part == Part::ProgressValue {
+                    PROGRESS_VERSION_FAILURE
+                } else {
+                    0
+                };
                 assert_eq!(
                     err,
                     WireError::UnsupportedVersion {
                         part,
                         version,
-                        supported: 0
+                        supported
                     }
                 );
                 assert!(

@@ -1,12 +1,22 @@
 //! The HTTP endpoints of a process: `/metrics` (Prometheus text), `/healthz` (liveness),
 //! `/readyz` (readiness) and `/status` (JSON from a provider function).
 //!
-//! `/healthz` answers 200 while the process serves requests. `/readyz` answers 200 once the
-//! owner marks the process ready (for a worker: positions known and replication running, not
-//! Failed), else 503 with the reason.
+//! `/readyz` answers 200 once the owner marks the process ready (for a worker: positions known
+//! and replication running, not Failed), else 503 with the reason. `/healthz` (liveness)
+//! answers 200 while the owner keeps reporting its readiness, and 503 once it has not for
+//! [`STALL_LIMIT`]: the engine's loop refreshes its readiness every status interval (2 s), and
+//! every call it makes is bounded (at most about a minute), so a loop that stops reporting is
+//! wedged and the kubelet restarts it.
+//!
+//! Binding: one listener (`--listen`, the pod's port 8080 named `http`) serves all four to
+//! anything that can reach the pod; `/status` shows the flow's partitions, positions and
+//! failures (never a secret: credentials are only referenced), `/metrics` the series of
+//! docs/PACKAGING.md. Restrict who may reach it with a NetworkPolicy, or bind `--listen` to
+//! 127.0.0.1 when nothing scrapes it.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use axum::extract::State;
 use axum::http::{header, StatusCode};
@@ -17,34 +27,73 @@ use prometheus::Registry;
 
 use super::metrics::encode_registry;
 
-/// Readiness, set by the process owner.
-#[derive(Debug, Default)]
+/// How long the owner may go without reporting its readiness before `/healthz` fails.
+pub const STALL_LIMIT: Duration = Duration::from_secs(300);
+
+/// Readiness, set by the process owner; each report is also a heartbeat of its loop.
+#[derive(Debug)]
 pub struct Readiness {
     // None = ready; Some(reason) = not ready.
     state: Mutex<Option<String>>,
+    /// When the owner last reported (monotonic).
+    reported: Mutex<Instant>,
+    stall_limit: Duration,
 }
 
 impl Readiness {
     /// Not ready yet, with a reason.
     pub fn new(reason: &str) -> Arc<Self> {
+        Self::with_stall_limit(reason, STALL_LIMIT)
+    }
+
+    /// [`Readiness::new`] with another stall limit.
+    pub fn with_stall_limit(reason: &str, stall_limit: Duration) -> Arc<Self> {
         Arc::new(Self {
             state: Mutex::new(Some(reason.to_string())),
+            reported: Mutex::new(Instant::now()),
+            stall_limit,
         })
+    }
+
+    fn beat(&self) {
+        *self.reported.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
     }
 
     /// Marks ready.
     pub fn set_ready(&self) {
         *self.state.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        self.beat();
     }
 
     /// Marks not ready, with a reason.
     pub fn set_not_ready(&self, reason: impl Into<String>) {
         *self.state.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason.into());
+        self.beat();
     }
 
     /// `None` when ready, else the reason.
     pub fn not_ready_reason(&self) -> Option<String> {
         self.state.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// How long ago the owner last reported.
+    pub fn since_report(&self) -> Duration {
+        self.reported
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .elapsed()
+    }
+
+    /// `None` while the owner reports, else why the process counts as wedged.
+    pub fn wedged(&self) -> Option<String> {
+        let since = self.since_report();
+        (since > self.stall_limit).then(|| {
+            format!(
+                "no progress report for {}s (limit {}s): the loop is wedged",
+                since.as_secs(),
+                self.stall_limit.as_secs()
+            )
+        })
     }
 }
 
@@ -66,7 +115,7 @@ pub struct HttpState {
 pub fn router(state: HttpState) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
-        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/status", get(status))
         .with_state(state)
@@ -81,6 +130,13 @@ async fn metrics(State(s): State<HttpState>) -> Response {
         encode_registry(&s.registry),
     )
         .into_response()
+}
+
+async fn healthz(State(s): State<HttpState>) -> Response {
+    match s.readiness.wedged() {
+        None => (StatusCode::OK, "ok\n".to_string()).into_response(),
+        Some(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")).into_response(),
+    }
 }
 
 async fn readyz(State(s): State<HttpState>) -> Response {
@@ -197,6 +253,42 @@ mod tests {
         }
         readiness.set_ready();
         assert_eq!(get_text(addr, "/readyz").await.unwrap().0, 200);
+        stop_tx.send(()).unwrap();
+        task.await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn liveness_fails_when_the_owner_stops_reporting() {
+        let readiness = Readiness::with_stall_limit("starting", Duration::from_millis(200));
+        let router = router(HttpState {
+            registry: Registry::new(),
+            readiness: readiness.clone(),
+            status: Arc::new(|| serde_json::json!({})),
+        });
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let (addr, task) = serve("127.0.0.1:0".parse().unwrap(), router, async {
+            let _ = stop_rx.await;
+        })
+        .await
+        .unwrap();
+        assert_eq!(get_text(addr, "/healthz").await.unwrap().0, 200);
+        // The owner keeps reporting (whatever it says): alive.
+        for _ in 0..4 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            readiness.set_not_ready("target unreachable");
+        }
+        assert_eq!(get_text(addr, "/healthz").await.unwrap().0, 200);
+        // It stops: wedged, while the server itself still answers.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let (code, body) = get_text(addr, "/healthz").await.unwrap();
+        assert_eq!(code, 503, "{body}");
+        assert!(body.contains("wedged"), "{body}");
+        readiness.set_ready();
+        assert_eq!(
+            get_text(addr, "/healthz").await.unwrap().0,
+            200,
+            "it recovers"
+        );
         stop_tx.send(()).unwrap();
         task.await.unwrap().unwrap();
     }

@@ -21,7 +21,12 @@
 //! topic ids) take a bootstrap-servers string so they work against any cluster.
 
 mod ops;
+mod security;
 mod topic_id;
+
+pub use security::{
+    client_properties_for, register_client_properties, BrokerSecurity, Scram, ScramUser, TlsFiles,
+};
 
 pub use ops::{
     consume_all, create_topic, delete_records_before, delete_topic, produce, topic_id,
@@ -44,7 +49,8 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::DefaultProducerContext;
-use rdkafka::ClientConfig;
+
+use super::proxy::KafkaProxy;
 
 /// Exact install command for nisshi (REFERENCE.md §3).
 pub const NISSHI_INSTALL_HINT: &str = "cargo install nisshi --version 0.8.1 --locked \
@@ -118,15 +124,15 @@ impl BrokerKind {
     }
 
     /// Command-line arguments for `<binary> broker ...` listening on `port`.
-    fn args(self, port: u16) -> Vec<String> {
+    fn args(self, port: u16, advertised: u16) -> Vec<String> {
         let url = format!("tcp://127.0.0.1:{port}");
         let name = format!("mirrorflow-{port}");
         let mut args = vec![
             "broker".to_owned(),
             "--listener-url".to_owned(),
-            url.clone(),
-            "--advertised-listener-url".to_owned(),
             url,
+            "--advertised-listener-url".to_owned(),
+            format!("tcp://127.0.0.1:{advertised}"),
             "--storage-engine".to_owned(),
             format!("memory://{name}/"),
         ];
@@ -308,12 +314,27 @@ impl LocalBroker {
     /// metadata request. Fails with [`BrokerError::BinaryNotFound`] (carrying the install
     /// command) when the binary is missing.
     pub async fn start(kind: BrokerKind) -> Result<LocalBroker, BrokerError> {
+        Self::start_secured(kind, BrokerSecurity::default()).await
+    }
+
+    /// [`LocalBroker::start`] with TLS and/or SCRAM users (nisshi only; see [`BrokerSecurity`]).
+    /// The testkit's own helpers reach it with its CA and first user.
+    pub async fn start_secured(
+        kind: BrokerKind,
+        security: BrokerSecurity,
+    ) -> Result<LocalBroker, BrokerError> {
+        if security.is_secured() && kind != BrokerKind::Nisshi {
+            return Err(BrokerError::Unsupported {
+                kind,
+                op: "TLS or SASL".to_owned(),
+            });
+        }
         let begin = Instant::now();
         let inner = match kind {
             BrokerKind::Mock => Inner::Mock(MockBroker::start().await?),
-            BrokerKind::Nisshi | BrokerKind::Tansu => {
-                Inner::Process(ProcessBroker::start(kind, find_binary(kind)?).await?)
-            }
+            BrokerKind::Nisshi | BrokerKind::Tansu => Inner::Process(
+                ProcessBroker::start(kind, find_binary(kind)?, None, security).await?,
+            ),
         };
         Ok(LocalBroker {
             kind,
@@ -322,15 +343,70 @@ impl LocalBroker {
         })
     }
 
+    /// Starts a child-process broker (nisshi or tansu) behind a [`KafkaProxy`]: the broker
+    /// advertises the proxy's address, so every client connection goes through it, and
+    /// [`LocalBroker::bootstrap_servers`] is the proxy's address.
+    pub async fn start_proxied(kind: BrokerKind) -> Result<(LocalBroker, KafkaProxy), BrokerError> {
+        if !kind.is_child_process() {
+            return Err(BrokerError::Unsupported {
+                kind,
+                op: "a proxy in front of the broker".to_owned(),
+            });
+        }
+        let begin = Instant::now();
+        let proxy = KafkaProxy::bind()
+            .await
+            .map_err(BrokerError::io("bind the broker proxy"))?;
+        let broker = ProcessBroker::start(
+            kind,
+            find_binary(kind)?,
+            Some(&proxy),
+            BrokerSecurity::default(),
+        )
+        .await?;
+        let broker = LocalBroker {
+            kind,
+            started_in: begin.elapsed(),
+            inner: Inner::Process(broker),
+        };
+        Ok((broker, proxy))
+    }
+
     /// The broker kind.
     pub fn kind(&self) -> BrokerKind {
         self.kind
     }
 
+    /// Restarts the broker on the same port with `security` (a new certificate, users added
+    /// or with a new password). A broker with users keeps its data (SQLite storage).
+    pub async fn set_security(&mut self, security: BrokerSecurity) -> Result<(), BrokerError> {
+        match &mut self.inner {
+            Inner::Process(p) if self.kind == BrokerKind::Nisshi => {
+                let begin = Instant::now();
+                p.stop()?;
+                if !security.users.is_empty() && p.workdir.is_none() {
+                    return Err(BrokerError::Unsupported {
+                        kind: self.kind,
+                        op: "adding SCRAM users to a broker started without users (memory storage)"
+                            .to_owned(),
+                    });
+                }
+                p.security = security;
+                p.restart().await?;
+                self.started_in = begin.elapsed();
+                Ok(())
+            }
+            _ => Err(BrokerError::Unsupported {
+                kind: self.kind,
+                op: "TLS or SASL".to_owned(),
+            }),
+        }
+    }
+
     /// `host:port` list for `bootstrap.servers`. Stays the same across `stop`/`restart`.
     pub fn bootstrap_servers(&self) -> String {
         match &self.inner {
-            Inner::Process(p) => format!("127.0.0.1:{}", p.port),
+            Inner::Process(p) => format!("127.0.0.1:{}", p.advertised),
             Inner::Mock(m) => m.bootstrap.clone(),
         }
     }
@@ -453,7 +529,24 @@ impl LocalBroker {
 /// - binary missing otherwise → prints `SKIPPED <test>: ...` to stderr and returns `None`;
 /// - any other start failure → panics (an installed broker that cannot start is a bug).
 pub async fn broker_or_skip(kind: BrokerKind) -> Option<LocalBroker> {
-    match LocalBroker::start(kind).await {
+    or_skip(kind, LocalBroker::start(kind).await)
+}
+
+/// [`broker_or_skip`] for a broker started with `security`.
+pub async fn secured_broker_or_skip(
+    kind: BrokerKind,
+    security: BrokerSecurity,
+) -> Option<LocalBroker> {
+    or_skip(kind, LocalBroker::start_secured(kind, security).await)
+}
+
+/// [`broker_or_skip`] for a broker behind a fault proxy ([`LocalBroker::start_proxied`]).
+pub async fn proxied_broker_or_skip(kind: BrokerKind) -> Option<(LocalBroker, KafkaProxy)> {
+    or_skip(kind, LocalBroker::start_proxied(kind).await)
+}
+
+fn or_skip<T>(kind: BrokerKind, started: Result<T, BrokerError>) -> Option<T> {
+    match started {
         Ok(broker) => Some(broker),
         Err(err @ BrokerError::BinaryNotFound { .. }) => {
             let required = std::env::var(REQUIRE_BROKERS_ENV).ok();
@@ -651,23 +744,49 @@ struct ProcessBroker {
     kind: BrokerKind,
     binary: PathBuf,
     port: u16,
+    /// The port clients are told to use: `port`, or a proxy's.
+    advertised: u16,
     log_path: PathBuf,
     // Mutex only so `is_running(&self)` can `try_wait`; never contended.
     child: Mutex<Option<Child>>,
+    security: BrokerSecurity,
+    /// The SQLite storage's directory (brokers with SCRAM users only).
+    workdir: Option<tempfile::TempDir>,
 }
 
 impl ProcessBroker {
-    async fn start(kind: BrokerKind, binary: PathBuf) -> Result<ProcessBroker, BrokerError> {
+    async fn start(
+        kind: BrokerKind,
+        binary: PathBuf,
+        proxy: Option<&KafkaProxy>,
+        security: BrokerSecurity,
+    ) -> Result<ProcessBroker, BrokerError> {
         let mut last_err = None;
         for _ in 0..START_ATTEMPTS {
             let port = free_port()?;
             let log_path = log_path_for(kind, port)?;
+            if let Some(p) = proxy {
+                p.set_upstream(SocketAddr::from(([127, 0, 0, 1], port)));
+            }
+            let workdir = if security.users.is_empty() && !security.persistent {
+                None
+            } else {
+                Some(
+                    tempfile::Builder::new()
+                        .prefix("mirrorflow-nisshi-")
+                        .tempdir()
+                        .map_err(BrokerError::io("create broker storage dir"))?,
+                )
+            };
             let mut broker = ProcessBroker {
                 kind,
                 binary: binary.clone(),
                 port,
+                advertised: proxy.map_or(port, |p| p.addr().port()),
                 log_path,
                 child: Mutex::new(None),
+                security: security.clone(),
+                workdir,
             };
             match broker.spawn_and_wait().await {
                 Ok(()) => return Ok(broker),
@@ -694,7 +813,69 @@ impl ProcessBroker {
         Err(last_err.expect("RESTART_ATTEMPTS > 0"))
     }
 
+    /// Starts the broker as its security says: with users, first open and plaintext to
+    /// create them, then secured on the same port and storage.
     async fn spawn_and_wait(&mut self) -> Result<(), BrokerError> {
+        let bootstrap = format!("127.0.0.1:{}", self.port);
+        if !self.security.users.is_empty() {
+            security::register(&bootstrap, Vec::new());
+            self.spawn_once(false).await?;
+            let created = self.create_users().await;
+            self.stop()?;
+            created?;
+        }
+        security::register(&bootstrap, self.security.admin_properties());
+        self.spawn_once(true).await
+    }
+
+    async fn create_users(&self) -> Result<(), BrokerError> {
+        for u in &self.security.users {
+            let out = tokio::process::Command::new(&self.binary)
+                .args(["user", "create", "--broker"])
+                .arg(format!("tcp://127.0.0.1:{}", self.port))
+                .args([u.name.as_str(), u.password.as_str()])
+                .args(["--mechanism", u.mechanism.nisshi_arg()])
+                .stdin(Stdio::null())
+                .output()
+                .await
+                .map_err(BrokerError::io(format!(
+                    "run nisshi user create {}",
+                    u.name
+                )))?;
+            if !out.status.success() {
+                return Err(BrokerError::Failed {
+                    op: format!("nisshi user create {} ({:?})", u.name, u.mechanism),
+                    detail: format!(
+                        "{}: {}",
+                        out.status,
+                        String::from_utf8_lossy(&out.stderr).trim()
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn process_args(&self, secured: bool) -> Vec<String> {
+        let mut args = self.kind.args(self.port, self.advertised);
+        if let Some(adv) = &self.security.advertise {
+            if let Some(i) = args.iter().position(|a| a == "--advertised-listener-url") {
+                args[i + 1] = format!("tcp://{adv}");
+            }
+        }
+        if self.workdir.is_some() {
+            // SCRAM credentials need a persistent engine: SQLite in the broker's directory.
+            if let Some(i) = args.iter().position(|a| a == "--storage-engine") {
+                args[i + 1] = "sqlite://nisshi.db".to_owned();
+            }
+        }
+        if secured {
+            args.extend(self.security.broker_args());
+        }
+        args
+    }
+
+    async fn spawn_once(&mut self, secured: bool) -> Result<(), BrokerError> {
         let mut log = OpenOptions::new()
             .create(true)
             .append(true)
@@ -703,7 +884,7 @@ impl ProcessBroker {
                 "open broker log {}",
                 self.log_path.display()
             )))?;
-        let args = self.kind.args(self.port);
+        let args = self.process_args(secured);
         // Marks each (re)start in the shared log; a failed write only loses the marker.
         let _ = writeln!(
             log,
@@ -714,7 +895,11 @@ impl ProcessBroker {
         let stderr = log
             .try_clone()
             .map_err(BrokerError::io("clone broker log handle"))?;
-        let child = Command::new(&self.binary)
+        let mut command = Command::new(&self.binary);
+        if let Some(dir) = &self.workdir {
+            command.current_dir(dir.path());
+        }
+        let child = command
             .args(&args)
             .stdin(Stdio::null())
             .stdout(log)
@@ -779,6 +964,7 @@ impl ProcessBroker {
 impl Drop for ProcessBroker {
     fn drop(&mut self) {
         self.kill();
+        security::register(&format!("127.0.0.1:{}", self.port), Vec::new());
         release_port(self.port);
         let keep = std::thread::panicking() || std::env::var_os(KEEP_LOGS_ENV).is_some();
         if keep {
@@ -891,10 +1077,17 @@ async fn wait_ready(
 
 async fn probe_metadata(bootstrap: String) -> Result<(), String> {
     tokio::task::spawn_blocking(move || {
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", &bootstrap)
-            .create()
-            .map_err(|e| e.to_string())?;
+        let mut config = ops::client_config(&bootstrap);
+        if config
+            .get("security.protocol")
+            .is_some_and(|p| p.contains("SSL"))
+        {
+            // Only "is it up?": tests give brokers bad certificates on purpose.
+            config
+                .set("enable.ssl.certificate.verification", "false")
+                .set("ssl.endpoint.identification.algorithm", "none");
+        }
+        let consumer: BaseConsumer = config.create().map_err(|e| e.to_string())?;
         let md = consumer
             .fetch_metadata(None, Duration::from_secs(2))
             .map_err(|e| format!("metadata from {bootstrap}: {e}"))?;
@@ -1116,15 +1309,22 @@ mod tests {
         let cases = [
             (
                 BrokerKind::Nisshi,
+                9,
                 "broker --listener-url tcp://127.0.0.1:9 --advertised-listener-url tcp://127.0.0.1:9 --storage-engine memory://mirrorflow-9/",
             ),
             (
                 BrokerKind::Tansu,
+                9,
                 "broker --listener-url tcp://127.0.0.1:9 --advertised-listener-url tcp://127.0.0.1:9 --storage-engine memory://mirrorflow-9/ --cluster-id mirrorflow-9",
             ),
+            (
+                BrokerKind::Nisshi,
+                7,
+                "broker --listener-url tcp://127.0.0.1:9 --advertised-listener-url tcp://127.0.0.1:7 --storage-engine memory://mirrorflow-9/",
+            ),
         ];
-        for (kind, want) in cases {
-            assert_eq!(kind.args(9).join(" "), want, "{kind}");
+        for (kind, advertised, want) in cases {
+            assert_eq!(kind.args(9, advertised).join(" "), want, "{kind}");
         }
     }
 

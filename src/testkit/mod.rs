@@ -1,4 +1,5 @@
-//! Local brokers (nisshi, tansu, librdkafka mock) for the demo, tests and benches, and the
-//! benches' statistics.
+//! Local brokers (nisshi, tansu, librdkafka mock) for the demo, tests and benches, a
+//! Kafka-aware fault proxy, and the benches' statistics.
 pub mod brokers;
+pub mod proxy;
 pub mod stats;

@@ -7,7 +7,10 @@
 //!   its own field manager (`mirrorflow-worker-<i>`), so status never depends on the
 //!   controller reaching the pod. The apply body holds only that entry: `status.workers` is a
 //!   list-map keyed by `id`, so each worker owns exactly its element and the controller's
-//!   fields are untouched.
+//!   fields are untouched. The entry says state, heartbeat and counts: a failure's
+//!   explanation (message, log start, records lost) is sent until the worker sees it in the
+//!   controller's `status.failures`, then only its identity ([`compact_entry`]), so
+//!   `kubectl describe` explains each failure once.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,19 +25,22 @@ use tracing::{debug, info, warn};
 
 use std::path::PathBuf;
 
+use crate::api::status::{material, same_failure};
 use crate::api::{
-    load_flow_file, validate_flow, MirrorFlow, MirrorFlowSpec, OffsetCheckpoint, WorkerStatus,
-    GROUP, VERSION,
+    load_flow_file, validate_flow, MirrorFlow, MirrorFlowSpec, OffsetCheckpoint, PartitionFailure,
+    WorkerState, WorkerStatus, GROUP, VERSION,
 };
 use crate::worker::replicate::{
-    self, checkpoint_reports, CheckpointReportSource, FlowInput, StatusSink, WorkerArgs,
-    WorkerSnapshot,
+    self, checkpoint_reports, CheckpointReportSource, FlowInput, PartitionState, StatusSink,
+    WorkerArgs, WorkerSnapshot,
 };
 
-/// Heartbeat: an unchanged entry is re-applied this often (the controller counts entries
-/// older than 30 s as not ready; see docs/ARCHITECTURE.md).
+/// Heartbeat: the entry is re-applied this often, with what changed on every report (lag,
+/// checkpoint times) since the last apply (the controller counts entries older than 30 s as
+/// not ready; see docs/ARCHITECTURE.md).
 pub const HEARTBEAT: Duration = Duration::from_secs(10);
-/// Changes are applied at most this often, so a flapping partition cannot flood the API.
+/// Material changes (state, failures, resets, generation: [`material`]) are applied at once,
+/// but at most this often, so a flapping partition cannot flood the API.
 pub const MIN_INTERVAL: Duration = Duration::from_secs(1);
 
 /// `NAMESPACE/NAME` → (namespace, name), with a message naming the flag on bad input.
@@ -73,7 +79,12 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         anyhow::anyhow!("cannot reach the Kubernetes API (in-cluster or KUBECONFIG): {e}")
     })?;
     let api: Api<MirrorFlow> = Api::namespaced(client, &namespace);
-    let (mut input, generation, source_task) = flow_source(api.clone(), &namespace, &name).await?;
+    let FlowSource {
+        mut input,
+        generation,
+        folded,
+        task: source_task,
+    } = flow_source(api.clone(), &namespace, &name).await?;
     let reload = Duration::from_secs(args.flow_reload_seconds.max(1));
     // Only worker 0 runs checkpoints (checkpoint::runner::should_run); the others skip the file.
     let cp_file = args
@@ -82,7 +93,13 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         .filter(|_| crate::worker::checkpoint::runner::should_run(index));
     let (checkpoints, cp_task) = watch_checkpoints_file(cp_file, &name, reload);
     input.checkpoints = checkpoints;
-    let sink = Arc::new(KubeStatusSink::spawn(api, name.clone(), index, generation));
+    let sink = Arc::new(KubeStatusSink::spawn(
+        api,
+        name.clone(),
+        index,
+        generation,
+        folded,
+    ));
     let result = replicate::run_with(
         args,
         input,
@@ -97,6 +114,18 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
     result
 }
 
+/// What the worker reads from its MirrorFlow.
+pub struct FlowSource {
+    /// The spec (live) and, empty, the checkpoints (filled from the config file by [`run`]).
+    pub input: FlowInput,
+    /// The generation of the spec in force.
+    pub generation: watch::Receiver<Option<i64>>,
+    /// The flow's `status.failures`, as the controller folded them.
+    pub folded: watch::Receiver<Vec<PartitionFailure>>,
+    /// The watch; aborting it freezes the spec.
+    pub task: tokio::task::JoinHandle<()>,
+}
+
 /// Reads the flow once (it must exist and be valid), then watches it and publishes each new
 /// valid spec. An invalid later spec keeps the last good one running: the controller reports
 /// InvalidSpec and leaves the workers alone, and so do we.
@@ -104,11 +133,7 @@ pub async fn flow_source(
     api: Api<MirrorFlow>,
     namespace: &str,
     name: &str,
-) -> anyhow::Result<(
-    FlowInput,
-    watch::Receiver<Option<i64>>,
-    tokio::task::JoinHandle<()>,
-)> {
+) -> anyhow::Result<FlowSource> {
     let flow = api
         .get_opt(name)
         .await
@@ -118,6 +143,7 @@ pub async fn flow_source(
         .map_err(|e| anyhow::anyhow!("MirrorFlow {namespace}/{name} is invalid: {e}"))?;
     let (spec_tx, spec_rx) = watch::channel(flow.spec.clone());
     let (gen_tx, gen_rx) = watch::channel(flow.metadata.generation);
+    let (folded_tx, folded_rx) = watch::channel(folded_failures(&flow));
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
     let label = format!("{namespace}/{name}");
     let task = tokio::spawn(async move {
@@ -126,6 +152,12 @@ pub async fn flow_source(
             match event {
                 Ok(Event::Apply(f)) | Ok(Event::InitApply(f)) => {
                     publish_spec(&label, &f, &spec_tx, &gen_tx);
+                    folded_tx.send_if_modified(|cur| {
+                        let now = folded_failures(&f);
+                        let changed = *cur != now;
+                        *cur = now;
+                        changed
+                    });
                 }
                 Ok(Event::Delete(_)) => {
                     // Owner references delete the StatefulSet too; keep running until then.
@@ -147,7 +179,80 @@ pub async fn flow_source(
         // Filled from the rendered config file by `run` (see `watch_checkpoints_file`).
         checkpoints: watch::channel(Vec::new()).1,
     };
-    Ok((input, gen_rx, task))
+    Ok(FlowSource {
+        input,
+        generation: gen_rx,
+        folded: folded_rx,
+        task,
+    })
+}
+
+fn folded_failures(flow: &MirrorFlow) -> Vec<PartitionFailure> {
+    flow.status
+        .as_ref()
+        .map(|s| s.failures.clone())
+        .unwrap_or_default()
+}
+
+/// The entry as it is applied: the message of a Degraded worker names its failed partitions
+/// (the explanation of a DataLoss or TopicReset is in `status.failures`), and failures the
+/// controller has already folded into `status.failures` (`folded`) are sent without their
+/// explanation. Pure.
+pub fn compact_entry(
+    mut entry: WorkerStatus,
+    snapshot: &WorkerSnapshot,
+    folded: &[PartitionFailure],
+) -> WorkerStatus {
+    for f in &mut entry.failures {
+        let known = folded
+            .iter()
+            .any(|k| same_failure(k, f) && k.message.is_some());
+        if known {
+            f.message = None;
+            f.log_start_offset = None;
+            f.records_lost = None;
+        }
+    }
+    if entry.state == WorkerState::Degraded {
+        let failed: Vec<String> = snapshot
+            .partitions
+            .iter()
+            .filter_map(|p| match &p.state {
+                PartitionState::Failed(f) => Some(match &f.failure {
+                    Some(v) => format!("{}/{} ({:?})", p.topic, p.partition, v.type_),
+                    None => format!("{}/{}: {}", p.topic, p.partition, shorten(&f.message, 160)),
+                }),
+                _ => None,
+            })
+            .collect();
+        let mut msg = format!(
+            "{} of {} partitions failed: {}",
+            failed.len(),
+            snapshot.partitions.len(),
+            failed
+                .iter()
+                .take(3)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("; ")
+        );
+        if failed.len() > 3 {
+            msg.push_str(&format!("; and {} more", failed.len() - 3));
+        }
+        if !entry.failures.is_empty() {
+            msg.push_str("; see status.failures");
+        }
+        entry.message = Some(msg);
+    }
+    entry
+}
+
+fn shorten(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_string();
+    }
+    let cut: String = s.chars().take(max).collect();
+    format!("{cut}…")
 }
 
 /// The OffsetCheckpoints of flow `name` from the rendered config file the controller mounts
@@ -236,12 +341,14 @@ pub struct KubeStatusSink {
 }
 
 impl KubeStatusSink {
-    /// Start the apply loop for worker `index` of flow `name`.
+    /// Start the apply loop for worker `index` of flow `name`; `folded` follows the flow's
+    /// `status.failures` ([`compact_entry`]).
     pub fn spawn(
         api: Api<MirrorFlow>,
         name: String,
         index: u32,
         generation: watch::Receiver<Option<i64>>,
+        folded: watch::Receiver<Vec<PartitionFailure>>,
     ) -> Self {
         let (latest, mut rx) = watch::channel::<Option<WorkerSnapshot>>(None);
         let flush = Arc::new(tokio::sync::Notify::new());
@@ -269,7 +376,8 @@ impl KubeStatusSink {
                     }
                     continue;
                 };
-                let mut entry = snapshot.to_worker_status(*generation.borrow());
+                let entry = snapshot.to_worker_status(*generation.borrow());
+                let mut entry = compact_entry(entry, &snapshot, &folded.borrow());
                 // The heartbeat is this apply: a snapshot can be older while the engine waits
                 // on a slow cluster call, and the worker is still alive.
                 entry.last_heartbeat_time = Some(
@@ -280,7 +388,7 @@ impl KubeStatusSink {
                     entry.checkpoints = checkpoint_reports(&source);
                 }
                 let due = tokio::time::Instant::now() >= last_time + HEARTBEAT;
-                if flushing || due || !same_but_heartbeat(last_sent.as_ref(), &entry) {
+                if flushing || due || !same_material(last_sent.as_ref(), &entry) {
                     let patch = worker_status_patch(&name, &entry);
                     match api
                         .patch_status(&name, &params, &Patch::Apply(&patch))
@@ -332,14 +440,10 @@ impl StatusSink for KubeStatusSink {
     }
 }
 
-/// Entries equal except for the heartbeat time need no apply before the heartbeat is due.
-fn same_but_heartbeat(prev: Option<&WorkerStatus>, next: &WorkerStatus) -> bool {
-    let Some(prev) = prev else { return false };
-    let mut a = prev.clone();
-    a.last_heartbeat_time = None;
-    let mut b = next.clone();
-    b.last_heartbeat_time = None;
-    a == b
+/// Entries that differ only in what changes on every report need no apply before the
+/// heartbeat is due (the controller does not react to those fields either).
+fn same_material(prev: Option<&WorkerStatus>, next: &WorkerStatus) -> bool {
+    prev.is_some_and(|p| material(p) == material(next))
 }
 
 #[cfg(test)]
@@ -386,6 +490,8 @@ mod tests {
             replication_lag: None,
             last_applied_reset: None,
             checkpoints: vec![],
+            connection_problems: vec![],
+            topic_acls: None,
         }
     }
 
@@ -407,17 +513,90 @@ mod tests {
     }
 
     #[test]
-    fn heartbeat_only_changes_are_not_changes() {
+    fn heartbeat_and_lag_changes_wait_for_the_heartbeat() {
         let a = entry(WorkerState::Running, 5);
-        assert!(same_but_heartbeat(
-            Some(&a),
-            &entry(WorkerState::Running, 9)
-        ));
-        assert!(!same_but_heartbeat(
-            Some(&a),
-            &entry(WorkerState::Degraded, 5)
-        ));
-        assert!(!same_but_heartbeat(None, &a));
+        assert!(same_material(Some(&a), &entry(WorkerState::Running, 9)));
+        let mut lagging = entry(WorkerState::Running, 9);
+        lagging.replication_lag = Some(crate::api::ReplicationLag {
+            records: 10,
+            seconds: 1,
+        });
+        assert!(same_material(Some(&a), &lagging));
+        assert!(!same_material(Some(&a), &entry(WorkerState::Degraded, 5)));
+        let mut other_gen = entry(WorkerState::Running, 5);
+        other_gen.observed_generation = Some(2);
+        assert!(!same_material(Some(&a), &other_gen));
+        assert!(!same_material(None, &a));
+    }
+
+    #[test]
+    fn entries_say_state_and_counts_once_the_detail_is_folded() {
+        use crate::api::FailureType;
+        use crate::worker::replicate::status::{FailureKind, PartitionFailed, PartitionSnapshot};
+        let failure = PartitionFailure {
+            type_: FailureType::DataLoss,
+            topic: "events".into(),
+            partition: 0,
+            requested_offset: 10,
+            log_start_offset: Some(20),
+            records_lost: Some(10),
+            detected_at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                jiff::Timestamp::from_second(7).unwrap() + jiff::SignedDuration::from_millis(250),
+            ),
+            message: Some("DataLoss on source topic ... run: kubectl patch ...".into()),
+        };
+        let part = |p: i32, state: PartitionState| PartitionSnapshot {
+            topic: "events".into(),
+            partition: p,
+            target_topic: "dc1.events".into(),
+            position: Some(10),
+            high_watermark: Some(30),
+            lag_records: Some(20),
+            lag_seconds: None,
+            state,
+        };
+        let mut snap = WorkerSnapshot::starting("ns", "f", 0, 1, crate::api::Delivery::AtLeastOnce);
+        snap.state = WorkerState::Degraded;
+        snap.partitions = vec![
+            part(
+                0,
+                PartitionState::Failed(PartitionFailed {
+                    kind: FailureKind::DataLoss,
+                    offset: 10,
+                    message: "long".into(),
+                    failure: Some(failure.clone()),
+                }),
+            ),
+            part(1, PartitionState::Replicating),
+        ];
+        snap.failures = vec![failure.clone()];
+        snap.message = Some("1 of 2 partitions failed: events/0: DataLoss on ... long".into());
+        let entry = snap.to_worker_status(Some(1));
+
+        // Not folded yet: the explanation travels, the message is a summary.
+        let first = compact_entry(entry.clone(), &snap, &[]);
+        assert_eq!(first.failures, vec![failure.clone()]);
+        assert_eq!(
+            first.message.as_deref(),
+            Some("1 of 2 partitions failed: events/0 (DataLoss); see status.failures")
+        );
+        // Folded (the API server keeps whole seconds): only the failure's identity.
+        let mut stored = failure.clone();
+        stored.detected_at.0 = jiff::Timestamp::from_second(7).unwrap();
+        let later = compact_entry(entry, &snap, std::slice::from_ref(&stored));
+        let f = &later.failures[0];
+        assert_eq!(
+            (
+                f.message.as_deref(),
+                f.log_start_offset,
+                f.records_lost,
+                f.requested_offset
+            ),
+            (None, None, None, 10)
+        );
+        // The controller completes it from what it folded before.
+        let completed = crate::api::status::complete_failure(f, std::slice::from_ref(&failure));
+        assert_eq!(completed, failure);
     }
 
     #[test]

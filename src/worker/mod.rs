@@ -1,5 +1,7 @@
 //! Data plane: replication, offset validation and checkpoints.
+pub mod acl_sync;
 pub mod checkpoint;
 pub mod k8s;
 pub mod replicate;
+pub mod report;
 pub mod validation;

@@ -80,6 +80,7 @@ pub fn test_tuning(max_records: usize) -> Tuning {
         },
         producer: ProducerLimits {
             transaction_timeout: Duration::from_secs(20),
+            commit_timeout: Duration::from_secs(20),
             delivery_timeout: Duration::from_secs(20),
             ..ProducerLimits::default()
         },
@@ -140,6 +141,10 @@ pub fn start_worker(
             metrics: metrics.clone(),
             sink,
             readiness: readiness.clone(),
+            health: mirrorflow::kafka::health::FlowHealth::new(
+                &spec.source.alias,
+                &spec.target.alias,
+            ),
         },
     )
     .expect("engine");
@@ -547,6 +552,9 @@ pub struct Standalone {
 impl Standalone {
     /// Starts a worker with `args` (the file re-read every 200 ms), reporting to `sinks`.
     pub fn start(args: &WorkerArgs, sinks: Vec<Arc<dyn StatusSink>>) -> Self {
+        if std::env::var_os("RUST_LOG").is_some() {
+            mirrorflow::telemetry::logging::init(mirrorflow::telemetry::logging::LogFormat::Text);
+        }
         let flow = args
             .flow
             .clone()

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::api::parse_flow_file;
+use crate::api::status::worker_id;
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 
@@ -50,6 +51,7 @@ fn checkpoint(name: &str, flow: &str, ns: &str, interval: i32) -> OffsetCheckpoi
 fn settings() -> BuildSettings {
     BuildSettings {
         worker_image: "mirrorflow:test".into(),
+        image_allowlist: Vec::new(),
     }
 }
 
@@ -655,5 +657,148 @@ fn selector_string_matches_the_selector() {
     assert_eq!(
         selector_string("orders"),
         "app.kubernetes.io/component=worker,app.kubernetes.io/instance=orders,app.kubernetes.io/name=mirrorflow"
+    );
+}
+
+#[test]
+fn flow_names_must_form_service_names() {
+    let rows = [
+        ("orders", true),
+        ("a1-b2", true),
+        ("1orders", false),
+        ("a.b", false),
+        ("Orders", false),
+        ("orders-", true), // the Service is "orders--worker": still a label
+    ];
+    for (name, ok) in rows {
+        assert_eq!(check_flow_name(name).is_ok(), ok, "{name}");
+    }
+    let e = check_flow_name("a.b").unwrap_err();
+    assert!(
+        e.message.contains("DNS-1035") && e.message.contains("\"a.b-worker\""),
+        "{}",
+        e.message
+    );
+    assert!(is_dns1035_label("a") && !is_dns1035_label("-a") && !is_dns1035_label(""));
+}
+
+#[test]
+fn default_resources_follow_the_window_and_never_override_the_flow() {
+    let with = |workers: Value| {
+        let mut v = spec_json();
+        v["workers"] = workers;
+        flow_from(v)
+    };
+    let resources = |f: &MirrorFlow| {
+        serde_json::to_value(
+            container(&children(f).stateful_set)
+                .resources
+                .clone()
+                .unwrap(),
+        )
+        .unwrap()
+    };
+    assert_eq!(
+        resources(&with(json!({}))),
+        json!({"requests": {"cpu": "100m", "memory": "80Mi"}, "limits": {"memory": "160Mi"}})
+    );
+    assert_eq!(
+        resources(&with(json!({"inFlightMiB": 64}))),
+        json!({"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}})
+    );
+    assert_eq!(
+        resources(&with(json!({"resources": {}}))),
+        resources(&with(json!({}))),
+        "an empty resources block is none"
+    );
+    let own = json!({"requests": {"cpu": "2"}, "limits": {"memory": "1Gi"}});
+    assert_eq!(resources(&with(json!({"resources": own.clone()}))), own);
+}
+
+#[test]
+fn one_disruption_budget_per_flow() {
+    let c = children(&flow());
+    let pdb = &c.disruption_budget;
+    assert_eq!(pdb.metadata.name, c.stateful_set.metadata.name);
+    assert_eq!(
+        pdb.metadata.owner_references,
+        c.stateful_set.metadata.owner_references
+    );
+    let spec = pdb.spec.as_ref().unwrap();
+    assert_eq!(spec.max_unavailable, Some(IntOrString::Int(1)));
+    assert_eq!(
+        spec.selector.as_ref().unwrap().match_labels,
+        c.stateful_set.spec.as_ref().unwrap().selector.match_labels
+    );
+}
+
+#[test]
+fn worker_image_allowlist_table() {
+    let list = |l: &[&str]| l.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let cases: &[(&str, &[&str], bool)] = &[
+        ("anything", &[], true),
+        (
+            "reg.example/mirrorflow:1.2",
+            &["reg.example/mirrorflow:1.2"],
+            true,
+        ),
+        (
+            "reg.example/mirrorflow:1.3",
+            &["reg.example/mirrorflow:1.2"],
+            false,
+        ),
+        (
+            "reg.example/mirrorflow:1.3",
+            &["reg.example/mirrorflow:*"],
+            true,
+        ),
+        (
+            "reg.example/mirrorflow@sha256:abc",
+            &["reg.example/mirrorflow@sha256:*"],
+            true,
+        ),
+        // A tag prefix does not allow another repository.
+        (
+            "reg.example/mirrorflow-evil:1",
+            &["reg.example/mirrorflow:*"],
+            false,
+        ),
+        ("evil.example/mirrorflow:1", &["reg.example/*"], false),
+        ("mirrorflow:1", &["docker.io/library/mirrorflow:1"], false),
+    ];
+    for (image, allow, want) in cases {
+        assert_eq!(
+            image_allowed(image, &list(allow)),
+            *want,
+            "{image} {allow:?}"
+        );
+    }
+    let mut s = settings();
+    s.image_allowlist = list(&["reg.example/mirrorflow:*"]);
+    let mut spec = flow().spec;
+    assert_eq!(
+        check_worker_image(&spec, &s),
+        Ok(()),
+        "unset: the operator's image"
+    );
+    spec.workers.image = Some(s.worker_image.clone());
+    assert_eq!(
+        check_worker_image(&spec, &s),
+        Ok(()),
+        "the operator's own image"
+    );
+    spec.workers.image = Some("evil.example/x:1".into());
+    let e = check_worker_image(&spec, &s).unwrap_err();
+    assert_eq!(e.field, "spec.workers.image");
+    assert!(
+        e.message.contains("reg.example/mirrorflow:*"),
+        "{}",
+        e.message
+    );
+    s.image_allowlist.clear();
+    assert_eq!(
+        check_worker_image(&spec, &s),
+        Ok(()),
+        "no list: all allowed"
     );
 }

@@ -17,9 +17,14 @@ use super::BrokerError;
 /// Bound for admin calls, metadata propagation waits and deliveries.
 const OP_TIMEOUT: Duration = Duration::from_secs(30);
 
-fn client_config(bootstrap: &str) -> ClientConfig {
+/// A client config for `bootstrap`, with the security properties a secured local broker
+/// registered for it (see `security`).
+pub(crate) fn client_config(bootstrap: &str) -> ClientConfig {
     let mut config = ClientConfig::new();
     config.set("bootstrap.servers", bootstrap);
+    for (k, v) in super::security::client_properties_for(bootstrap) {
+        config.set(k, v);
+    }
     config
 }
 
@@ -42,11 +47,11 @@ async fn blocking<T: Send + 'static>(
     op: &str,
     f: impl FnOnce() -> Result<T, BrokerError> + Send + 'static,
 ) -> Result<T, BrokerError> {
-    tokio::task::spawn_blocking(f)
+    crate::kafka::blocking(f)
         .await
-        .map_err(|e| BrokerError::Failed {
+        .map_err(|detail| BrokerError::Failed {
             op: op.to_owned(),
-            detail: format!("blocking task failed: {e}"),
+            detail,
         })?
 }
 

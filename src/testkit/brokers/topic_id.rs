@@ -5,7 +5,6 @@ use std::time::Duration;
 
 use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
-use rdkafka::ClientConfig;
 
 use crate::kafka::topic_id::describe_topic_ids;
 
@@ -16,8 +15,7 @@ pub(super) fn describe_topic_id(
     topic: &str,
     timeout: Duration,
 ) -> Result<Option<String>, String> {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
+    let admin: AdminClient<DefaultClientContext> = super::ops::client_config(bootstrap)
         .create()
         .map_err(|e| format!("admin client for {bootstrap}: {e}"))?;
     let topic = topic.to_string();

@@ -19,10 +19,10 @@ use crate::api::load_flow_file;
 use crate::kafka::config::client_properties;
 use crate::kafka::wire;
 
-use super::admin::{GroupAdmin, GroupOffset};
 use super::io::TopicTail;
 use super::runner::checkpoints_topic;
 use super::translate::{decide_group_sync, GroupSyncDecision, TargetGroupState};
+use crate::kafka::admin::{GroupAdmin, GroupOffset};
 
 /// Arguments of `mirrorflow translate`.
 #[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
@@ -42,7 +42,7 @@ pub struct TranslateArgs {
         long,
         value_name = "DIR",
         env = "MIRRORFLOW_SECRETS_DIR",
-        default_value = "/var/run/mirrorflow/secrets"
+        default_value = crate::api::SECRETS_DIR
     )]
     pub secrets_dir: PathBuf,
     /// Bound for each cluster call, in seconds.

@@ -7,10 +7,9 @@
 //! - [`plan`]: one group's cycle as pure decisions.
 //! - [`status`]: runner state → `OffsetCheckpointStatus`.
 //! - [`metrics`]: Prometheus series.
-//! - [`admin`], [`io`]: cluster calls.
+//! - [`io`] and [`crate::kafka::admin`]: cluster calls.
 //! - [`runner`]: the loop run by worker 0 of a flow.
 //! - [`cli`]: `mirrorflow translate`.
-pub mod admin;
 pub mod cli;
 pub mod groups;
 pub mod io;

@@ -15,18 +15,16 @@
 
 use std::collections::HashMap;
 
+use crate::api::status::list_some;
 use crate::api::GroupFailureReason;
 use crate::kafka::wire;
 
-use super::admin::GroupOffset;
 use super::store::SyncStore;
 use super::translate::{
     clamp_to_target_end, decide_checkpoint, decide_group_sync, CheckpointDecision, CheckpointKey,
     CheckpointState, GroupSyncDecision, NoSyncReason, TargetGroupState, Translation,
 };
-
-/// How many partitions a failure message lists before "and N more".
-const LIST_IN_MESSAGE: usize = 5;
+use crate::kafka::admin::GroupOffset;
 
 /// Why a partition has no usable checkpoint this cycle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,19 +139,6 @@ impl GroupPlan {
             format!("no safe translation for {}", list_some(&bad)),
         ))
     }
-}
-
-fn list_some(items: &[String]) -> String {
-    let mut s = items
-        .iter()
-        .take(LIST_IN_MESSAGE)
-        .cloned()
-        .collect::<Vec<_>>()
-        .join(", ");
-    if items.len() > LIST_IN_MESSAGE {
-        s.push_str(&format!(" and {} more", items.len() - LIST_IN_MESSAGE));
-    }
-    s
 }
 
 /// Plans one group's cycle (module docs). `offsets` are the group's committed source

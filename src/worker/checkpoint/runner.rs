@@ -48,10 +48,10 @@ use crate::api::{
     GroupFailureReason, MirrorFlow, MirrorFlowSpec, OffsetCheckpoint, OffsetCheckpointStatus,
 };
 use crate::kafka::config::client_properties;
+use crate::kafka::secrets::FlowSecrets;
 use crate::kafka::wire;
 use crate::worker::replicate::select::{TopicDecision, TopicFilter};
 
-use super::admin::{GroupAdmin, GroupOffset};
 use super::groups::{assign_groups, GroupSelection};
 use super::io::{self, TopicTail};
 use super::metrics::CheckpointMetrics;
@@ -59,6 +59,8 @@ use super::plan::{classify_commit_error, plan_group, plan_group_sync, GroupPlan,
 use super::status::{checkpoint_status, merge_failures, RunnerState};
 use super::store::{SyncStore, SYNC_SEQUENCE_HEADER};
 use super::translate::{reload_checkpoints, CheckpointKey, CheckpointState};
+use crate::kafka::admin::{GroupAdmin, GroupOffset};
+use crate::kafka::blocking;
 
 /// Bound for every cluster call of a cycle.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -66,6 +68,13 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 pub const STARTUP_READ_TIMEOUT: Duration = Duration::from_secs(120);
 /// Pause between failed start-up attempts.
 const STARTUP_RETRY: Duration = Duration::from_secs(5);
+
+/// Why a connected run ended.
+enum Ended {
+    Shutdown,
+    /// A cluster's Secrets changed: connect again with them.
+    Rotated,
+}
 
 /// Whether worker `worker_index` of a flow runs the checkpoints (module docs: index 0 only).
 pub fn should_run(worker_index: u32) -> bool {
@@ -97,6 +106,9 @@ pub struct CheckpointRunner {
     specs_tx: watch::Sender<Vec<OffsetCheckpoint>>,
     state_tx: watch::Sender<RunnerState>,
     metrics: CheckpointMetrics,
+    secrets_dir: std::path::PathBuf,
+    /// Rotation of the clusters' mounted Secrets: reconnect with them.
+    secrets: Option<FlowSecrets>,
 }
 
 impl CheckpointRunner {
@@ -132,7 +144,34 @@ impl CheckpointRunner {
             specs_tx,
             state_tx,
             metrics,
+            secrets_dir: secrets_dir.to_path_buf(),
+            secrets: None,
         })
+    }
+
+    /// Reconnects (and starts over: reload, offset syncs read again) whenever a cluster's
+    /// mounted Secrets change.
+    pub fn watch_secrets(mut self, secrets: FlowSecrets) -> Self {
+        self.secrets = Some(secrets);
+        self
+    }
+
+    /// Client configs from the Secrets as mounted now; `None` (keep the current ones) when
+    /// they do not load.
+    fn reload_configs(&mut self) {
+        let load = |c: &crate::api::ClusterSpec| {
+            client_properties(c, &self.secrets_dir).map(|p| p.to_client_config())
+        };
+        match (load(&self.flow.source), load(&self.flow.target)) {
+            (Ok(s), Ok(t)) => {
+                self.source = s;
+                self.target = t;
+                tracing::info!(flow = %self.flow_name, "mounted Secrets changed: the checkpoint runner reconnects with them");
+            }
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::warn!(flow = %self.flow_name, error = %e, "the changed Secrets do not load; the checkpoint runner keeps its clients")
+            }
+        }
     }
 
     /// Sender to replace the OffsetCheckpoints live (e.g. when the mounted flow file
@@ -148,19 +187,43 @@ impl CheckpointRunner {
     }
 
     /// Runs until `shutdown` completes. Errors only for what retrying cannot fix.
-    pub async fn run(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    pub async fn run(mut self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
         tokio::pin!(shutdown);
+        loop {
+            match self.run_once(&mut shutdown).await? {
+                Ended::Shutdown => return Ok(()),
+                Ended::Rotated => self.reload_configs(),
+            }
+        }
+    }
+
+    async fn run_once<F: Future<Output = ()>>(
+        &mut self,
+        shutdown: &mut std::pin::Pin<&mut F>,
+    ) -> anyhow::Result<Ended> {
+        let mut secrets = self.secrets.take();
+        let r = self.run_connected(shutdown, &mut secrets).await;
+        self.secrets = secrets;
+        r
+    }
+
+    async fn run_connected<F: Future<Output = ()>>(
+        &self,
+        shutdown: &mut std::pin::Pin<&mut F>,
+        secrets: &mut Option<FlowSecrets>,
+    ) -> anyhow::Result<Ended> {
+        let mut shutdown = shutdown.as_mut();
         let mut startup = None;
         while startup.is_none() {
             tokio::select! {
-                _ = &mut shutdown => return Ok(()),
+                _ = &mut shutdown => return Ok(Ended::Shutdown),
                 r = self.start() => match r {
                     Ok(s) => startup = Some(s),
                     Err(e) => {
                         tracing::warn!(flow = %self.flow_name, error = %e, "checkpoint start-up failed; retrying");
                         self.state_tx.send_modify(|s| s.startup_error = Some(e));
                         tokio::select! {
-                            _ = &mut shutdown => return Ok(()),
+                            _ = &mut shutdown => return Ok(Ended::Shutdown),
                             _ = tokio::time::sleep(STARTUP_RETRY) => {}
                         }
                     }
@@ -240,8 +303,8 @@ impl CheckpointRunner {
                 // A cycle stopped half-way is harmless: written checkpoints are reloaded
                 // at the next start, and commits never move a group backwards.
                 let outcome = tokio::select! {
-                    _ = &mut shutdown => return Ok(()),
-                    r = worker.cycle(&self, &name, cp, &groups) => r,
+                    _ = &mut shutdown => return Ok(Ended::Shutdown),
+                    r = worker.cycle(self, &name, cp, &groups) => r,
                 };
                 let interval = secs(cp.spec.interval_seconds);
                 schedule.insert(name.clone(), started + interval);
@@ -272,12 +335,13 @@ impl CheckpointRunner {
                 .min()
                 .unwrap_or_else(|| Instant::now() + Duration::from_secs(60));
             tokio::select! {
-                _ = &mut shutdown => return Ok(()),
+                _ = &mut shutdown => return Ok(Ended::Shutdown),
+                _ = crate::kafka::secrets::rotated(secrets) => return Ok(Ended::Rotated),
                 _ = tokio::time::sleep_until(wake.into()) => {}
                 r = specs_rx.changed() => {
                     if r.is_err() {
                         // Every sender is gone, which cannot happen while `self` holds one.
-                        return Ok(());
+                        return Ok(Ended::Shutdown);
                     }
                 }
             }
@@ -443,12 +507,6 @@ struct Worker {
     in_force: HashMap<CheckpointKey, CheckpointState>,
     filter: TopicFilter,
     metrics: CheckpointMetrics,
-}
-
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, String> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| format!("blocking task failed: {e}"))
 }
 
 impl Worker {

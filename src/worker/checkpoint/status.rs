@@ -18,12 +18,12 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use crate::api::{
-    GroupFailure, GroupFailureReason, GroupSummary, OffsetCheckpoint, OffsetCheckpointStatus,
-};
-use crate::controller::status::{
+use crate::api::status::{
     condition, fold_checkpoint_status, CheckpointObservation, CheckpointReports, FlowRefState,
     READY,
+};
+use crate::api::{
+    GroupFailure, GroupFailureReason, GroupSummary, OffsetCheckpoint, OffsetCheckpointStatus,
 };
 
 /// A failure of one group that persists across cycles.
@@ -182,8 +182,8 @@ pub fn checkpoint_status(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::status::STALE;
     use crate::api::{FlowRef, GroupSelector, OffsetCheckpointSpec};
-    use crate::controller::status::STALE;
     use jiff::ToSpan;
     use pretty_assertions::assert_eq;
 

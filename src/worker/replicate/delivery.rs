@@ -17,7 +17,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::producer::{DeliveryResult, ProducerContext};
 
-use super::io::LogContext;
+use crate::kafka::context::LogContext;
 
 /// Result of one record: its target offset, or why it was not delivered.
 pub type DeliveryReport = Result<i64, KafkaError>;
@@ -218,6 +218,10 @@ impl ClientContext for DeliveryContext {
 
     fn error(&self, error: KafkaError, reason: &str) {
         self.log.error(error, reason);
+    }
+
+    fn stats_raw(&self, statistics: &[u8]) {
+        self.log.stats_raw(statistics);
     }
 }
 

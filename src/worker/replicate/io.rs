@@ -11,65 +11,16 @@ use rdkafka::admin::{
     TopicReplication,
 };
 use rdkafka::client::{Client, ClientContext};
-use rdkafka::config::RDKafkaLogLevel;
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Message, Offset, TopicPartitionList};
 
 use super::select::{should_sync_config, ConfigOrigin};
 use crate::kafka::config::ClientProperties;
+use crate::kafka::context::LogContext;
 use crate::kafka::wire::Progress;
-
-/// librdkafka logs and client errors as `tracing` events tagged with the cluster alias.
-/// Client errors (broker down, ...) are warnings: librdkafka retries them itself, and the
-/// engine reports what they cause.
-#[derive(Clone, Debug)]
-pub struct LogContext {
-    cluster: Arc<str>,
-}
-
-impl LogContext {
-    /// A context for clients of the cluster `alias`.
-    pub fn new(alias: &str) -> Self {
-        Self {
-            cluster: Arc::from(alias),
-        }
-    }
-}
-
-impl ClientContext for LogContext {
-    fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
-        let cluster = &*self.cluster;
-        match level {
-            RDKafkaLogLevel::Emerg
-            | RDKafkaLogLevel::Alert
-            | RDKafkaLogLevel::Critical
-            | RDKafkaLogLevel::Error => {
-                tracing::error!(target: "librdkafka", cluster, "{fac}: {log_message}")
-            }
-            RDKafkaLogLevel::Warning => {
-                tracing::warn!(target: "librdkafka", cluster, "{fac}: {log_message}")
-            }
-            RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
-                tracing::info!(target: "librdkafka", cluster, "{fac}: {log_message}")
-            }
-            RDKafkaLogLevel::Debug => {
-                tracing::debug!(target: "librdkafka", cluster, "{fac}: {log_message}")
-            }
-        }
-    }
-
-    fn error(&self, error: KafkaError, reason: &str) {
-        let cluster = &*self.cluster;
-        match error {
-            KafkaError::PartitionEOF(_) | KafkaError::Global(RDKafkaErrorCode::PartitionEOF) => {}
-            e => tracing::warn!(target: "librdkafka", cluster, "{e}: {reason}"),
-        }
-    }
-}
-
-impl ConsumerContext for LogContext {}
 
 /// A client used only for metadata and watermark queries.
 pub type MetaClient = Arc<BaseConsumer<LogContext>>;
@@ -97,12 +48,11 @@ fn admin_options(timeout: Duration) -> AdminOptions {
         .operation_timeout(Some(timeout))
 }
 
+/// A blocking librdkafka call that fails with a message, on tokio's blocking pool.
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, String> + Send + 'static,
 ) -> Result<T, String> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| format!("blocking task failed: {e}"))?
+    crate::kafka::blocking(f).await?
 }
 
 /// Topic name → partition count, as metadata lists them (topics in error are left out).
@@ -130,25 +80,71 @@ pub async fn list_topics(
     .await
 }
 
-/// `(log start, high watermark)` of each partition; failures per partition as text.
+/// `(log start, high watermark)` of each partition: two ListOffsets rounds (earliest,
+/// latest) asked for all `partitions` at once, so one request per partition leader and
+/// round, never one per partition (librdkafka's `offsets_for_times` with the logical offsets
+/// -2/-1, which Kafka's ListOffsets answers with the log start and the end). The outer error
+/// means the lookup failed as a whole; per partition, the broker's error.
 pub async fn watermarks(
     client: &MetaClient,
     partitions: Vec<(String, i32)>,
     timeout: Duration,
-) -> Result<Vec<((String, i32), Result<(i64, i64), String>)>, String> {
-    let client = client.clone();
-    blocking(move || {
-        Ok(partitions
-            .into_iter()
-            .map(|(t, p)| {
-                let r = client
-                    .fetch_watermarks(&t, p, timeout)
-                    .map_err(|e| format!("watermarks of {t}/{p}: {e}"));
-                ((t, p), r)
-            })
-            .collect())
-    })
-    .await
+) -> Result<BTreeMap<(String, i32), Result<(i64, i64), String>>, String> {
+    if partitions.is_empty() {
+        return Ok(BTreeMap::new());
+    }
+    let list = |at: Offset| {
+        let client = client.clone();
+        let partitions = partitions.clone();
+        blocking(move || {
+            let mut tpl = TopicPartitionList::with_capacity(partitions.len());
+            for (t, p) in &partitions {
+                tpl.add_partition_offset(t, *p, at)
+                    .map_err(|e| format!("list offsets of {t}/{p}: {e}"))?;
+            }
+            client
+                .offsets_for_times(tpl, timeout)
+                .map_err(|e| format!("list offsets of {} partitions: {e}", partitions.len()))
+        })
+    };
+    let (low, high) = futures::try_join!(list(Offset::Beginning), list(Offset::End))?;
+    let offset = |e: &rdkafka::topic_partition_list::TopicPartitionListElem<'_>| match (
+        e.error(),
+        e.offset(),
+    ) {
+        (Err(err), _) => Err(format!(
+            "watermarks of {}/{}: {err}",
+            e.topic(),
+            e.partition()
+        )),
+        (Ok(()), Offset::Offset(o)) => Ok(o),
+        (Ok(()), other) => Err(format!(
+            "watermarks of {}/{}: no offset ({other:?})",
+            e.topic(),
+            e.partition()
+        )),
+    };
+    let by_partition = |tpl: &TopicPartitionList| -> HashMap<(String, i32), Result<i64, String>> {
+        tpl.elements()
+            .iter()
+            .map(|e| ((e.topic().to_string(), e.partition()), offset(e)))
+            .collect()
+    };
+    let (low, high) = (by_partition(&low), by_partition(&high));
+    Ok(partitions
+        .into_iter()
+        .map(|key| {
+            let r = match (low.get(&key), high.get(&key)) {
+                (Some(Ok(l)), Some(Ok(h))) => Ok((*l, *h)),
+                (Some(Err(e)), _) | (_, Some(Err(e))) => Err(e.clone()),
+                _ => Err(format!(
+                    "watermarks of {}/{}: missing from the answer",
+                    key.0, key.1
+                )),
+            };
+            (key, r)
+        })
+        .collect())
 }
 
 /// `(log start, high watermark)` from the last fetch response `client` received for
@@ -271,14 +267,15 @@ pub async fn syncable_topic_configs(
 }
 
 /// Creates `topic` with `partitions` partitions, the broker's default replication factor
-/// and `configs`. An already existing topic is not an error (another worker may have won).
+/// and `configs`: `Ok(true)` if created, `Ok(false)` if it already existed (another worker
+/// may have won, or the metadata that said it was missing was stale).
 pub async fn create_topic(
     admin: &Admin,
     topic: &str,
     partitions: i32,
     configs: &[(String, String)],
     timeout: Duration,
-) -> Result<(), String> {
+) -> Result<bool, String> {
     let mut new_topic = NewTopic::new(topic, partitions, TopicReplication::Fixed(-1));
     for (k, v) in configs {
         new_topic = new_topic.set(k, v);
@@ -287,15 +284,58 @@ pub async fn create_topic(
         .create_topics([&new_topic], &admin_options(timeout))
         .await
         .map_err(|e| format!("create topic {topic}: {e}"))?;
+    let mut created = true;
     for r in results {
         match r {
-            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Ok(_) => {}
+            Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => created = false,
             Err((name, code)) => {
                 return Err(format!(
                     "create topic {name} ({partitions} partitions, configs {configs:?}): {code}"
                 ))
             }
         }
+    }
+    Ok(created)
+}
+
+/// Configs of mirrorflow's internal topics (progress, offset syncs): compacted, with segments
+/// rolled hourly so compaction can run at all (the active segment is never compacted, and the
+/// broker default rolls it only weekly or at 1 GiB).
+pub fn internal_topic_configs() -> Vec<(String, String)> {
+    vec![
+        ("cleanup.policy".to_string(), "compact".to_string()),
+        ("segment.ms".to_string(), "3600000".to_string()),
+    ]
+}
+
+/// Creates the compacted one-partition `topics` missing on the cluster `alias` (internal
+/// topics: progress, offset syncs); the error says which one and why.
+pub async fn ensure_compacted(
+    meta: &MetaClient,
+    admin: &Admin,
+    topics: &[String],
+    alias: &str,
+    timeout: Duration,
+) -> Result<(), String> {
+    let existing = list_topics(meta, timeout)
+        .await
+        .map_err(|e| format!("target cluster {alias}: {e}"))?;
+    for topic in topics.iter().filter(|t| !existing.contains_key(*t)) {
+        let created = create_topic(admin, topic, 1, &internal_topic_configs(), timeout)
+            .await
+            .map_err(|e| {
+                format!("cannot create internal topic {topic} on target cluster {alias}: {e}")
+            })?;
+        if !created {
+            // The metadata that said it was missing was stale (or another worker won): read
+            // it again rather than take "missing" for "empty".
+            return Err(format!(
+                "internal topic {topic} on target cluster {alias} exists although the cluster \
+                 did not list it (stale metadata, or another worker created it)"
+            ));
+        }
+        tracing::info!(topic, "created internal topic on the target");
     }
     Ok(())
 }
@@ -322,6 +362,38 @@ pub async fn add_partitions(
     Ok(())
 }
 
+/// The newest offset sync `(upstream, downstream)` of each of `partitions` in the
+/// offset-syncs `topic` on the target (read to its end, read_committed); partitions without
+/// a sync are left out.
+pub async fn newest_syncs(
+    props: &ClientProperties,
+    topic: &str,
+    partitions: Vec<(String, i32)>,
+    timeout: Duration,
+) -> Result<HashMap<(String, i32), (i64, i64)>, String> {
+    let config = props.to_client_config();
+    let topic = topic.to_string();
+    blocking(move || {
+        let wanted: std::collections::HashSet<(String, i32)> = partitions.into_iter().collect();
+        let mut tail =
+            crate::worker::checkpoint::io::TopicTail::new(&config, &topic, "target cluster")?;
+        let mut out = HashMap::new();
+        tail.catch_up(timeout, |m| {
+            let (Some(k), Some(v)) = (m.key(), m.payload()) else {
+                return;
+            };
+            if let Ok(s) = crate::kafka::wire::OffsetSync::decode(k, v) {
+                let key = (s.topic, s.partition);
+                if wanted.contains(&key) {
+                    out.insert(key, (s.upstream_offset, s.downstream_offset));
+                }
+            }
+        })?;
+        Ok(out)
+    })
+    .await
+}
+
 /// Why progress could not be read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProgressError {
@@ -336,6 +408,12 @@ pub enum ProgressError {
 /// partition; a tombstone forgets the partition. `Ok(empty)` when the topic does not exist.
 /// A record that does not decode is [`ProgressError::Corrupt`]: skipping it could restart a
 /// partition from `startFrom` and lose records.
+///
+/// "Its end" is the high watermark when the read starts, not the last stable offset: a
+/// transaction another worker has open (or left hanging) hides everything committed after
+/// it began, and stopping there would resume from older positions (duplicates). The read
+/// waits for such transactions to end (commit, abort, or the coordinator's timeout) and is
+/// [`ProgressError::Unavailable`] if they outlast `timeout`.
 pub async fn read_progress(
     props: &ClientProperties,
     ctx: LogContext,
@@ -358,20 +436,28 @@ pub async fn read_progress(
         .set("queued.max.messages.kbytes", "2048")
         .set("fetch.max.bytes", "1048576");
     let topic = topic.to_string();
+    let mut uncommitted_config = config.clone();
+    uncommitted_config.set("isolation.level", "read_uncommitted");
     let task = tokio::task::spawn_blocking(move || {
         let consumer: BaseConsumer<LogContext> = config
+            .create_with_context(ctx.clone())
+            .map_err(|e| Unavailable(format!("progress reader for {topic}: {e}")))?;
+        let uncommitted: BaseConsumer<LogContext> = uncommitted_config
             .create_with_context(ctx)
             .map_err(|e| Unavailable(format!("progress reader for {topic}: {e}")))?;
         let md = consumer
             .fetch_metadata(None, timeout)
             .map_err(|e| Unavailable(format!("metadata for progress topic {topic}: {e}")))?;
-        let Some(t) = md
-            .topics()
-            .iter()
-            .find(|t| t.name() == topic && t.error().is_none())
-        else {
+        let Some(t) = md.topics().iter().find(|t| t.name() == topic) else {
+            // Absent from a complete answer: a flow that never wrote progress. (A target that
+            // still holds records of this flow stops those partitions: ProgressMissing.)
             return Ok(HashMap::new());
         };
+        if let Some(e) = t.error() {
+            return Err(Unavailable(format!(
+                "progress topic {topic} is listed with an error ({e:?}); not reading it as empty"
+            )));
+        }
         let partitions: Vec<i32> = t.partitions().iter().map(|p| p.id()).collect();
         let mut tpl = TopicPartitionList::new();
         for p in &partitions {
@@ -381,24 +467,36 @@ pub async fn read_progress(
         consumer
             .assign(&tpl)
             .map_err(|e| Unavailable(format!("assign progress topic {topic}: {e}")))?;
-        let mut remaining: std::collections::BTreeSet<i32> = partitions.into_iter().collect();
+        // The end to reach: the high watermark now (read_uncommitted), so open transactions
+        // cannot make an older end look final.
+        let ends = uncommitted_ends(&uncommitted, &topic, &partitions, timeout)?;
+        let mut reader = EndReader::new(&ends);
         let mut out = HashMap::new();
         let begin = Instant::now();
-        while !remaining.is_empty() {
+        while !reader.done() {
             if begin.elapsed() > timeout {
-                return Err(Unavailable(format!(
-                    "reading progress topic {topic} did not reach the end of partitions {remaining:?} within {timeout:?}"
-                )));
+                return Err(Unavailable(reader.late(&topic, timeout)));
             }
             match consumer.poll(Duration::from_millis(100)) {
                 None => {}
                 Some(Err(KafkaError::PartitionEOF(p))) => {
-                    remaining.remove(&p);
+                    // At the last stable offset: final only once it passed the start's end.
+                    let stable = consumer
+                        .fetch_watermarks(&topic, p, timeout)
+                        .map(|(_, lso)| lso)
+                        .map_err(|e| Unavailable(format!("progress topic {topic}/{p}: {e}")))?;
+                    if let EndStep::ReadAgainFrom(next) = reader.at_end(p, stable) {
+                        // Read what the ended transactions committed, to the end again.
+                        consumer
+                            .seek(&topic, p, Offset::Offset(next), timeout)
+                            .map_err(|e| Unavailable(format!("progress topic {topic}/{p}: {e}")))?;
+                    }
                 }
                 Some(Err(e)) => {
                     return Err(Unavailable(format!("read progress topic {topic}: {e}")))
                 }
                 Some(Ok(m)) => {
+                    reader.consumed(m.partition(), m.offset());
                     let at = format!(
                         "progress topic {topic}/{} offset {}",
                         m.partition(),
@@ -428,9 +526,140 @@ pub async fn read_progress(
         .map_err(|e| Unavailable(format!("blocking task failed: {e}")))?
 }
 
+/// High watermark of each partition (the client must read uncommitted).
+fn uncommitted_ends(
+    client: &BaseConsumer<LogContext>,
+    topic: &str,
+    partitions: &[i32],
+    timeout: Duration,
+) -> Result<BTreeMap<i32, i64>, ProgressError> {
+    partitions
+        .iter()
+        .map(|p| {
+            client
+                .fetch_watermarks(topic, *p, timeout)
+                .map(|(_, high)| (*p, high))
+                .map_err(|e| ProgressError::Unavailable(format!("progress topic {topic}/{p}: {e}")))
+        })
+        .collect()
+}
+
+/// What to do at the end of a partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndStep {
+    /// Read to the end: done with it.
+    Done,
+    /// A transaction open at the start still hides records: wait for more.
+    Wait,
+    /// The transactions that hid records ended: read again from this offset to the end.
+    ReadAgainFrom(i64),
+}
+
+/// When a read_committed read of the progress topic is complete: every partition read to an
+/// end at or past its high watermark at the start. Pure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndReader {
+    /// Per partition: the end to pass, the next offset to read, and whether the current
+    /// pass started after the stable offset passed the end.
+    parts: BTreeMap<i32, (i64, i64, bool)>,
+    done: std::collections::BTreeSet<i32>,
+}
+
+impl EndReader {
+    /// Partitions and their high watermarks at the start.
+    pub fn new(ends: &BTreeMap<i32, i64>) -> Self {
+        Self {
+            parts: ends.iter().map(|(p, e)| (*p, (*e, 0, false))).collect(),
+            done: std::collections::BTreeSet::new(),
+        }
+    }
+
+    /// A record at `offset` of partition `p` was read.
+    pub fn consumed(&mut self, p: i32, offset: i64) {
+        if let Some(s) = self.parts.get_mut(&p) {
+            s.1 = s.1.max(offset + 1);
+        }
+    }
+
+    /// The read of `p` reached its end while the last stable offset is `stable`.
+    pub fn at_end(&mut self, p: i32, stable: i64) -> EndStep {
+        let Some((end, next, final_pass)) = self.parts.get_mut(&p) else {
+            return EndStep::Done;
+        };
+        if *final_pass || (stable >= *end && *next >= *end) || *end == 0 {
+            self.done.insert(p);
+            return EndStep::Done;
+        }
+        if stable >= *end {
+            // Everything before `end` is settled now; what ended after this pass began is
+            // read by one more pass from where this one stopped.
+            *final_pass = true;
+            return EndStep::ReadAgainFrom(*next);
+        }
+        EndStep::Wait
+    }
+
+    /// Whether every partition is read.
+    pub fn done(&self) -> bool {
+        self.done.len() == self.parts.len()
+    }
+
+    /// The error when the read did not finish in time.
+    pub fn late(&self, topic: &str, timeout: Duration) -> String {
+        let waiting: Vec<String> = self
+            .parts
+            .iter()
+            .filter(|(p, _)| !self.done.contains(p))
+            .map(|(p, (end, next, _))| format!("{p} (read to {next} of {end})"))
+            .collect();
+        format!(
+            "progress topic {topic} was not read to its end within {timeout:?}: partitions {} \
+             wait for a transaction another worker has open (it ends with its commit, abort or \
+             the coordinator's transaction timeout); resuming from older positions would \
+             replicate records twice",
+            waiting.join(", ")
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn end_reader_waits_for_open_transactions() {
+        let mut r = EndReader::new(&[(0, 10), (1, 0), (2, 5)].into());
+        // Partition 1 is empty; partition 2 is read to its end with nothing open.
+        for o in 0..5 {
+            r.consumed(2, o);
+        }
+        assert_eq!(r.at_end(1, 0), EndStep::Done);
+        assert_eq!(r.at_end(2, 5), EndStep::Done);
+        // Partition 0: a transaction open from offset 4 hides 4..10.
+        for o in 0..4 {
+            r.consumed(0, o);
+        }
+        assert_eq!(
+            r.at_end(0, 4),
+            EndStep::Wait,
+            "never final below the start's end"
+        );
+        assert!(!r.done());
+        // It committed: one more pass from where the read stopped.
+        assert_eq!(r.at_end(0, 12), EndStep::ReadAgainFrom(4));
+        assert!(!r.done());
+        r.consumed(0, 9);
+        assert_eq!(r.at_end(0, 12), EndStep::Done);
+        assert!(r.done());
+        assert!(r.late("p", Duration::from_secs(1)).contains("partitions "));
+    }
+
+    #[test]
+    fn end_reader_done_at_once_when_read_past_the_end() {
+        let mut r = EndReader::new(&[(0, 3)].into());
+        r.consumed(0, 2);
+        assert_eq!(r.at_end(0, 3), EndStep::Done);
+    }
 
     fn unreachable() -> ClientProperties {
         let mut p = ClientProperties::default();

@@ -1,10 +1,12 @@
-//! The replication engine and the standalone worker (`mirrorflow worker`).
+//! The replication engine and the standalone worker (`mirrorflow worker`). The rooms of the
+//! engine are listed in `docs/ARCHITECTURE.md`; [`engine`] holds its loop.
 //!
 //! # What a worker does
 //! - **Ownership.** Partitions are split between the `N` workers of a flow by
 //!   [`assign::owner`]: `(fnv1a64(topic) + partition) mod N`. Stable, deterministic, no
 //!   consumer group: the source consumer uses `assign`, never `subscribe`.
-//! - **Topics.** Every `topics.refreshIntervalSeconds` the source is listed; topics selected
+//! - **Topics.** Every `topics.refreshIntervalSeconds` ([`discovery`], on a task beside the
+//!   replication loop) the source is listed; topics selected
 //!   by [`select::TopicFilter`] (full-match include/exclude, never internal topics, never
 //!   topics that came from the target) get a target topic named by `kafka::naming` with the
 //!   same partition count and — with `syncTopicConfigs` — the source topic's own configs
@@ -20,7 +22,7 @@
 //!   `mm2-offset-syncs.<sourceAlias>.internal` on the target, emitted per [`syncs`] with the
 //!   batch of records they describe (in its transaction with ExactlyOnce; right after its
 //!   delivery reports with AtLeastOnce), so they never starve.
-//! - **ExactlyOnce**: one transactional producer (`mirrorflow-<ns>-<flow>-<index>`); a batch's
+//! - **ExactlyOnce**: one transactional producer (`mirrorflow-<len(ns)>-<ns>-<flow>-<index>`); a batch's
 //!   records, syncs and progress commit together. Starting fences a zombie with the same id.
 //!   A target that refuses transactions stops the worker with a message naming the fix
 //!   (`spec.delivery: AtLeastOnce`); there is no silent downgrade.
@@ -32,7 +34,13 @@
 //!   in the background (a lost one is written again). A batch that fails drops every later
 //!   one and the open batch: the consumer restarts from the committed positions (records
 //!   already sent from them may arrive twice). A record the producer refuses outright halts
-//!   its partition's later records until then. A full producer queue (a small
+//!   its partition's later records until then; one the broker refuses for good stops the
+//!   producer (`enable.gapless.guarantee`), so no later record of its partition lands before
+//!   it is retried: the producer is recreated and what was in flight sent again. Duplicate
+//!   bound: a failed batch or a crash re-sends at most the window below, after the records
+//!   it repeats (each partition keeps its order of first appearance), except records whose
+//!   delivery timed out (`message.timeout.ms`), which librdkafka's gap guarantee does not
+//!   cover and which may then land after later ones. A full producer queue (a small
 //!   `queue.buffering.max.*` in `target.config`) keeps the rest of the open batch in memory,
 //!   sent in order when the batch is. A crash replicates again at most the records not
 //!   covered by acknowledged progress: `Tuning::batch` (40,000 records /
@@ -44,6 +52,11 @@
 //!   retry with exponential backoff. An out-of-range position (offset validation) stops the
 //!   partition as DataLoss or TopicReset.
 //! - **paused** stops consuming (partitions unassigned) and keeps positions; HTTP stays up.
+//! - **Secrets** (`docs/SECURITY.md`): every client reports authentication and TLS
+//!   failures into the flow's connection health (`/status`, the status entry, `/readyz`);
+//!   when a cluster's mounted Secrets change, the open batches finish and every client is
+//!   rebuilt from them, resuming from the committed positions. Worker 0 also syncs topic
+//!   ACLs (`worker::acl_sync`).
 //! - **SIGTERM/SIGINT**: the batches in flight and the open one commit (their syncs and
 //!   progress acknowledged) within 10 s, or are aborted; exit 0.
 //!
@@ -71,12 +84,22 @@
 
 pub mod assign;
 pub mod batch;
+pub mod clients;
 pub mod delivery;
+pub mod discovery;
 pub mod engine;
+pub mod intake;
 pub mod io;
+pub mod partitions;
+pub mod pipeline;
+pub mod report;
+pub mod reset;
 pub mod select;
+pub mod settings;
 pub mod status;
+pub mod step;
 pub mod syncs;
+pub mod validate;
 pub mod writer;
 
 use std::net::SocketAddr;
@@ -86,20 +109,21 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 use crate::api::{
     load_flow_file, MirrorFlow, MirrorFlowSpec, OffsetCheckpoint, WorkerCheckpointReport,
 };
+use crate::kafka::health::FlowHealth;
 use crate::telemetry::http::{self, HttpState, Readiness};
 use crate::telemetry::metrics::WorkerMetrics;
+use crate::worker::acl_sync::{AclMetrics, AclSyncRunner};
 use crate::worker::checkpoint::{self, runner::CheckpointRunner, status::RunnerState};
+use crate::worker::report::{Extras, WithExtras};
 
 pub use engine::{Engine, EngineError, EngineOutputs, EngineSettings, Tuning};
 pub use status::{PartitionState, StatusSink, WorkerSnapshot};
-
-/// Default secrets directory (where the controller mounts Secrets).
-pub const DEFAULT_SECRETS_DIR: &str = "/var/run/mirrorflow/secrets";
 
 /// `mirrorflow worker` arguments.
 #[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
@@ -126,7 +150,7 @@ pub struct WorkerArgs {
     #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8080")]
     pub listen: SocketAddr,
     /// Directory where Secret references resolve: DIR/<secretName>/<key>.
-    #[arg(long, value_name = "DIR", default_value = DEFAULT_SECRETS_DIR)]
+    #[arg(long, value_name = "DIR", default_value = crate::api::SECRETS_DIR)]
     pub secrets_dir: PathBuf,
     /// Rendered flow + OffsetCheckpoints (read by the checkpoint side).
     #[arg(long, value_name = "FILE")]
@@ -222,8 +246,105 @@ pub async fn run_with(
     }
     let mut all_sinks: Vec<Arc<dyn StatusSink>> = vec![Arc::new(status_tx)];
     all_sinks.extend(sinks);
-    let sink: Arc<dyn StatusSink> = Arc::new(Fanout(all_sinks));
-    let report_for_http = report_rx.clone();
+    // Connection health of both clusters, shared by every client that reports into it, and
+    // the topic ACL sync (worker 0): added to each snapshot (see `worker::report`).
+    let health = {
+        let spec = input.spec.borrow();
+        FlowHealth::new(&spec.source.alias, &spec.target.alias)
+    };
+    let (acl_state, acl_rx) = watch::channel(None);
+    let sink: Arc<dyn StatusSink> = Arc::new(WithExtras {
+        inner: Arc::new(Fanout(all_sinks)),
+        extras: Extras {
+            health: health.clone(),
+            topic_acls: acl_rx,
+        },
+    });
+    let (addr, stop_http_tx, http_task) = serve_http(
+        args.listen,
+        &metrics,
+        &readiness,
+        status_rx,
+        report_rx.clone(),
+    )
+    .await?;
+    info!(%addr, worker = %crate::api::status::worker_id(&input.name, index), count = args.worker_count, "worker HTTP endpoints up");
+    // The engine owns the shutdown future; completing it (or the engine returning and
+    // dropping it) stops the checkpoint runner too.
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let engine_shutdown = async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    };
+    // Rotation: a cluster's changed Secret files make the engine and the
+    // checkpoint runner reconnect (the ACL sync builds fresh clients every time anyway).
+    let (secrets, secrets_watcher) = {
+        let spec = input.spec.borrow();
+        crate::kafka::secrets::watch_secrets(
+            &spec,
+            &args.secrets_dir,
+            crate::kafka::secrets::DEFAULT_POLL,
+        )
+    };
+    let acl_task = checkpoint::runner::should_run(index).then(|| {
+        let runner = AclSyncRunner {
+            namespace: input.namespace.clone(),
+            flow: input.name.clone(),
+            secrets_dir: args.secrets_dir.clone(),
+            spec: input.spec.clone(),
+            health: health.clone(),
+            state: acl_state,
+            metrics: AclMetrics::new(&metrics.registry)
+                .map_err(|e| warn!("topic ACL metrics are not exported: {e}"))
+                .ok(),
+        };
+        tokio::spawn(runner.run(wait_for_stop(stop_rx.clone())))
+    });
+    let checkpoints = checkpoint::runner::should_run(index)
+        .then(|| {
+            start_checkpoints(
+                &input,
+                &args.secrets_dir,
+                &metrics.registry,
+                secrets.clone(),
+                &report_checkpoints,
+                wait_for_stop(stop_rx.clone()),
+            )
+        })
+        .flatten();
+    let outputs = EngineOutputs {
+        health: health.clone(),
+        metrics,
+        sink,
+        readiness,
+    };
+    let result = match Engine::new(settings, input.spec, outputs) {
+        Ok(engine) => engine.watch_secrets(secrets).run(engine_shutdown).await,
+        Err(e) => {
+            drop(engine_shutdown); // releases `stop_tx`: the runner stops at once
+            Err(e)
+        }
+    };
+    secrets_watcher.abort();
+    stop_side_tasks(checkpoints, acl_task).await;
+    let _ = stop_http_tx.send(());
+    let _ = http_task.await;
+    result.map_err(anyhow::Error::from)
+}
+
+/// The worker's HTTP endpoints (`/metrics`, `/healthz`, `/readyz`, `/status` with the
+/// checkpoint side's reports); the sender stops them.
+async fn serve_http(
+    listen: SocketAddr,
+    metrics: &WorkerMetrics,
+    readiness: &Arc<Readiness>,
+    status_rx: watch::Receiver<WorkerSnapshot>,
+    report_for_http: CheckpointReportSource,
+) -> anyhow::Result<(
+    SocketAddr,
+    tokio::sync::oneshot::Sender<()>,
+    JoinHandle<std::io::Result<()>>,
+)> {
     let status_fn: http::StatusFn = Arc::new(move || {
         let mut v = serde_json::to_value(&*status_rx.borrow()).unwrap_or(serde_json::Value::Null);
         if let Some(obj) = v.as_object_mut() {
@@ -241,60 +362,55 @@ pub async fn run_with(
         status: status_fn,
     });
     let (stop_http_tx, stop_http_rx) = tokio::sync::oneshot::channel::<()>();
-    let (addr, http_task) = http::serve(args.listen, router, async {
+    let (addr, http_task) = http::serve(listen, router, async {
         let _ = stop_http_rx.await;
     })
     .await?;
-    info!(%addr, worker = %status::worker_id(&input.name, index), count = args.worker_count, "worker HTTP endpoints up");
-    // The engine owns the shutdown future; completing it (or the engine returning and
-    // dropping it) stops the checkpoint runner too.
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let engine_shutdown = async move {
-        shutdown.await;
-        let _ = stop_tx.send(true);
-    };
-    let checkpoints = if checkpoint::runner::should_run(index) {
-        let mut flow = MirrorFlow::new(&input.name, input.spec.borrow().clone());
-        flow.metadata.namespace = Some(input.namespace.clone());
-        let cps = input.checkpoints.borrow().clone();
-        match CheckpointRunner::new(&flow, cps, &args.secrets_dir, &metrics.registry) {
-            Ok(runner) => {
-                let specs = runner.specs();
-                let state = runner.state();
-                let mut cp_rx = input.checkpoints.clone();
-                // Forward live OffsetCheckpoint changes to the runner.
-                let forward = tokio::spawn(async move {
-                    while cp_rx.changed().await.is_ok() {
-                        let list = cp_rx.borrow_and_update().clone();
-                        specs.send_replace(list);
-                    }
-                });
-                let task = tokio::spawn(runner.run(wait_for_stop(stop_rx.clone())));
-                report_checkpoints.send_replace(Some((state, input.checkpoints.clone())));
-                Some((task, forward))
-            }
-            Err(e) => {
-                warn!("checkpoints disabled: {e:#}");
-                None
-            }
+    Ok((addr, stop_http_tx, http_task))
+}
+
+type CheckpointTasks = (JoinHandle<anyhow::Result<()>>, JoinHandle<()>);
+
+/// Worker 0's checkpoint runner and the task forwarding live OffsetCheckpoint changes to it;
+/// `None` (with a warning) when the runner cannot be built: replication goes on.
+fn start_checkpoints(
+    input: &FlowInput,
+    secrets_dir: &std::path::Path,
+    registry: &prometheus::Registry,
+    secrets: crate::kafka::secrets::FlowSecrets,
+    report: &watch::Sender<CheckpointReport>,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Option<CheckpointTasks> {
+    let mut flow = MirrorFlow::new(&input.name, input.spec.borrow().clone());
+    flow.metadata.namespace = Some(input.namespace.clone());
+    let cps = input.checkpoints.borrow().clone();
+    match CheckpointRunner::new(&flow, cps, secrets_dir, registry).map(|r| r.watch_secrets(secrets))
+    {
+        Ok(runner) => {
+            let specs = runner.specs();
+            let state = runner.state();
+            let mut cp_rx = input.checkpoints.clone();
+            let forward = tokio::spawn(async move {
+                while cp_rx.changed().await.is_ok() {
+                    let list = cp_rx.borrow_and_update().clone();
+                    specs.send_replace(list);
+                }
+            });
+            let task = tokio::spawn(runner.run(stop));
+            report.send_replace(Some((state, input.checkpoints.clone())));
+            Some((task, forward))
         }
-    } else {
-        None
-    };
-    let outputs = EngineOutputs {
-        metrics,
-        sink,
-        readiness,
-    };
-    let result = match Engine::new(settings, input.spec, outputs) {
-        Ok(engine) => engine.run(engine_shutdown).await,
         Err(e) => {
-            drop(engine_shutdown); // releases `stop_tx`: the runner stops at once
-            Err(e)
+            warn!("checkpoints disabled: {e:#}");
+            None
         }
-    };
+    }
+}
+
+/// After the engine stopped (and dropped `stop_tx`): the checkpoint runner and the ACL sync
+/// stop too; one stuck in a cluster call past the grace period must not outlive the worker.
+async fn stop_side_tasks(checkpoints: Option<CheckpointTasks>, acl_task: Option<JoinHandle<()>>) {
     if let Some((task, forward)) = checkpoints {
-        // The engine stopped (signal or failure) and dropped `stop_tx`: the runner stops.
         forward.abort();
         let abort = task.abort_handle();
         let _ = tokio::time::timeout(Duration::from_secs(5), async {
@@ -305,12 +421,13 @@ pub async fn run_with(
             }
         })
         .await;
-        // A runner stuck in a cluster call past the grace period must not outlive us.
         abort.abort();
     }
-    let _ = stop_http_tx.send(());
-    let _ = http_task.await;
-    result.map_err(anyhow::Error::from)
+    if let Some(task) = acl_task {
+        let abort = task.abort_handle();
+        let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+        abort.abort();
+    }
 }
 
 /// Completes when `stop` turns true or its sender goes away.
@@ -323,12 +440,13 @@ async fn wait_for_stop(mut stop: watch::Receiver<bool>) {
 }
 
 /// The checkpoint side's state, for `/status` and the Kubernetes status entry.
-pub type CheckpointReportSource = watch::Receiver<
-    Option<(
-        watch::Receiver<RunnerState>,
-        watch::Receiver<Vec<OffsetCheckpoint>>,
-    )>,
->;
+pub type CheckpointReportSource = watch::Receiver<CheckpointReport>;
+
+/// The runner's state and the OffsetCheckpoints it serves, once it runs.
+pub type CheckpointReport = Option<(
+    watch::Receiver<RunnerState>,
+    watch::Receiver<Vec<OffsetCheckpoint>>,
+)>;
 
 /// What the checkpoint runner reports, per OffsetCheckpoint, now.
 pub fn checkpoint_reports(source: &CheckpointReportSource) -> Vec<WorkerCheckpointReport> {
@@ -514,7 +632,7 @@ mod tests {
         let a = parse(&["w", "--flow", "f.yaml"]).unwrap();
         assert_eq!(a.worker_count, 1);
         assert_eq!(a.listen, "0.0.0.0:8080".parse().unwrap());
-        assert_eq!(a.secrets_dir, PathBuf::from(DEFAULT_SECRETS_DIR));
+        assert_eq!(a.secrets_dir, PathBuf::from(crate::api::SECRETS_DIR));
         assert!(parse(&["w"]).is_err(), "--flow or --flow-ref is required");
         assert!(parse(&["w", "--flow", "f", "--flow-ref", "ns/f"]).is_err());
         let b = parse(&[

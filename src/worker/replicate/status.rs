@@ -5,18 +5,16 @@
 //! worker's `status.workers[]` entry with [`WorkerSnapshot::to_worker_status`].
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
+use crate::api::status::{worker_id, MAX_FAILURES};
 use crate::api::{
-    AppliedReset, Delivery, FailureType, PartitionFailure, ReplicationLag, WorkerState,
-    WorkerStatus,
+    AppliedReset, ConnectionProblem, Delivery, PartitionFailure, ReplicationLag, TopicAclSync,
+    WorkerState, WorkerStatus,
 };
 
-/// Most failures listed in a worker's status entry (the CRD bounds the list at 100).
-pub const MAX_REPORTED_FAILURES: usize = 100;
-
 /// Why a partition stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum FailureKind {
     /// The target refused a record for good (too large, invalid, policy violation). The
     /// partition stays stopped at that record until the worker restarts (fix the target
@@ -26,10 +24,12 @@ pub enum FailureKind {
     DataLoss,
     /// The source topic was deleted and recreated (offset validation).
     TopicReset,
+    /// No progress, but the target topic already holds records.
+    ProgressMissing,
 }
 
 /// A stopped partition.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PartitionFailed {
     /// What kind of failure.
@@ -122,6 +122,12 @@ pub struct WorkerSnapshot {
     pub last_applied_reset: Option<AppliedReset>,
     /// Lag over the owned partitions.
     pub replication_lag: ReplicationLag,
+    /// Clusters the worker cannot authenticate to or verify (from the connection health).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub connection_problems: Vec<ConnectionProblem>,
+    /// The topic ACL sync (worker 0).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub topic_acls: Option<TopicAclSync>,
     /// When this snapshot was taken.
     pub time: Time,
 }
@@ -148,6 +154,8 @@ impl WorkerSnapshot {
             failures: Vec::new(),
             last_applied_reset: None,
             replication_lag: ReplicationLag::default(),
+            connection_problems: Vec::new(),
+            topic_acls: None,
             time: Time(jiff::Timestamp::now()),
         }
     }
@@ -169,23 +177,15 @@ impl WorkerSnapshot {
             last_heartbeat_time: Some(self.time.clone()),
             message: self.message.clone(),
             observed_generation,
-            failures: self
-                .failures
-                .iter()
-                .take(MAX_REPORTED_FAILURES)
-                .cloned()
-                .collect(),
+            failures: self.failures.iter().take(MAX_FAILURES).cloned().collect(),
             replication_lag: Some(self.replication_lag.clone()),
             last_applied_reset: self.last_applied_reset.clone(),
             // Filled in by the checkpoint side, which owns those reports.
             checkpoints: Vec::new(),
+            connection_problems: self.connection_problems.clone(),
+            topic_acls: self.topic_acls.clone(),
         }
     }
-}
-
-/// `<flow>-worker-<i>`: the pod name, also in standalone mode.
-pub fn worker_id(flow: &str, index: u32) -> String {
-    format!("{flow}-worker-{index}")
 }
 
 /// The worker state and message from its situation. Pure.
@@ -250,19 +250,18 @@ pub fn total_lag(partitions: &[PartitionSnapshot]) -> ReplicationLag {
     }
 }
 
-/// DataLoss / TopicReset failures among the partitions, for `status.failures`.
+/// DataLoss / TopicReset / ProgressMissing failures among the partitions, for
+/// `status.failures`.
 pub fn validation_failures(partitions: &[PartitionSnapshot]) -> Vec<PartitionFailure> {
     partitions
         .iter()
         .filter_map(|p| match &p.state {
             PartitionState::Failed(PartitionFailed {
                 failure: Some(f), ..
-            }) if matches!(f.type_, FailureType::DataLoss | FailureType::TopicReset) => {
-                Some(f.clone())
-            }
+            }) => Some(f.clone()),
             _ => None,
         })
-        .take(MAX_REPORTED_FAILURES)
+        .take(MAX_FAILURES)
         .collect()
 }
 

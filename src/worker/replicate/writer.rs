@@ -8,8 +8,8 @@ use rdkafka::producer::{Producer, ThreadedProducer};
 use rdkafka::types::RDKafkaErrorCode;
 
 use super::delivery::{DeliveryContext, Tracker};
-use super::io::LogContext;
 use crate::kafka::config::ClientProperties;
+use crate::kafka::context::LogContext;
 
 /// Producer tuning (see the module docs of `replicate` for the memory bound).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,8 +18,11 @@ pub struct ProducerLimits {
     pub queue_kbytes: u32,
     /// `queue.buffering.max.messages`.
     pub queue_messages: u32,
-    /// `transaction.timeout.ms` and the bound of commit/abort/init calls.
+    /// `transaction.timeout.ms` and the bound of abort/init calls.
     pub transaction_timeout: Duration,
+    /// Bound of one commit attempt (a commit that times out is retried, see
+    /// `verdict::commit_action`).
+    pub commit_timeout: Duration,
     /// `message.timeout.ms` (= `delivery.timeout.ms`): how long librdkafka retries a record.
     pub delivery_timeout: Duration,
 }
@@ -30,6 +33,7 @@ impl Default for ProducerLimits {
             queue_kbytes: 32 * 1024,
             queue_messages: 100_000,
             transaction_timeout: Duration::from_secs(60),
+            commit_timeout: Duration::from_secs(30),
             delivery_timeout: Duration::from_secs(60),
         }
     }
@@ -55,10 +59,12 @@ pub enum ErrorClass {
 pub fn classify_code(code: RDKafkaErrorCode, fatal: bool) -> ErrorClass {
     use RDKafkaErrorCode as C;
     match code {
-        C::ProducerFenced
-        | C::Fenced
-        | C::InvalidProducerEpoch
-        | C::TransactionalIdAuthorizationFailed => ErrorClass::Fenced,
+        C::ProducerFenced | C::Fenced | C::TransactionalIdAuthorizationFailed => ErrorClass::Fenced,
+        // A stale epoch is fencing only when librdkafka says so (fatal); otherwise the
+        // coordinator aborted a transaction that took too long (a slow target): abort and
+        // retry, never stop the worker.
+        C::InvalidProducerEpoch if fatal => ErrorClass::Fenced,
+        C::InvalidProducerEpoch => ErrorClass::Retriable,
         C::MessageSizeTooLarge
         | C::MessageBatchTooLarge
         | C::InvalidRecord
@@ -137,6 +143,20 @@ impl TargetWriter {
         if props.get("linger.ms").is_none() {
             config.set("linger.ms", "5");
         }
+        if transactional_id.is_none() {
+            // Without transactions, a batch the broker refuses for good (e.g. too large) must
+            // not let librdkafka bump the epoch and deliver the records behind it first:
+            // that would put r+1.. on the target before r is retried. The producer stops
+            // instead (a fatal error); the engine recreates it and re-sends from the
+            // committed positions, so each partition keeps its order of first appearance.
+            config.set("enable.gapless.guarantee", "true");
+        }
+        // Polled: its statistics let the connection health see a broker come back.
+        for (k, v) in crate::kafka::health::STATS_PROPERTIES {
+            if props.get(k).is_none() {
+                config.set(*k, *v);
+            }
+        }
         if let Some(id) = transactional_id {
             config.set("transactional.id", id).set(
                 "transaction.timeout.ms",
@@ -200,7 +220,11 @@ impl TargetWriter {
     /// Commits the open transaction (flushing it first); without transactions, flushes.
     pub async fn commit(&mut self) -> Result<(), KafkaError> {
         let p = self.producer.clone();
-        let timeout = self.limits.transaction_timeout;
+        let timeout = if self.transactional {
+            self.limits.commit_timeout
+        } else {
+            self.limits.transaction_timeout
+        };
         let transactional = self.transactional;
         let r = tokio::task::spawn_blocking(move || {
             if transactional {
@@ -249,7 +273,8 @@ mod tests {
             (C::PolicyViolation, false, ErrorClass::Rejected),
             (C::ProducerFenced, true, ErrorClass::Fenced),
             (C::Fenced, true, ErrorClass::Fenced),
-            (C::InvalidProducerEpoch, false, ErrorClass::Fenced),
+            (C::InvalidProducerEpoch, false, ErrorClass::Retriable),
+            (C::InvalidProducerEpoch, true, ErrorClass::Fenced),
             (C::UnsupportedFeature, false, ErrorClass::Unsupported),
             (C::UnsupportedVersion, true, ErrorClass::Unsupported),
             (C::MessageTimedOut, false, ErrorClass::Retriable),

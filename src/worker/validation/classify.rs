@@ -145,6 +145,13 @@ pub enum Signal {
         /// Current log start.
         log_start: i64,
     },
+    /// No progress is recorded, but the target partition already holds records.
+    TargetHoldsRecords {
+        /// The target topic.
+        target_topic: String,
+        /// Its partition's end offset.
+        end: i64,
+    },
 }
 
 impl Signal {
@@ -196,6 +203,11 @@ impl Signal {
                 "the recreated topic's log starts at offset {log_start}: its offsets 0 to {} \
                  were deleted before replication",
                 log_start - 1
+            ),
+            Signal::TargetHoldsRecords { target_topic, end } => format!(
+                "target topic \"{target_topic}\" already holds offsets up to {} of this \
+                 partition, and no progress says which source records they are",
+                end - 1
             ),
         }
     }
@@ -470,6 +482,7 @@ impl Detection {
         let kind = match self.type_ {
             FailureType::DataLoss => "dataloss",
             FailureType::TopicReset => "topicreset",
+            FailureType::ProgressMissing => "progressmissing",
         };
         const MAX_TOPIC: usize = 64;
         let topic = if self.tp.topic.len() <= MAX_TOPIC {
@@ -494,6 +507,13 @@ impl Detection {
         let mut m = match self.type_ {
             FailureType::DataLoss => self.data_loss_summary(&tp),
             FailureType::TopicReset => self.topic_reset_summary(&tp),
+            FailureType::ProgressMissing => format!(
+                "ProgressMissing on source {tp}: no replication progress is recorded for it \
+                 (its progress topic was deleted or the target rebuilt), but its target \
+                 partition already holds records. Starting per startFrom (offset {pos}) would \
+                 replay records already on the target or skip records never replicated, so \
+                 mirrorflow does not guess."
+            ),
         };
         let evidence: Vec<String> = self.signals.iter().map(|s| s.describe(pos)).collect();
         if !evidence.is_empty() {
@@ -527,6 +547,15 @@ impl Detection {
                     m,
                     " To replicate the new topic from its beginning, run: {cmd} (records already \
                      mirrored stay on the target; the new topic's records are appended after them)."
+                );
+            }
+            FailureType::ProgressMissing => {
+                let _ = write!(
+                    m,
+                    " To resume after the records already on the target, run: {cmd} (from the \
+                     last offset sync they left: no record is skipped, at most offsetSyncs.lagMax \
+                     are sent again; refused if no sync exists). RestartFromEarliest replicates \
+                     the partition again from its log start (duplicates)."
                 );
             }
         }
@@ -715,10 +744,7 @@ mod tests {
     use FailureType::{DataLoss, TopicReset};
 
     fn tp(topic: &str, partition: i32) -> TopicPartitionRef {
-        TopicPartitionRef {
-            topic: topic.into(),
-            partition,
-        }
+        TopicPartitionRef::new(topic, partition)
     }
 
     fn t0() -> Time {

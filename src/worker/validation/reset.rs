@@ -7,10 +7,10 @@
 //!
 //! Rules:
 //! - **At most once.** A request whose id equals the last handled id is a [`ResetDecision::NoOp`].
-//!   Every handled request consumes its id, whatever the outcome (Applied, Refused or Failed):
-//!   otherwise a refused request would sit in the spec and apply by surprise later, when the
-//!   partitions it names happen to fail. The engine persists the id (status
-//!   `lastAppliedReset.id`) so this holds across restarts; a retry needs a new id.
+//!   A request that was Applied or Refused consumes its id: otherwise a refused request would
+//!   sit in the spec and apply by surprise later, when the partitions it names happen to fail.
+//!   The engine persists the id so this holds across restarts. A Failed one (the source could
+//!   not be asked where to seek) does not: the engine tries it again.
 //! - **Scope.** Named partitions must all be failed; naming a healthy one refuses the request
 //!   and the message names the healthy ones. No partitions named means every failed partition.
 //!   Nothing failed at all → refused ("nothing to reset").
@@ -27,9 +27,10 @@
 //!     and the operator must choose that knowingly (`RestartFromEarliest`) rather than "resume"
 //!     a topic that no longer exists.
 //!   - `SkipToLatest` works for both.
-//! - **All or nothing.** If any named partition is healthy or incompatible with the strategy,
-//!   nothing is reset: a half-applied request is hard to reason about and to retry. The message
-//!   says how to split the request (one per strategy, listing partitions).
+//! - **What applies is applied.** Partitions that are healthy or incompatible with the strategy
+//!   are left alone and named in the outcome ([`ResetDecision::ApplySome`]), so a follow-up
+//!   request (new id, other strategy) can target exactly them; only a request of which nothing
+//!   applies is refused.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -48,6 +49,9 @@ pub enum SeekTarget {
     LogStart,
     /// The partition's current high watermark: only records written from now on.
     End,
+    /// After the records already on the target: the source offset following the last offset
+    /// sync on the target (ProgressMissing).
+    AfterTarget,
 }
 
 /// One partition to move and why it was stopped.
@@ -70,6 +74,22 @@ pub enum ResetDecision {
     Refused(String),
     /// Seek every listed partition, then clear its failure. Sorted by topic and partition.
     Apply(Vec<PartitionResetAction>),
+    /// Apply `actions`; the other partitions the request names are not failed or not
+    /// compatible with its strategy, as `skipped` says.
+    ApplySome {
+        actions: Vec<PartitionResetAction>,
+        skipped: String,
+    },
+}
+
+impl ResetDecision {
+    /// The partitions to move, if any.
+    pub fn actions(&self) -> &[PartitionResetAction] {
+        match self {
+            ResetDecision::Apply(a) | ResetDecision::ApplySome { actions: a, .. } => a,
+            ResetDecision::NoOp | ResetDecision::Refused(_) => &[],
+        }
+    }
 }
 
 /// The strategies that may clear a failure of this type.
@@ -83,6 +103,11 @@ pub fn allowed_strategies(failure: FailureType) -> &'static [ResetStrategy] {
             ResetStrategy::RestartFromEarliest,
             ResetStrategy::SkipToLatest,
         ],
+        FailureType::ProgressMissing => &[
+            ResetStrategy::ResumeFromTarget,
+            ResetStrategy::RestartFromEarliest,
+            ResetStrategy::SkipToLatest,
+        ],
     }
 }
 
@@ -93,8 +118,18 @@ pub fn seek_target(failure: FailureType, strategy: ResetStrategy) -> Option<Seek
         (_, ResetStrategy::SkipToLatest) => Some(SeekTarget::End),
         (FailureType::DataLoss, ResetStrategy::ResumeFromLogStart) => Some(SeekTarget::LogStart),
         (FailureType::TopicReset, ResetStrategy::RestartFromEarliest) => Some(SeekTarget::LogStart),
+        (FailureType::ProgressMissing, ResetStrategy::RestartFromEarliest) => {
+            Some(SeekTarget::LogStart)
+        }
+        (FailureType::ProgressMissing, ResetStrategy::ResumeFromTarget) => {
+            Some(SeekTarget::AfterTarget)
+        }
         (FailureType::DataLoss, ResetStrategy::RestartFromEarliest)
-        | (FailureType::TopicReset, ResetStrategy::ResumeFromLogStart) => None,
+        | (FailureType::TopicReset, ResetStrategy::ResumeFromLogStart)
+        | (FailureType::ProgressMissing, ResetStrategy::ResumeFromLogStart)
+        | (FailureType::DataLoss | FailureType::TopicReset, ResetStrategy::ResumeFromTarget) => {
+            None
+        }
     }
 }
 
@@ -104,6 +139,7 @@ pub fn strategy_name(strategy: ResetStrategy) -> &'static str {
         ResetStrategy::ResumeFromLogStart => "ResumeFromLogStart",
         ResetStrategy::RestartFromEarliest => "RestartFromEarliest",
         ResetStrategy::SkipToLatest => "SkipToLatest",
+        ResetStrategy::ResumeFromTarget => "ResumeFromTarget",
     }
 }
 
@@ -112,6 +148,7 @@ pub fn failure_type_name(failure: FailureType) -> &'static str {
     match failure {
         FailureType::DataLoss => "DataLoss",
         FailureType::TopicReset => "TopicReset",
+        FailureType::ProgressMissing => "ProgressMissing",
     }
 }
 
@@ -187,11 +224,7 @@ pub fn plan_reset(
         return ResetDecision::Apply(actions);
     }
 
-    let mut msg = format!(
-        "Reset request \"{}\" ({strategy}) refused; nothing was reset (a request applies to all \
-         its partitions or to none).",
-        req.id
-    );
+    let mut msg = String::new();
     if !healthy.is_empty() {
         let _ = write!(
             msg,
@@ -211,8 +244,18 @@ pub fn plan_reset(
              its partitions in `partitions`, or use SkipToLatest for all."
         );
     }
-    let _ = write!(msg, " Patch spec.reset again with a new id.");
-    ResetDecision::Refused(msg)
+    if !actions.is_empty() {
+        // What applies is applied; the rest is named, so a follow-up request can target it.
+        return ResetDecision::ApplySome {
+            actions,
+            skipped: format!(" Not reset:{msg}"),
+        };
+    }
+    ResetDecision::Refused(format!(
+        "Reset request \"{}\" ({strategy}) refused; nothing was reset.{msg} Patch spec.reset \
+         again with a new id.",
+        req.id
+    ))
 }
 
 /// Why `strategy` cannot clear `f`, and what can.
@@ -223,14 +266,23 @@ fn incompatibility(f: &PartitionFailure, strategy: ResetStrategy) -> String {
     };
     let what = failure_summary(f);
     // Only called for pairs `seek_target` refused, so the type alone says which pair it is.
-    let why = match f.type_ {
-        FailureType::TopicReset => {
+    let why = match (f.type_, strategy) {
+        (FailureType::DataLoss | FailureType::TopicReset, ResetStrategy::ResumeFromTarget) => {
+            "ResumeFromTarget is for ProgressMissing (a partition without progress whose target \
+             topic already holds records)."
+        }
+        (FailureType::ProgressMissing, _) => {
+            "ResumeFromLogStart is for DataLoss. No progress is recorded: use ResumeFromTarget to \
+             resume after the records already on the target, RestartFromEarliest to replicate \
+             the partition again from its log start, or SkipToLatest."
+        }
+        (FailureType::TopicReset, _) => {
             "ResumeFromLogStart is for DataLoss. The topic was recreated: use RestartFromEarliest \
              to replicate the new topic from its beginning (its records are appended on the \
              target after the records already mirrored from the old topic), or SkipToLatest to \
              replicate only records written from now on."
         }
-        FailureType::DataLoss => {
+        (FailureType::DataLoss, _) => {
             "RestartFromEarliest is for TopicReset; here it would skip the deleted records \
              without saying so. Use ResumeFromLogStart to accept the gap and resume at the log \
              start, or SkipToLatest to replicate only records written from now on."
@@ -277,7 +329,8 @@ impl ResetDecision {
                 message: Some(reason.clone()),
                 partitions: Vec::new(),
             }),
-            ResetDecision::Apply(actions) => {
+            ResetDecision::Apply(_) | ResetDecision::ApplySome { .. } => {
+                let actions = self.actions();
                 let mut msg = format!(
                     "Reset request \"{}\" ({}) applied to {} partition(s):",
                     req.id,
@@ -290,6 +343,9 @@ impl ResetDecision {
                         let to = match a.target {
                             SeekTarget::LogStart => "resumes at the log start",
                             SeekTarget::End => "resumes at the end",
+                            SeekTarget::AfterTarget => {
+                                "resumes after the records already on the target"
+                            }
                         };
                         format!(
                             " {} ({}, {}) {to}",
@@ -301,6 +357,9 @@ impl ResetDecision {
                     .collect();
                 msg.push_str(&parts.join(";"));
                 msg.push('.');
+                if let ResetDecision::ApplySome { skipped, .. } = self {
+                    msg.push_str(skipped);
+                }
                 Some(AppliedReset {
                     id: req.id.clone(),
                     time,
@@ -327,8 +386,9 @@ pub fn failed_status(
         time,
         outcome: ResetOutcome::Failed,
         message: Some(format!(
-            "Reset request \"{}\" ({}) failed for {}: {error}. The partitions stay failed; patch \
-             spec.reset with a new id to retry.",
+            "Reset request \"{}\" ({}) failed for {}: {error}. The partitions stay failed; the \
+             worker tries again at its next topic refresh (patch spec.reset with a new id to \
+             change the request).",
             req.id,
             strategy_name(req.strategy),
             list_tps(&tps)
@@ -347,10 +407,7 @@ mod tests {
     }
 
     fn tp(topic: &str, partition: i32) -> TopicPartitionRef {
-        TopicPartitionRef {
-            topic: topic.into(),
-            partition,
-        }
+        TopicPartitionRef::new(topic, partition)
     }
 
     fn dataloss(topic: &str, partition: i32) -> PartitionFailure {
@@ -519,12 +576,33 @@ mod tests {
     }
 
     #[test]
-    fn healthy_partition_refuses_whole_request() {
+    fn healthy_partitions_are_named_not_blocking() {
         let failed = [dataloss("orders", 0), dataloss("orders", 1)];
         let r = req(
             "r1",
             ResumeFromLogStart,
             vec![tp("orders", 0), tp("orders", 7), tp("pay", 2)],
+        );
+        let ResetDecision::ApplySome { actions, skipped } = plan_reset(&r, &failed, None) else {
+            panic!()
+        };
+        assert_eq!(actions.len(), 1, "what applies is applied");
+        assert_eq!(actions[0].tp, tp("orders", 0));
+        assert!(
+            skipped.contains("Not failed: topic \"orders\" partition 7"),
+            "{skipped}"
+        );
+        let rec = ResetDecision::ApplySome { actions, skipped }
+            .status(&r, t0())
+            .unwrap();
+        assert_eq!(rec.outcome, ResetOutcome::Applied);
+        assert_eq!(rec.partitions, vec![tp("orders", 0)]);
+        assert!(rec.message.unwrap().contains("Not reset:"));
+        // Only healthy partitions named: nothing applies, refused.
+        let r = req(
+            "r1",
+            ResumeFromLogStart,
+            vec![tp("orders", 7), tp("pay", 2)],
         );
         let ResetDecision::Refused(msg) = plan_reset(&r, &failed, None) else {
             panic!()
@@ -566,11 +644,16 @@ mod tests {
             ]
         );
 
-        // RestartFromEarliest for all: refused because of the DataLoss partition only.
+        // RestartFromEarliest for all: the TopicReset partitions; the DataLoss one is named.
         let r = req("r2", RestartFromEarliest, vec![]);
-        let ResetDecision::Refused(msg) = plan_reset(&r, &failed, None) else {
+        let ResetDecision::ApplySome {
+            actions,
+            skipped: msg,
+        } = plan_reset(&r, &failed, None)
+        else {
             panic!()
         };
+        assert_eq!(actions.len(), 2);
         assert!(
             msg.contains("topic \"orders\" partition 0 is DataLoss"),
             "{msg}"
@@ -578,11 +661,16 @@ mod tests {
         assert!(!msg.contains("partition 1 is"), "{msg}");
         assert!(msg.contains("one request per strategy"), "{msg}");
 
-        // ResumeFromLogStart for all: refused, both TopicReset partitions named.
+        // ResumeFromLogStart for all: the DataLoss partition; both TopicReset ones named.
         let r = req("r3", ResumeFromLogStart, vec![]);
-        let ResetDecision::Refused(msg) = plan_reset(&r, &failed, None) else {
+        let ResetDecision::ApplySome {
+            actions,
+            skipped: msg,
+        } = plan_reset(&r, &failed, None)
+        else {
             panic!()
         };
+        assert_eq!(actions[0].tp, tp("orders", 0));
         assert!(
             msg.contains("topic \"orders\" partition 1 is TopicReset"),
             "{msg}"
@@ -617,7 +705,7 @@ mod tests {
         assert_eq!(actions.len(), 1);
         assert_eq!(actions[0].target, SeekTarget::LogStart);
 
-        // Healthy and incompatible together: both reported.
+        // Healthy and incompatible together, nothing applies: refused, both reported.
         let r = req(
             "r6",
             ResumeFromLogStart,
@@ -673,8 +761,8 @@ mod tests {
         let r = req("r2", ResumeFromLogStart, vec![]);
         let d = plan_reset(&r, &failed, None);
         let rec = d.status(&r, t0()).unwrap();
-        assert_eq!(rec.outcome, ResetOutcome::Refused);
-        assert!(rec.partitions.is_empty());
+        assert_eq!(rec.outcome, ResetOutcome::Applied, "orders/0 applies");
+        assert_eq!(rec.partitions, vec![tp("orders", 0)]);
         assert!(rec
             .message
             .unwrap()
@@ -692,6 +780,6 @@ mod tests {
             msg.contains("topic \"orders\" partition 0: ListOffsets timed out"),
             "{msg}"
         );
-        assert!(msg.contains("new id"), "{msg}");
+        assert!(msg.contains("tries again"), "{msg}");
     }
 }

@@ -1,44 +1,18 @@
-//! Status folding, as pure functions of (resource, what the workers and the StatefulSet
-//! report, now). The workers write their own `status.workers[]` entries; everything else in
-//! the status is computed here and written by the controller.
+//! The MirrorFlow status fold: worker health, resets, failures, conditions.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
 
+use super::*;
 use crate::api::{
-    AppliedReset, FailureType, GroupFailure, GroupSummary, MirrorFlow, MirrorFlowStatus,
-    OffsetCheckpoint, OffsetCheckpointStatus, PartitionFailure, ReplicationLag, ResetOutcome,
-    ResetRequest, TopicPartitionRef, ValidationErrors, WorkerState, WorkerStatus,
+    AppliedReset, ConnectionProblem, ConnectionProblemReason, FailureType, MirrorFlow,
+    MirrorFlowStatus, PartitionFailure, ReplicationLag, ResetOutcome, ResetRequest,
+    TopicPartitionRef, ValidationErrors, WorkerState, WorkerStatus,
 };
-
-use super::build::worker_id;
-use super::error::ErrorCategory;
-
-/// How often a worker is expected to refresh its `lastHeartbeatTime`.
-pub const HEARTBEAT_INTERVAL: SignedDuration = SignedDuration::from_secs(10);
-/// A worker entry older than this counts as not ready (3 missed heartbeats).
-pub const DEFAULT_STALE_AFTER: SignedDuration = SignedDuration::from_secs(3 * 10);
-/// Bound of `status.failures` (the CRD schema's maxItems).
-pub const MAX_FAILURES: usize = 100;
-/// Bound of `OffsetCheckpointStatus.groups` and `.failures`.
-pub const MAX_GROUPS: usize = 50;
-/// A checkpoint older than this many intervals is stale.
-pub const STALE_INTERVALS: i64 = 3;
-/// How many items a condition message lists before "and N more".
-const LIST_IN_MESSAGE: usize = 5;
-
-/// Condition types of a MirrorFlow.
-pub const READY: &str = "Ready";
-pub const REPLICATING: &str = "Replicating";
-pub const DATA_LOSS: &str = "DataLoss";
-pub const TOPIC_RESET: &str = "TopicReset";
-pub const INVALID_SPEC: &str = "InvalidSpec";
-/// Extra condition type of an OffsetCheckpoint.
-pub const STALE: &str = "Stale";
 
 /// What the controller reads from the worker StatefulSet.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -109,6 +83,68 @@ pub fn classify_worker(
     }
 }
 
+/// A worker's report of a failure, with the explanation filled in from `status.failures`: a
+/// worker sends the explanation (message, log start, records lost) until it sees it there,
+/// then only the failure's identity, so `kubectl describe` shows the detail once.
+pub fn complete_failure(f: &PartitionFailure, folded: &[PartitionFailure]) -> PartitionFailure {
+    let mut out = f.clone();
+    if out.message.is_none() {
+        if let Some(known) = folded.iter().find(|k| same_failure(k, f)) {
+            out.message = known.message.clone();
+            out.log_start_offset = out.log_start_offset.or(known.log_start_offset);
+            out.records_lost = out.records_lost.or(known.records_lost);
+        }
+    }
+    out
+}
+
+/// The same detection: type, partition, offset and when it was detected (to the second: the
+/// API server keeps times in seconds).
+pub fn same_failure(a: &PartitionFailure, b: &PartitionFailure) -> bool {
+    a.type_ == b.type_
+        && a.topic == b.topic
+        && a.partition == b.partition
+        && a.detected_at.0.as_second() == b.detected_at.0.as_second()
+        && a.requested_offset == b.requested_offset
+}
+
+/// A worker entry without what changes on every report (heartbeat, lag, checkpoint times and
+/// lags): what differs is something the flow's status must show at once (state, failures,
+/// resets, generation); the rest is folded on the next staleness check or heartbeat.
+pub fn material(entry: &WorkerStatus) -> WorkerStatus {
+    let mut e = entry.clone();
+    e.last_heartbeat_time = None;
+    e.replication_lag = None;
+    for cp in &mut e.checkpoints {
+        for g in &mut cp.groups {
+            g.last_checkpoint_time = None;
+            g.target_lag = None;
+        }
+    }
+    e
+}
+
+/// When the fold of `flow` changes by time alone after `now`: the first moment a desired
+/// worker's fresh entry goes stale (`None`: nothing changes with time).
+pub fn fold_changes_at(
+    flow: &MirrorFlow,
+    now: Timestamp,
+    stale_after: SignedDuration,
+) -> Option<Timestamp> {
+    let name = flow.name_any();
+    let desired: BTreeSet<String> = (0..flow.spec.workers.replicas.max(0).unsigned_abs())
+        .map(|i| worker_id(&name, i))
+        .collect();
+    flow.status
+        .iter()
+        .flat_map(|s| &s.workers)
+        .filter(|w| desired.contains(&w.id))
+        .filter_map(|w| w.last_heartbeat_time.as_ref())
+        .filter_map(|t| t.0.checked_add(stale_after).ok())
+        .filter(|t| *t >= now)
+        .min()
+}
+
 /// Everything the flow status is folded from.
 #[derive(Debug, Clone)]
 pub struct FlowObservation<'a> {
@@ -120,10 +156,25 @@ pub struct FlowObservation<'a> {
     pub statefulset: Option<&'a StatefulSetView>,
     /// `(from, to)` while old workers drain before a resize.
     pub draining: Option<(i32, i32)>,
+    /// A child the controller could not apply (it stops at the first).
+    pub children: Option<&'a ChildProblem>,
     pub now: Timestamp,
     /// Worker entries older than this are not ready.
     pub stale_after: SignedDuration,
 }
+
+/// Why the controller could not apply one of the flow's children: Ready's reason and message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChildProblem {
+    /// [`CHILD_CONFLICT`] or [`APPLY_FAILED`].
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// Ready reason: a child's name is taken by an object this flow does not control.
+pub const CHILD_CONFLICT: &str = "ChildConflict";
+/// Ready reason: the API server refused (or failed) an apply of a child.
+pub const APPLY_FAILED: &str = "ApplyFailed";
 
 /// Where a reset request stands.
 #[derive(Debug, Clone, PartialEq)]
@@ -141,7 +192,10 @@ pub enum ResetProgress {
 }
 
 /// Fold the workers' `lastAppliedReset` for the requested reset. Once an id was folded it
-/// stays done (a restarted or newly scaled worker does not turn it back into "in progress").
+/// stays done (a restarted or newly scaled worker does not turn it back into "in progress"),
+/// unless it Failed: workers retry a failed id, and their later answer is folded again.
+/// Workers that own nothing the request concerns (`NotOwned`) do not decide the outcome: it
+/// is Failed if a worker failed (retried), Applied if any applied, Refused otherwise.
 pub fn fold_reset(
     request: Option<&ResetRequest>,
     previous: Option<&AppliedReset>,
@@ -150,7 +204,7 @@ pub fn fold_reset(
     let Some(req) = request else {
         return ResetProgress::Idle(previous.cloned());
     };
-    if previous.is_some_and(|p| p.id == req.id) {
+    if previous.is_some_and(|p| p.id == req.id && p.outcome != ResetOutcome::Failed) {
         return ResetProgress::Idle(previous.cloned());
     }
     let reports: Vec<(&str, &AppliedReset)> = workers
@@ -171,10 +225,11 @@ pub fn fold_reset(
     let has = |o: ResetOutcome| reports.iter().any(|(_, r)| r.outcome == o);
     let outcome = if has(ResetOutcome::Failed) {
         ResetOutcome::Failed
-    } else if has(ResetOutcome::Refused) {
-        ResetOutcome::Refused
-    } else {
+    } else if has(ResetOutcome::Applied) {
         ResetOutcome::Applied
+    } else {
+        // Refused somewhere, or no worker owns what the request names.
+        ResetOutcome::Refused
     };
     let time = reports
         .iter()
@@ -206,53 +261,6 @@ pub fn fold_reset(
     })
 }
 
-/// Build a condition, keeping the previous `lastTransitionTime` unless the status changed.
-pub fn condition(
-    previous: &[Condition],
-    type_: &str,
-    status: &str,
-    reason: &str,
-    message: String,
-    generation: Option<i64>,
-    now: Timestamp,
-) -> Condition {
-    let last_transition_time = previous
-        .iter()
-        .find(|c| c.type_ == type_ && c.status == status)
-        .map(|c| c.last_transition_time.clone())
-        // The API server stores seconds; keep what we compare with what we read back.
-        .unwrap_or_else(|| Time(Timestamp::from_second(now.as_second()).expect("in range")));
-    Condition {
-        type_: type_.into(),
-        status: status.into(),
-        reason: reason.into(),
-        message,
-        observed_generation: generation,
-        last_transition_time,
-    }
-}
-
-fn bool_str(b: bool) -> &'static str {
-    if b {
-        "True"
-    } else {
-        "False"
-    }
-}
-
-fn list_some(items: &[String]) -> String {
-    let mut out = items
-        .iter()
-        .take(LIST_IN_MESSAGE)
-        .cloned()
-        .collect::<Vec<_>>()
-        .join(", ");
-    if items.len() > LIST_IN_MESSAGE {
-        out.push_str(&format!(" and {} more", items.len() - LIST_IN_MESSAGE));
-    }
-    out
-}
-
 fn failure_condition(
     prev: &[Condition],
     failures: &[PartitionFailure],
@@ -272,6 +280,12 @@ fn failure_condition(
             "TopicRecreated",
             "NoTopicReset",
             "the source topic was deleted and recreated; patch spec.reset (strategy RestartFromEarliest or SkipToLatest) to resume",
+        ),
+        FailureType::ProgressMissing => (
+            PROGRESS_MISSING,
+            "TargetHoldsRecords",
+            "ProgressKnown",
+            "no progress is recorded but the target topic already holds records; patch spec.reset (strategy ResumeFromTarget, RestartFromEarliest or SkipToLatest) to choose where to resume",
         ),
     };
     let hits: Vec<String> = failures
@@ -310,7 +324,7 @@ pub fn fold_flow_status(obs: &FlowObservation<'_>) -> MirrorFlowStatus {
     // Only the desired ids count: entries left by workers that were scaled away are history.
     let by_id: BTreeMap<&str, &WorkerStatus> =
         prev.workers.iter().map(|w| (w.id.as_str(), w)).collect();
-    let workers: Vec<(String, Option<&WorkerStatus>)> = (0..desired)
+    let workers: Vec<(String, Option<&WorkerStatus>)> = (0..desired.unsigned_abs())
         .map(|i| {
             let id = worker_id(&name, i);
             let e = by_id.get(id.as_str()).copied();
@@ -331,7 +345,7 @@ pub fn fold_flow_status(obs: &FlowObservation<'_>) -> MirrorFlowStatus {
     {
         by_partition
             .entry((f.topic.clone(), f.partition))
-            .or_insert_with(|| f.clone());
+            .or_insert_with(|| complete_failure(f, &prev.failures));
     }
     let failed_partitions = by_partition.len() as i32;
     let all_failures: Vec<PartitionFailure> = by_partition.into_values().collect();
@@ -398,10 +412,34 @@ pub fn fold_flow_status(obs: &FlowObservation<'_>) -> MirrorFlowStatus {
         WorkerHealth::Stale => false,
     });
     let summary = format!("{ready_workers}/{desired} workers ready");
+    // Only fresh entries: a stale worker's last words may be long fixed.
+    let connection_problems: Vec<(String, &ConnectionProblem)> = workers
+        .iter()
+        .zip(&health)
+        .filter(|(_, (_, h))| matches!(h, WorkerHealth::Fresh(_)))
+        .filter_map(|((id, e), _)| e.map(|e| (id, e)))
+        .flat_map(|(id, e)| e.connection_problems.iter().map(move |p| (id.clone(), p)))
+        .collect();
+    let connection_reason = connection_problems
+        .iter()
+        .map(|(_, p)| p.reason)
+        .min()
+        .map(ConnectionProblemReason::as_str);
+    let connection_message = {
+        let mut seen = BTreeSet::new();
+        let lines: Vec<String> = connection_problems
+            .iter()
+            .filter(|(_, p)| seen.insert(p.message.clone()))
+            .map(|(id, p)| format!("{id}: {}", p.message))
+            .collect();
+        list_some(&lines)
+    };
 
     let pc = &prev.conditions;
     let (ready, reason, message) = if let Some(errs) = obs.invalid {
         (false, "InvalidSpec", errs.to_string())
+    } else if let Some(p) = obs.children {
+        (false, p.reason, p.message.clone())
     } else if let ResetProgress::InProgress {
         id,
         applied,
@@ -419,6 +457,8 @@ pub fn fold_flow_status(obs: &FlowObservation<'_>) -> MirrorFlowStatus {
             "PartitionsFailed",
             format!("{failed_partitions} partition(s) stopped by DataLoss or TopicReset; see status.failures and patch spec.reset to clear them"),
         )
+    } else if let Some(reason) = connection_reason {
+        (false, reason, connection_message.clone())
     } else if !failed_workers.is_empty() {
         (false, "WorkerFailed", list_some(&failed_workers))
     } else if let Some((from, to)) = obs.draining {
@@ -525,6 +565,7 @@ pub fn fold_flow_status(obs: &FlowObservation<'_>) -> MirrorFlowStatus {
         ),
         failure_condition(pc, &all_failures, FailureType::DataLoss, gen, now),
         failure_condition(pc, &all_failures, FailureType::TopicReset, gen, now),
+        failure_condition(pc, &all_failures, FailureType::ProgressMissing, gen, now),
         match obs.invalid {
             Some(errs) => condition(
                 pc,
@@ -539,6 +580,40 @@ pub fn fold_flow_status(obs: &FlowObservation<'_>) -> MirrorFlowStatus {
         },
     ];
 
+    // ConnectionFailed and InsecureTls appear when they first turn True and stay (False)
+    // after: a flow that never had either keeps its `kubectl describe` to one screen.
+    let had = |t: &str| pc.iter().any(|c| c.type_ == t);
+    let mut conditions = conditions;
+    match connection_reason {
+        Some(reason) => conditions.push(condition(
+            pc,
+            CONNECTION_FAILED,
+            "True",
+            reason,
+            connection_message,
+            gen,
+            now,
+        )),
+        None if had(CONNECTION_FAILED) => conditions.push(condition(
+            pc,
+            CONNECTION_FAILED,
+            "False",
+            "Connected",
+            String::new(),
+            gen,
+            now,
+        )),
+        None => {}
+    }
+    if let Some(c) = insecure_tls_condition(pc, flow, gen, now)
+        .filter(|c| c.status == "True" || had(INSECURE_TLS))
+    {
+        conditions.push(c);
+    }
+    // Worker 0 runs the ACL sync; its entry reports it.
+    let topic_acls = workers
+        .first()
+        .and_then(|(_, e)| e.and_then(|e| e.topic_acls.clone()));
     MirrorFlowStatus {
         observed_generation: gen,
         conditions,
@@ -548,316 +623,46 @@ pub fn fold_flow_status(obs: &FlowObservation<'_>) -> MirrorFlowStatus {
         failures,
         last_applied_reset,
         replication_lag,
+        topic_acls,
     }
 }
 
-/// Checkpoint data the workers report for one OffsetCheckpoint. `WorkerStatus` carries no
-/// such field yet; the reconciler passes `None` until it does, and the fold says so.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct CheckpointReports {
-    pub groups: Vec<GroupSummary>,
-    pub failures: Vec<GroupFailure>,
-}
-
-/// What the controller knows about the flow an OffsetCheckpoint references.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FlowRefState {
-    /// The flow exists; `invalid` when its InvalidSpec condition is True.
-    Found { invalid: bool },
-    /// No MirrorFlow of that name in the namespace.
-    NotFound,
-}
-
-/// Everything an OffsetCheckpoint status is folded from.
-#[derive(Debug, Clone)]
-pub struct CheckpointObservation<'a> {
-    pub checkpoint: &'a OffsetCheckpoint,
-    pub flow: FlowRefState,
-    pub invalid: Option<&'a ValidationErrors>,
-    /// `None`: no worker reported data for this checkpoint.
-    pub reports: Option<&'a CheckpointReports>,
-    pub now: Timestamp,
-}
-
-/// Fold an OffsetCheckpoint's status: `Ready`, `Stale` (a group's newest checkpoint is older
-/// than [`STALE_INTERVALS`] × `intervalSeconds`) and the group summaries.
-pub fn fold_checkpoint_status(obs: &CheckpointObservation<'_>) -> OffsetCheckpointStatus {
-    let cp = obs.checkpoint;
-    let prev = cp.status.clone().unwrap_or_default();
-    let pc = &prev.conditions;
-    let gen = cp.metadata.generation;
-    let now = obs.now;
-    let flow_name = &cp.spec.flow_ref.name;
-    let stale_after =
-        SignedDuration::from_secs(STALE_INTERVALS * i64::from(cp.spec.interval_seconds.max(1)));
-
-    let blocked: Option<(&str, String)> = if let Some(errs) = obs.invalid {
-        Some(("InvalidSpec", errs.to_string()))
-    } else if obs.flow == FlowRefState::NotFound {
-        Some((
-            "FlowNotFound",
-            format!(
-                "MirrorFlow {flow_name:?} (spec.flowRef.name) not found in namespace {:?}",
-                cp.namespace().unwrap_or_default()
-            ),
-        ))
-    } else if obs.flow == (FlowRefState::Found { invalid: true }) {
-        Some((
-            "FlowInvalid",
-            format!("MirrorFlow {flow_name:?} has an invalid spec (see its InvalidSpec condition)"),
-        ))
-    } else if obs.reports.is_none() {
-        Some((
-            "AwaitingCheckpoints",
-            "no worker has reported checkpoints for this OffsetCheckpoint yet".into(),
-        ))
-    } else {
-        None
-    };
-    if let Some((reason, message)) = blocked {
-        return OffsetCheckpointStatus {
-            observed_generation: gen,
-            conditions: vec![
-                condition(pc, READY, "False", reason, message, gen, now),
-                condition(pc, STALE, "Unknown", reason, String::new(), gen, now),
-            ],
-            ..Default::default()
-        };
-    }
-    let reports = obs.reports.expect("checked above");
-
-    let times: Vec<Timestamp> = reports
-        .groups
-        .iter()
-        .filter_map(|g| g.last_checkpoint_time.as_ref().map(|t| t.0))
+/// `InsecureTls`: True (a warning, Ready is not affected) while a cluster does not verify
+/// its brokers' certificates.
+fn insecure_tls_condition(
+    pc: &[Condition],
+    flow: &MirrorFlow,
+    gen: Option<i64>,
+    now: Timestamp,
+) -> Option<Condition> {
+    let insecure: Vec<String> = [("source", &flow.spec.source), ("target", &flow.spec.target)]
+        .into_iter()
+        .filter(|(_, c)| c.tls.as_ref().is_some_and(|t| t.insecure_skip_verify))
+        .map(|(side, c)| format!("spec.{side}.tls.insecureSkipVerify (cluster {})", c.alias))
         .collect();
-    let oldest = times.iter().min().copied();
-    let stale_groups: Vec<String> = reports
-        .groups
-        .iter()
-        .filter(|g| {
-            g.last_checkpoint_time
-                .as_ref()
-                .is_some_and(|t| now.duration_since(t.0) > stale_after)
-        })
-        .map(|g| g.group.clone())
-        .collect();
-    let mut groups = reports.groups.clone();
-    // Stalest first; never-checkpointed groups are the stalest of all.
-    groups.sort_by(|a, b| {
-        let ka = a.last_checkpoint_time.as_ref().map(|t| t.0);
-        let kb = b.last_checkpoint_time.as_ref().map(|t| t.0);
-        ka.cmp(&kb).then_with(|| a.group.cmp(&b.group))
-    });
-    groups.truncate(MAX_GROUPS);
-    let mut failures = reports.failures.clone();
-    failures.sort_by(|a, b| a.group.cmp(&b.group));
-    failures.truncate(MAX_GROUPS);
-
-    let threshold = format!(
-        "{STALE_INTERVALS} × intervalSeconds ({}s)",
-        stale_after.as_secs()
-    );
-    let stale = if stale_groups.is_empty() {
+    Some(if insecure.is_empty() {
         condition(
             pc,
-            STALE,
+            INSECURE_TLS,
             "False",
-            "Fresh",
-            format!("every group checkpointed within {threshold}"),
+            "CertificatesVerified",
+            String::new(),
             gen,
             now,
         )
     } else {
+        let msg = format!(
+            "{} is true: the brokers' certificates and host names are not verified, so anyone on the network path can impersonate them and read credentials and records; for test clusters only",
+            insecure.join(" and ")
+        );
         condition(
             pc,
-            STALE,
+            INSECURE_TLS,
             "True",
-            "CheckpointsStale",
-            format!(
-                "last checkpoint older than {threshold}: {}",
-                list_some(&stale_groups)
-            ),
+            "InsecureSkipVerify",
+            msg,
             gen,
             now,
         )
-    };
-    let ready = if !stale_groups.is_empty() {
-        condition(
-            pc,
-            READY,
-            "False",
-            "CheckpointsStale",
-            format!("{} group(s) stale", stale_groups.len()),
-            gen,
-            now,
-        )
-    } else if reports.groups.is_empty() {
-        condition(
-            pc,
-            READY,
-            "True",
-            "NoGroupsMatched",
-            "no source consumer group matches spec.groups".into(),
-            gen,
-            now,
-        )
-    } else {
-        condition(
-            pc,
-            READY,
-            "True",
-            "Checkpointing",
-            format!("{} group(s) checkpointed", times.len()),
-            gen,
-            now,
-        )
-    };
-    OffsetCheckpointStatus {
-        observed_generation: gen,
-        conditions: vec![ready, stale],
-        groups_checkpointed: times.len() as i32,
-        last_checkpoint_time: times.iter().max().map(|t| Time(*t)),
-        oldest_checkpoint_age_seconds: oldest.map(|t| now.duration_since(t).as_secs().max(0)),
-        groups,
-        failures,
-    }
+    })
 }
-
-/// Severity of an event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EventSeverity {
-    Normal,
-    Warning,
-}
-
-/// Why an event is published (the event's `reason`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EventReason {
-    /// An error category (InvalidSpec, FlowNotFound, ...).
-    Error(ErrorCategory),
-    DataLoss,
-    TopicReset,
-    ResetApplied,
-    ResetRefused,
-    ResetFailed,
-}
-
-impl EventReason {
-    /// The PascalCase reason string.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Error(c) => c.as_str(),
-            Self::DataLoss => "DataLoss",
-            Self::TopicReset => "TopicReset",
-            Self::ResetApplied => "ResetApplied",
-            Self::ResetRefused => "ResetRefused",
-            Self::ResetFailed => "ResetFailed",
-        }
-    }
-}
-
-/// An event to publish about a resource.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StatusEvent {
-    pub severity: EventSeverity,
-    pub reason: EventReason,
-    pub note: String,
-}
-
-/// The condition of `type_` if it is True.
-fn true_condition<'a>(conds: &'a [Condition], type_: &str) -> Option<&'a Condition> {
-    conds
-        .iter()
-        .find(|c| c.type_ == type_ && c.status == "True")
-}
-
-/// A condition that is True in `next` and was not True with the same message in `prev`:
-/// something new happened (one event per change, not per reconcile).
-fn newly_true<'a>(prev: &[Condition], next: &'a [Condition], type_: &str) -> Option<&'a Condition> {
-    let n = true_condition(next, type_)?;
-    match true_condition(prev, type_) {
-        Some(p) if p.message == n.message => None,
-        _ => Some(n),
-    }
-}
-
-/// Events implied by a flow status change: invalid spec, DataLoss / TopicReset detected, a
-/// reset's outcome.
-pub fn flow_events(prev: Option<&MirrorFlowStatus>, next: &MirrorFlowStatus) -> Vec<StatusEvent> {
-    let empty = MirrorFlowStatus::default();
-    let prev = prev.unwrap_or(&empty);
-    let mut out = Vec::new();
-    let warn = |reason, c: &Condition| StatusEvent {
-        severity: EventSeverity::Warning,
-        reason,
-        note: c.message.clone(),
-    };
-    if let Some(c) = newly_true(&prev.conditions, &next.conditions, INVALID_SPEC) {
-        out.push(warn(EventReason::Error(ErrorCategory::InvalidSpec), c));
-    }
-    if let Some(c) = newly_true(&prev.conditions, &next.conditions, DATA_LOSS) {
-        out.push(warn(EventReason::DataLoss, c));
-    }
-    if let Some(c) = newly_true(&prev.conditions, &next.conditions, TOPIC_RESET) {
-        out.push(warn(EventReason::TopicReset, c));
-    }
-    if let Some(r) = &next.last_applied_reset {
-        if prev.last_applied_reset.as_ref().map(|p| &p.id) != Some(&r.id) {
-            let (severity, reason) = match r.outcome {
-                ResetOutcome::Applied => (EventSeverity::Normal, EventReason::ResetApplied),
-                ResetOutcome::Refused => (EventSeverity::Warning, EventReason::ResetRefused),
-                ResetOutcome::Failed => (EventSeverity::Warning, EventReason::ResetFailed),
-            };
-            let mut note = format!(
-                "reset {:?}: {:?}, {} partition(s)",
-                r.id,
-                r.outcome,
-                r.partitions.len()
-            );
-            if let Some(m) = &r.message {
-                note.push_str(": ");
-                note.push_str(m);
-            }
-            out.push(StatusEvent {
-                severity,
-                reason,
-                note,
-            });
-        }
-    }
-    out
-}
-
-/// Events implied by an OffsetCheckpoint status change: invalid spec, flow not found.
-pub fn checkpoint_events(
-    prev: Option<&OffsetCheckpointStatus>,
-    next: &OffsetCheckpointStatus,
-) -> Vec<StatusEvent> {
-    let empty = OffsetCheckpointStatus::default();
-    let prev = prev.unwrap_or(&empty);
-    let was = |reason: &str, message: &str| {
-        prev.conditions
-            .iter()
-            .any(|c| c.type_ == READY && c.reason == reason && c.message == message)
-    };
-    next.conditions
-        .iter()
-        .filter(|c| c.type_ == READY && c.status == "False")
-        .filter_map(|c| {
-            let cat = match c.reason.as_str() {
-                "InvalidSpec" => ErrorCategory::InvalidSpec,
-                "FlowNotFound" => ErrorCategory::FlowNotFound,
-                _ => return None,
-            };
-            (!was(&c.reason, &c.message)).then(|| StatusEvent {
-                severity: EventSeverity::Warning,
-                reason: EventReason::Error(cat),
-                note: c.message.clone(),
-            })
-        })
-        .collect()
-}
-
-#[cfg(test)]
-mod tests;

@@ -1,14 +1,14 @@
-//! Status folding: every condition transition, staleness, bounds, lastTransitionTime, events,
-//! and the OffsetCheckpoint fold.
+//! Status folding: every condition transition, staleness, bounds, lastTransitionTime, and the
+//! OffsetCheckpoint fold. Its fixtures also serve the controller's event tests.
 
 use super::*;
-use crate::api::{FieldError, GroupFailureReason};
+use crate::api::*;
 use pretty_assertions::assert_eq;
 use serde_json::json;
 
 const STALE_AFTER: SignedDuration = DEFAULT_STALE_AFTER;
 
-fn t(s: i64) -> Timestamp {
+pub(crate) fn t(s: i64) -> Timestamp {
     Timestamp::from_second(1_700_000_000 + s).unwrap()
 }
 
@@ -37,6 +37,8 @@ fn worker(i: i32, state: WorkerState, heartbeat: i64) -> WorkerStatus {
         replication_lag: None,
         last_applied_reset: None,
         checkpoints: vec![],
+        connection_problems: vec![],
+        topic_acls: None,
     }
 }
 
@@ -94,8 +96,8 @@ fn sts(replicas: i32, ready: i32) -> StatefulSetView {
     }
 }
 
-struct Case {
-    name: &'static str,
+pub(crate) struct Case {
+    pub(crate) name: &'static str,
     flow: MirrorFlow,
     invalid: Option<ValidationErrors>,
     sts: Option<StatefulSetView>,
@@ -106,12 +108,13 @@ struct Case {
     failed: i32,
 }
 
-fn fold(c: &Case, now: Timestamp) -> MirrorFlowStatus {
+pub(crate) fn fold(c: &Case, now: Timestamp) -> MirrorFlowStatus {
     fold_flow_status(&FlowObservation {
         flow: &c.flow,
         invalid: c.invalid.as_ref(),
         statefulset: c.sts.as_ref(),
         draining: c.draining,
+        children: None,
         now,
         stale_after: STALE_AFTER,
     })
@@ -137,7 +140,7 @@ fn reset_flow(id: &str) -> MirrorFlow {
     f
 }
 
-fn cases() -> Vec<Case> {
+pub(crate) fn cases() -> Vec<Case> {
     use WorkerState::*;
     let running2 = || vec![worker(0, Running, 95), worker(1, Running, 95)];
     let degraded_with = |f: PartitionFailure| {
@@ -169,7 +172,8 @@ fn cases() -> Vec<Case> {
     ));
     let in_progress = with_workers(reset_flow("r1"), vec![w0.clone(), worker(1, Running, 95)]);
     let mut w1 = worker(1, Running, 95);
-    w1.last_applied_reset = Some(applied("r1", ResetOutcome::Applied, 92, &[], None));
+    // Worker 1 owns nothing the request concerns.
+    w1.last_applied_reset = Some(applied("r1", ResetOutcome::NotOwned, 92, &[], None));
     let mut w0_done = worker(0, Running, 95);
     w0_done.last_applied_reset = w0.last_applied_reset.clone();
     let reset_applied = with_workers(reset_flow("r1"), vec![w0_done, w1.clone()]);
@@ -425,12 +429,21 @@ fn cases() -> Vec<Case> {
 fn condition_table() {
     for c in cases() {
         let st = fold(&c, t(100));
+        let types = [READY, REPLICATING, DATA_LOSS, TOPIC_RESET, INVALID_SPEC];
+        // ConnectionFailed and InsecureTls have their own test.
         let got: Vec<(String, String, String)> = st
             .conditions
             .iter()
+            .filter(|k| types.contains(&k.type_.as_str()))
             .map(|k| (k.type_.clone(), k.status.clone(), k.reason.clone()))
             .collect();
-        let types = [READY, REPLICATING, DATA_LOSS, TOPIC_RESET, INVALID_SPEC];
+        let pm = st.conditions.iter().find(|k| k.type_ == PROGRESS_MISSING);
+        assert_eq!(
+            pm.map(|k| (k.status.as_str(), k.reason.as_str())),
+            Some(("False", "ProgressKnown")),
+            "{}",
+            c.name
+        );
         let want: Vec<(String, String, String)> = types
             .iter()
             .zip(c.want)
@@ -565,6 +578,14 @@ fn reset_fold_table() {
         Some("t/9 healthy"),
     )));
     let old = with(Some(applied("r1", ResetOutcome::Applied, 1, &[], None)));
+    let n = with(Some(applied(
+        "r2",
+        ResetOutcome::NotOwned,
+        6,
+        &[],
+        Some("owns none"),
+    )));
+    let prev_failed = applied("r2", ResetOutcome::Failed, 3, &[], None);
     let prev = applied("r1", ResetOutcome::Applied, 1, &[], None);
     fn ids(ws: Vec<Option<&WorkerStatus>>) -> Vec<(String, Option<&WorkerStatus>)> {
         ws.into_iter()
@@ -617,11 +638,32 @@ fn reset_fold_table() {
             "Done Applied None",
         ),
         (
-            "refused wins over applied",
+            "applied wins over refused (what applies is applied)",
             Some(&req),
             None,
             ids_vec(&[Some(&a), Some(&r)]),
-            "Done Refused Some(\"w-1: t/9 healthy\")",
+            "Done Applied Some(\"w-1: t/9 healthy\")",
+        ),
+        (
+            "workers owning nothing do not decide",
+            Some(&req),
+            None,
+            ids_vec(&[Some(&a), Some(&n)]),
+            "Done Applied Some(\"w-1: owns none\")",
+        ),
+        (
+            "nobody owns it: refused",
+            Some(&req),
+            None,
+            ids_vec(&[Some(&n), Some(&n)]),
+            "Done Refused Some(\"w-0: owns none; w-1: owns none\")",
+        ),
+        (
+            "a failed id is folded again once retried",
+            Some(&req),
+            Some(&prev_failed),
+            ids_vec(&[Some(&a), Some(&n)]),
+            "Done Applied Some(\"w-1: owns none\")",
         ),
         (
             "failed wins over refused",
@@ -827,65 +869,6 @@ fn rollout_detection() {
     );
 }
 
-#[test]
-fn events_follow_changes_not_reconciles() {
-    let by_name = |n: &str| cases().into_iter().find(|c| c.name == n).unwrap();
-    let reasons = |ev: Vec<StatusEvent>| {
-        ev.into_iter()
-            .map(|e| (e.severity, e.reason.as_str()))
-            .collect::<Vec<_>>()
-    };
-
-    let c = by_name("DataLoss on a partition");
-    let st = fold(&c, t(100));
-    assert_eq!(
-        reasons(flow_events(None, &st)),
-        vec![(EventSeverity::Warning, "DataLoss")]
-    );
-    assert_eq!(
-        reasons(flow_events(Some(&st), &st)),
-        vec![],
-        "no repeat while nothing changes"
-    );
-
-    let c = by_name("TopicReset on a partition");
-    let st = fold(&c, t(100));
-    assert_eq!(
-        reasons(flow_events(None, &st)),
-        vec![(EventSeverity::Warning, "TopicReset")]
-    );
-
-    let c = by_name("invalid spec");
-    let st = fold(&c, t(100));
-    let ev = flow_events(None, &st);
-    assert_eq!(
-        reasons(ev.clone()),
-        vec![(EventSeverity::Warning, "InvalidSpec")]
-    );
-    assert!(ev[0].note.contains("spec.topics.include[0]"));
-
-    let prev = fold(&by_name("reset in progress"), t(100));
-    let st = fold(&by_name("reset applied by every worker"), t(100));
-    assert_eq!(
-        reasons(flow_events(Some(&prev), &st)),
-        vec![(EventSeverity::Normal, "ResetApplied")]
-    );
-    let st = fold(&by_name("reset refused"), t(100));
-    let ev = flow_events(Some(&prev), &st);
-    assert_eq!(
-        reasons(ev.clone()),
-        vec![(EventSeverity::Warning, "ResetRefused")]
-    );
-    assert!(
-        ev[0].note.contains("orders/3 is not failed"),
-        "{}",
-        ev[0].note
-    );
-
-    let st = fold(&by_name("all running"), t(100));
-    assert_eq!(reasons(flow_events(None, &st)), vec![]);
-}
-
 // ---- OffsetCheckpoint ----
 
 fn cp() -> OffsetCheckpoint {
@@ -907,7 +890,7 @@ fn group(name: &str, last: Option<i64>) -> GroupSummary {
     }
 }
 
-fn fold_cp(
+pub(crate) fn fold_cp(
     flow: FlowRefState,
     invalid: Option<&ValidationErrors>,
     reports: Option<&CheckpointReports>,
@@ -1032,25 +1015,6 @@ fn checkpoint_condition_table() {
 }
 
 #[test]
-fn checkpoint_flow_not_found_names_the_ref() {
-    let st = fold_cp(FlowRefState::NotFound, None, None);
-    assert_eq!(
-        st.conditions[0].message,
-        "MirrorFlow \"orders\" (spec.flowRef.name) not found in namespace \"kafka\""
-    );
-    let ev = checkpoint_events(None, &st);
-    assert_eq!(ev.len(), 1);
-    assert_eq!(ev[0].reason.as_str(), "FlowNotFound");
-    assert_eq!(
-        checkpoint_events(Some(&st), &st),
-        vec![],
-        "no event per requeue"
-    );
-    let fine = fold_cp(FlowRefState::Found { invalid: false }, None, None);
-    assert_eq!(checkpoint_events(Some(&st), &fine), vec![]);
-}
-
-#[test]
 fn checkpoint_summaries() {
     let mut groups: Vec<GroupSummary> = (0..60)
         .map(|i| group(&format!("g{i:02}"), Some(40 + i)))
@@ -1080,4 +1044,109 @@ fn checkpoint_summaries() {
         "{}",
         stale.message
     );
+}
+
+#[test]
+fn checkpoint_flow_not_found_names_the_ref() {
+    let st = fold_cp(FlowRefState::NotFound, None, None);
+    assert_eq!(
+        st.conditions[0].message,
+        "MirrorFlow \"orders\" (spec.flowRef.name) not found in namespace \"kafka\""
+    );
+}
+
+fn problem(reason: ConnectionProblemReason, msg: &str, since: i64) -> ConnectionProblem {
+    ConnectionProblem {
+        cluster: ClusterRole::Target,
+        alias: "dc2".into(),
+        reason,
+        message: msg.into(),
+        since: Time(t(since)),
+    }
+}
+
+#[test]
+fn connection_problems_and_insecure_tls() {
+    use ConnectionProblemReason::*;
+    let auth = "target cluster dc2: authentication failed: SASL authentication error";
+    let tls = "target cluster dc2: TLS verification failed: certificate has expired";
+    let cond = |st: &MirrorFlowStatus, ty: &str| {
+        let c = st
+            .conditions
+            .iter()
+            .find(|c| c.type_ == ty)
+            .unwrap_or_else(|| panic!("no {ty} condition"));
+        (c.status.clone(), c.reason.clone(), c.message.clone())
+    };
+    let has = |st: &MirrorFlowStatus, ty: &str| st.conditions.iter().any(|c| c.type_ == ty);
+    let mut w0 = worker(0, WorkerState::Starting, 95);
+    w0.connection_problems = vec![problem(AuthenticationFailed, auth, 90)];
+    let mut w1 = worker(1, WorkerState::Running, 95);
+    w1.connection_problems = vec![problem(TlsVerificationFailed, tls, 91)];
+    let c = Case {
+        name: "auth and tls",
+        flow: with_workers(flow(2), vec![w0.clone(), w1]),
+        invalid: None,
+        sts: Some(sts(2, 1)),
+        draining: None,
+        want: want(("False", "x"), ("False", "x")),
+        summary: "",
+        failed: 0,
+    };
+    let st = fold(&c, t(100));
+    let (s, r, m) = cond(&st, CONNECTION_FAILED);
+    assert_eq!((s.as_str(), r.as_str()), ("True", "AuthenticationFailed"));
+    assert!(m.contains(&format!("orders-worker-0: {auth}")), "{m}");
+    assert!(m.contains(&format!("orders-worker-1: {tls}")), "{m}");
+    let (s, r, m2) = cond(&st, READY);
+    assert_eq!(
+        (s.as_str(), r.as_str(), m2.as_str()),
+        ("False", "AuthenticationFailed", m.as_str())
+    );
+    assert!(
+        !has(&st, INSECURE_TLS),
+        "absent until a cluster skips verification"
+    );
+
+    // A fixed problem leaves the condition False; a stale entry's problem does not count.
+    let fixed = Case {
+        flow: {
+            let mut f = with_workers(flow(2), vec![worker(0, WorkerState::Running, 95)]);
+            f.status.as_mut().unwrap().conditions = st.conditions.clone();
+            f
+        },
+        sts: Some(sts(2, 2)),
+        ..c
+    };
+    let after = fold(&fixed, t(100));
+    assert_eq!(cond(&after, CONNECTION_FAILED).1, "Connected");
+    let mut stale = w0.clone();
+    stale.last_heartbeat_time = Some(Time(t(0)));
+    let c = Case {
+        flow: with_workers(flow(1), vec![stale]),
+        sts: Some(sts(1, 0)),
+        ..fixed
+    };
+    let st = fold(&c, t(100));
+    assert!(!has(&st, CONNECTION_FAILED), "stale entries do not count");
+
+    // insecureSkipVerify: a warning condition; Ready stays as the workers say.
+    let mut f = with_workers(flow(1), vec![worker(0, WorkerState::Running, 95)]);
+    f.spec.target.tls = Some(TlsSpec {
+        insecure_skip_verify: true,
+        ..TlsSpec::default()
+    });
+    let c = Case {
+        flow: f,
+        sts: Some(sts(1, 1)),
+        ..c
+    };
+    let st = fold(&c, t(100));
+    let (s, r, m) = cond(&st, INSECURE_TLS);
+    assert_eq!((s.as_str(), r.as_str()), ("True", "InsecureSkipVerify"));
+    assert!(
+        m.contains("spec.target.tls.insecureSkipVerify (cluster dc2)"),
+        "{m}"
+    );
+    assert_eq!(cond(&st, READY).0, "True");
 }

@@ -8,17 +8,19 @@
 //! [`MAX_IN_FLIGHT`] requests are kept outstanding on a private queue, each tagged with its
 //! index as the event opaque so answers (and timeouts) map back to their group.
 //!
-//! The only `unsafe` of the checkpoint module: every librdkafka handle is owned by a guard
-//! that destroys it, and result pointers are read only while their event is alive.
+//! Every librdkafka handle is owned by a guard (`kafka::ffi`) that destroys it, and result pointers
+//! are read only while their event is alive.
 
 use std::collections::HashMap;
-use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::ffi::{c_int, c_void, CStr, CString};
 use std::time::Duration;
 
 use rdkafka::admin::AdminClient;
 use rdkafka::bindings as rd;
 use rdkafka::client::DefaultClientContext;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+use super::ffi::{admin_options, code_text, error_text, queue, Handle};
 
 /// Requests kept outstanding at once by the multi-group calls.
 pub const MAX_IN_FLIGHT: usize = 64;
@@ -52,48 +54,6 @@ pub struct GroupAdmin {
     admin: AdminClient<DefaultClientContext>,
     timeout: Duration,
     what: String,
-}
-
-/// Destroys a librdkafka handle on drop.
-struct Owned<T> {
-    ptr: *mut T,
-    destroy: unsafe extern "C" fn(*mut T),
-}
-
-impl<T> Drop for Owned<T> {
-    fn drop(&mut self) {
-        if !self.ptr.is_null() {
-            // SAFETY: `ptr` came from the matching librdkafka constructor and is destroyed once.
-            unsafe { (self.destroy)(self.ptr) }
-        }
-    }
-}
-
-/// Text of a librdkafka error object, `None` for a null pointer or no error.
-///
-/// # Safety
-/// `err` must be null or a live `rd_kafka_error_t`.
-unsafe fn error_text(err: *const rd::rd_kafka_error_t) -> Option<String> {
-    if err.is_null()
-        || rd::rd_kafka_error_code(err) == rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
-    {
-        return None;
-    }
-    Some(
-        CStr::from_ptr(rd::rd_kafka_error_string(err))
-            .to_string_lossy()
-            .into_owned(),
-    )
-}
-
-/// Text of a response error code.
-fn code_text(code: rd::rd_kafka_resp_err_t) -> String {
-    // SAFETY: err2str returns a static string for every code.
-    unsafe {
-        CStr::from_ptr(rd::rd_kafka_err2str(code))
-            .to_string_lossy()
-            .into_owned()
-    }
 }
 
 /// Elements of a librdkafka partition list.
@@ -182,25 +142,12 @@ impl GroupAdmin {
         // SAFETY: the queue and options are created from the live client `rk` and destroyed
         // by guards; librdkafka copies what it needs from the options at submit time.
         unsafe {
-            let queue = Owned {
-                ptr: rd::rd_kafka_queue_new(rk),
-                destroy: rd::rd_kafka_queue_destroy,
-            };
+            let queue = queue(rk);
             let mut next = 0usize;
             let mut outstanding = 0usize;
             while next < n || outstanding > 0 {
                 while next < n && outstanding < MAX_IN_FLIGHT {
-                    let options = Owned {
-                        ptr: rd::rd_kafka_AdminOptions_new(rk, op),
-                        destroy: rd::rd_kafka_AdminOptions_destroy,
-                    };
-                    let mut errbuf = [0 as c_char; 256];
-                    rd::rd_kafka_AdminOptions_set_request_timeout(
-                        options.ptr,
-                        timeout_ms,
-                        errbuf.as_mut_ptr(),
-                        errbuf.len(),
-                    );
+                    let options = admin_options(rk, op, timeout_ms);
                     // The index travels as the event opaque (never dereferenced).
                     rd::rd_kafka_AdminOptions_set_opaque(options.ptr, next as *mut c_void);
                     submit(next, options.ptr, queue.ptr);
@@ -208,7 +155,7 @@ impl GroupAdmin {
                     outstanding += 1;
                 }
                 // Slack over the request timeout so the request's own timeout reports first.
-                let event = Owned {
+                let event = Handle {
                     ptr: rd::rd_kafka_queue_poll(queue.ptr, timeout_ms.saturating_add(2000)),
                     destroy: rd::rd_kafka_event_destroy,
                 };

@@ -1,0 +1,96 @@
+//! The CRDs' status rules, shared by the controller (which writes them) and the workers
+//! (which fold their own reports with the same rules): conditions, the flow and
+//! OffsetCheckpoint folds, list bounds, worker ids. Pure functions of (resource, reports, now).
+
+mod checkpoint;
+mod flow;
+
+pub use checkpoint::*;
+pub use flow::*;
+
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+/// How often a worker is expected to refresh its `lastHeartbeatTime`.
+pub const HEARTBEAT_INTERVAL: SignedDuration = SignedDuration::from_secs(10);
+/// A worker entry older than this counts as not ready (3 missed heartbeats).
+pub const DEFAULT_STALE_AFTER: SignedDuration = SignedDuration::from_secs(3 * 10);
+/// Bound of `status.failures` (the CRD schema's maxItems).
+pub const MAX_FAILURES: usize = 100;
+/// Bound of `OffsetCheckpointStatus.groups` and `.failures`.
+pub const MAX_GROUPS: usize = 50;
+/// A checkpoint older than this many intervals is stale.
+pub const STALE_INTERVALS: i64 = 3;
+/// How many items a condition message lists before "and N more".
+const LIST_IN_MESSAGE: usize = 5;
+
+/// Condition types of a MirrorFlow.
+pub const READY: &str = "Ready";
+pub const REPLICATING: &str = "Replicating";
+pub const DATA_LOSS: &str = "DataLoss";
+pub const TOPIC_RESET: &str = "TopicReset";
+pub const PROGRESS_MISSING: &str = "ProgressMissing";
+pub const INVALID_SPEC: &str = "InvalidSpec";
+/// True while a worker cannot authenticate to a cluster or verify its TLS certificates.
+pub const CONNECTION_FAILED: &str = "ConnectionFailed";
+/// True while a cluster has `tls.insecureSkipVerify` (a warning: test clusters only).
+pub const INSECURE_TLS: &str = "InsecureTls";
+/// Extra condition type of an OffsetCheckpoint.
+pub const STALE: &str = "Stale";
+
+/// `<flow>-worker-<i>`: worker `i`'s id, its pod name and its `status.workers[].id` (also in
+/// standalone mode).
+pub fn worker_id(flow: &str, index: u32) -> String {
+    format!("{flow}-worker-{index}")
+}
+
+/// Build a condition, keeping the previous `lastTransitionTime` unless the status changed.
+pub fn condition(
+    previous: &[Condition],
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: String,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Condition {
+    let last_transition_time = previous
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == status)
+        .map(|c| c.last_transition_time.clone())
+        // The API server stores seconds; keep what we compare with what we read back.
+        .unwrap_or_else(|| Time(Timestamp::from_second(now.as_second()).expect("in range")));
+    Condition {
+        type_: type_.into(),
+        status: status.into(),
+        reason: reason.into(),
+        message,
+        observed_generation: generation,
+        last_transition_time,
+    }
+}
+
+fn bool_str(b: bool) -> &'static str {
+    if b {
+        "True"
+    } else {
+        "False"
+    }
+}
+
+/// The first few of `items` joined for a condition message, with how many more there are.
+pub fn list_some(items: &[String]) -> String {
+    let mut out = items
+        .iter()
+        .take(LIST_IN_MESSAGE)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if items.len() > LIST_IN_MESSAGE {
+        out.push_str(&format!(" and {} more", items.len() - LIST_IN_MESSAGE));
+    }
+    out
+}
+
+#[cfg(test)]
+pub(crate) mod tests;

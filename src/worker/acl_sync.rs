@@ -1,0 +1,641 @@
+//! The topic ACL sync (`spec.syncTopicAcls`): worker 0 copies the source's ALLOW bindings on
+//! replicated topics to their target topics every `topics.refreshIntervalSeconds` (rules in
+//! [`crate::kafka::acl`]).
+//!
+//! ACLs carry no owner, so the bindings this flow created are remembered in a compacted topic
+//! on the target, `mirrorflow-acls.<namespace>.<flow>.internal` (key: the binding as JSON;
+//! a tombstone forgets it). A binding is recorded *before* it is created, and forgotten only
+//! after it was deleted: a crash in between can leave a record of a binding that does not
+//! exist (harmless: it is created again or its delete is a no-op), never a created binding
+//! the flow would not remove. Bindings that were on the target before are never touched.
+//!
+//! A failed sync leaves the target as it is and reports the error (status `lastError`,
+//! `mirrorflow_worker_topic_acl_sync_errors_total`); the next one starts over with fresh
+//! clients (credentials may have been rotated).
+
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use prometheus::{IntCounter, IntGaugeVec, Opts, Registry};
+use rdkafka::admin::AdminClient;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::ClientConfig;
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use crate::api::{MirrorFlowSpec, TopicAclSync};
+use crate::kafka::acl::{self, plan, target_acl, TopicAcl};
+use crate::kafka::config::client_properties;
+use crate::kafka::context::LogContext;
+use crate::kafka::health::FlowHealth;
+use crate::worker::checkpoint::io::{ensure_checkpoints_topic, TopicTail};
+use crate::worker::replicate::select::{TopicDecision, TopicFilter};
+
+/// Bound of each cluster call.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The topic remembering the bindings a flow created, on the target.
+pub fn acl_store_topic(namespace: &str, flow: &str) -> String {
+    format!("mirrorflow-acls.{namespace}.{flow}.internal")
+}
+
+/// What a sync needs from the clusters (librdkafka on real clusters; a fake in tests).
+/// Blocking.
+pub trait AclClusters {
+    /// The source's topics.
+    fn source_topics(&self) -> Result<Vec<String>, String>;
+    /// The source's topic bindings.
+    fn source_acls(&self) -> Result<Vec<TopicAcl>, String>;
+    /// The target's topic bindings.
+    fn target_acls(&self) -> Result<Vec<TopicAcl>, String>;
+    /// Creates bindings on the target; one result per binding.
+    fn create(&self, acls: &[TopicAcl]) -> Result<Vec<Result<(), String>>, String>;
+    /// Deletes exactly these bindings on the target; one result per binding.
+    fn delete(&self, acls: &[TopicAcl]) -> Result<Vec<Result<(), String>>, String>;
+}
+
+/// Where the flow remembers the bindings it created. Blocking.
+pub trait CreatedStore {
+    /// Every binding recorded as created.
+    fn load(&mut self) -> Result<BTreeSet<TopicAcl>, String>;
+    /// Records (`created`) or forgets a binding, durably (acknowledged) before returning.
+    fn record(&mut self, acl: &TopicAcl, created: bool) -> Result<(), String>;
+}
+
+/// The counts of one good sync.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyncCounts {
+    pub synced: usize,
+    pub created_by_flow: usize,
+    pub skipped: usize,
+    pub created_now: usize,
+    pub deleted_now: usize,
+}
+
+/// One sync. `created` is the store's content, loaded on first use and kept up to date.
+pub fn sync_once(
+    spec: &MirrorFlowSpec,
+    clusters: &dyn AclClusters,
+    store: &mut dyn CreatedStore,
+    created: &mut Option<BTreeSet<TopicAcl>>,
+) -> Result<SyncCounts, String> {
+    let filter = TopicFilter::new(spec)?;
+    let replicated = |t: &str| filter.decide(t) == TopicDecision::Replicate;
+    let topics: Vec<String> = clusters
+        .source_topics()
+        .map_err(|e| format!("source cluster {}: {e}", spec.source.alias))?
+        .into_iter()
+        .filter(|t| replicated(t))
+        .collect();
+    let source = clusters
+        .source_acls()
+        .map_err(|e| format!("source cluster {}: {e}", spec.source.alias))?;
+    let on_target: BTreeSet<TopicAcl> = clusters
+        .target_acls()
+        .map_err(|e| format!("target cluster {}: {e}", spec.target.alias))?
+        .into_iter()
+        .collect();
+    if created.is_none() {
+        *created = Some(store.load()?);
+    }
+    let mine = created.as_mut().expect("loaded");
+    let mut desired = BTreeSet::new();
+    let mut skipped = 0usize;
+    for b in &source {
+        match target_acl(
+            b,
+            &spec.replication_policy,
+            &spec.source.alias,
+            &replicated,
+            &topics,
+        ) {
+            Ok(t) => {
+                desired.insert(t);
+            }
+            // Only bindings on replicated topics count as skipped; others are not ours.
+            Err(acl::Skip::NotReplicated) => {}
+            Err(_) => skipped += 1,
+        }
+    }
+    let mut p = plan(&desired, skipped, &on_target, mine);
+    // librdkafka 2.12 drops DescribeAcls' error code: a cluster without an authorizer, or a
+    // mirror without DESCRIBE on it, answers like a cluster without ACLs. Never take that
+    // as "every source binding is gone".
+    let withheld = if source.is_empty() && !p.delete.is_empty() {
+        std::mem::take(&mut p.delete).len()
+    } else {
+        0
+    };
+    let mut errors = Vec::new();
+    let mut to_create = Vec::new();
+    for b in &p.create {
+        // Recorded first: a crash must never leave a created binding we would not remove.
+        if !mine.contains(b) {
+            store.record(b, true)?;
+            mine.insert(b.clone());
+        }
+        to_create.push(b.clone());
+    }
+    let mut created_now = 0;
+    for r in clusters
+        .create(&to_create)
+        .map_err(|e| format!("target cluster {}: {e}", spec.target.alias))?
+    {
+        match r {
+            Ok(()) => created_now += 1,
+            Err(e) => errors.push(e),
+        }
+    }
+    let mut deleted_now = 0;
+    let results = clusters
+        .delete(&p.delete)
+        .map_err(|e| format!("target cluster {}: {e}", spec.target.alias))?;
+    for (b, r) in p.delete.iter().zip(results) {
+        match r {
+            Ok(()) => {
+                store.record(b, false)?;
+                mine.remove(b);
+                deleted_now += 1;
+            }
+            Err(e) => errors.push(e),
+        }
+    }
+    if withheld > 0 {
+        errors.push(format!(
+            "source cluster {} lists no topic ACLs at all (no authorizer, or no DESCRIBE permission on the cluster: librdkafka reports both as an empty answer); the {withheld} binding(s) this flow created on the target are kept until it lists any",
+            spec.source.alias
+        ));
+    }
+    if !errors.is_empty() {
+        return Err(format!(
+            "target cluster {}: {} of {} ACL changes failed: {}",
+            spec.target.alias,
+            errors.len(),
+            p.create.len() + p.delete.len(),
+            errors.join("; ")
+        ));
+    }
+    Ok(SyncCounts {
+        synced: p.synced,
+        created_by_flow: p.created_by_flow,
+        skipped: p.skipped,
+        created_now,
+        deleted_now,
+    })
+}
+
+/// The clusters through librdkafka.
+pub struct KafkaClusters {
+    source: AdminClient<LogContext>,
+    target: AdminClient<LogContext>,
+    timeout: Duration,
+}
+
+impl KafkaClusters {
+    /// Admin clients from the clusters' client configs, reporting into `health`.
+    pub fn new(
+        source: &ClientConfig,
+        target: &ClientConfig,
+        health: &FlowHealth,
+        timeout: Duration,
+    ) -> Result<Self, String> {
+        Ok(Self {
+            source: source
+                .create_with_context(health.source.context())
+                .map_err(|e| format!("source admin client: {e}"))?,
+            target: target
+                .create_with_context(health.target.context())
+                .map_err(|e| format!("target admin client: {e}"))?,
+            timeout,
+        })
+    }
+}
+
+impl AclClusters for KafkaClusters {
+    fn source_topics(&self) -> Result<Vec<String>, String> {
+        let md = self
+            .source
+            .inner()
+            .fetch_metadata(None, self.timeout)
+            .map_err(|e| format!("list topics: {e}"))?;
+        Ok(md
+            .topics()
+            .iter()
+            .filter(|t| t.error().is_none())
+            .map(|t| t.name().to_string())
+            .collect())
+    }
+    fn source_acls(&self) -> Result<Vec<TopicAcl>, String> {
+        acl::describe_topic_acls(&self.source, self.timeout)
+    }
+    fn target_acls(&self) -> Result<Vec<TopicAcl>, String> {
+        acl::describe_topic_acls(&self.target, self.timeout)
+    }
+    fn create(&self, acls: &[TopicAcl]) -> Result<Vec<Result<(), String>>, String> {
+        acl::create_topic_acls(&self.target, acls, self.timeout)
+    }
+    fn delete(&self, acls: &[TopicAcl]) -> Result<Vec<Result<(), String>>, String> {
+        acl::delete_topic_acls(&self.target, acls, self.timeout)
+    }
+}
+
+/// The created bindings in the compacted store topic on the target.
+pub struct KafkaStore {
+    config: ClientConfig,
+    topic: String,
+    producer: BaseProducer,
+    timeout: Duration,
+    ensured: bool,
+}
+
+impl KafkaStore {
+    /// A store in `topic` with the target's client config; the topic is created (1
+    /// partition, compacted) by the first record, so a flow that created nothing has none.
+    pub fn new(target: &ClientConfig, topic: &str, timeout: Duration) -> Result<Self, String> {
+        let mut c = target.clone();
+        c.set("acks", "all").set("enable.idempotence", "true");
+        Ok(Self {
+            producer: c
+                .create()
+                .map_err(|e| format!("target cluster: ACL store producer: {e}"))?,
+            config: target.clone(),
+            topic: topic.to_string(),
+            timeout,
+            ensured: false,
+        })
+    }
+
+    fn ensure(&mut self) -> Result<(), String> {
+        if !self.ensured {
+            // Blocking context: the admin future is driven by librdkafka's own thread.
+            futures::executor::block_on(ensure_checkpoints_topic(
+                &self.config,
+                &self.topic,
+                self.timeout,
+            ))?;
+            self.ensured = true;
+        }
+        Ok(())
+    }
+}
+
+impl CreatedStore for KafkaStore {
+    fn load(&mut self) -> Result<BTreeSet<TopicAcl>, String> {
+        // A missing topic reads as empty; it is created by the first record.
+        let mut tail = TopicTail::new(&self.config, &self.topic, "target cluster")?;
+        let mut out = BTreeSet::new();
+        let mut bad = None;
+        tail.catch_up(self.timeout, |m| {
+            use rdkafka::Message;
+            let Some(key) = m.key() else { return };
+            match serde_json::from_slice::<TopicAcl>(key) {
+                Ok(b) if m.payload().is_some() => {
+                    out.insert(b);
+                }
+                Ok(b) => {
+                    out.remove(&b);
+                }
+                Err(e) => bad = Some(format!("{} offset {}: {e}", self.topic, m.offset())),
+            }
+        })?;
+        // Guessing could delete a binding that is not ours: refuse.
+        if let Some(e) = bad {
+            return Err(format!("ACL store record does not decode: {e}"));
+        }
+        Ok(out)
+    }
+
+    fn record(&mut self, acl: &TopicAcl, created: bool) -> Result<(), String> {
+        self.ensure()?;
+        let key = serde_json::to_vec(acl).map_err(|e| e.to_string())?;
+        let value: &[u8] = b"{\"createdByFlow\":true}";
+        let mut rec: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(&self.topic).key(&key);
+        if created {
+            rec = rec.payload(value);
+        }
+        self.producer
+            .send(rec)
+            .map_err(|(e, _)| format!("write ACL store {}: {e}", self.topic))?;
+        self.producer
+            .flush(self.timeout)
+            .map_err(|e| format!("write ACL store {}: {e}", self.topic))
+    }
+}
+
+/// `mirrorflow_worker_topic_acls{state}` and `mirrorflow_worker_topic_acl_sync_errors_total`.
+#[derive(Clone)]
+pub struct AclMetrics {
+    pub bindings: IntGaugeVec,
+    pub errors: IntCounter,
+}
+
+impl AclMetrics {
+    pub fn new(registry: &Registry) -> Result<Self, prometheus::Error> {
+        let bindings = IntGaugeVec::new(
+            Opts::new(
+                "mirrorflow_worker_topic_acls",
+                "Topic ACL bindings after the last good sync: synced (mirrored on the target), created_by_flow, skipped (DENY, WRITE, ...)",
+            ),
+            &["state"],
+        )?;
+        let errors = IntCounter::new(
+            "mirrorflow_worker_topic_acl_sync_errors_total",
+            "Topic ACL syncs that failed",
+        )?;
+        registry.register(Box::new(bindings.clone()))?;
+        registry.register(Box::new(errors.clone()))?;
+        Ok(Self { bindings, errors })
+    }
+}
+
+/// The status after a sync (`Ok`) or a failed one (keeps the last good counts).
+pub fn fold_status(
+    prev: Option<&TopicAclSync>,
+    result: &Result<SyncCounts, String>,
+    now: Timestamp,
+) -> TopicAclSync {
+    let n = |v: usize| i32::try_from(v).unwrap_or(i32::MAX);
+    match result {
+        Ok(c) => TopicAclSync {
+            synced: n(c.synced),
+            created_by_flow: n(c.created_by_flow),
+            skipped: n(c.skipped),
+            last_sync_time: Some(Time(Timestamp::from_second(now.as_second()).unwrap_or(now))),
+            last_error: None,
+        },
+        Err(e) => TopicAclSync {
+            last_error: Some(e.clone()),
+            ..prev.cloned().unwrap_or_default()
+        },
+    }
+}
+
+/// Runs the sync on worker 0 until `shutdown`.
+pub struct AclSyncRunner {
+    pub namespace: String,
+    pub flow: String,
+    pub secrets_dir: PathBuf,
+    pub spec: watch::Receiver<MirrorFlowSpec>,
+    pub health: FlowHealth,
+    pub state: watch::Sender<Option<TopicAclSync>>,
+    pub metrics: Option<AclMetrics>,
+}
+
+impl AclSyncRunner {
+    pub async fn run(mut self, shutdown: impl Future<Output = ()>) {
+        tokio::pin!(shutdown);
+        let topic = acl_store_topic(&self.namespace, &self.flow);
+        let mut created: Option<BTreeSet<TopicAcl>> = None;
+        let mut last_error: Option<String> = None;
+        loop {
+            let spec = self.spec.borrow_and_update().clone();
+            let every = Duration::from_secs(
+                u64::try_from(spec.topics.refresh_interval_seconds.max(1)).unwrap_or(10),
+            );
+            if spec.sync_topic_acls {
+                let result = self.sync(&spec, &topic, &mut created).await;
+                match &result {
+                    Ok(c) if c.created_now + c.deleted_now > 0 => info!(
+                        created = c.created_now,
+                        deleted = c.deleted_now,
+                        synced = c.synced,
+                        "topic ACLs synced"
+                    ),
+                    Ok(_) => {}
+                    // Once per distinct error (a cluster without an authorizer says so on
+                    // every sync).
+                    Err(e) if last_error.as_ref() != Some(e) => {
+                        warn!("topic ACL sync failed: {e}")
+                    }
+                    Err(_) => {}
+                }
+                last_error = result.as_ref().err().cloned();
+                if let Some(m) = &self.metrics {
+                    match &result {
+                        Ok(c) => {
+                            m.bindings
+                                .with_label_values(&["synced"])
+                                .set(c.synced as i64);
+                            m.bindings
+                                .with_label_values(&["created_by_flow"])
+                                .set(c.created_by_flow as i64);
+                            m.bindings
+                                .with_label_values(&["skipped"])
+                                .set(c.skipped as i64);
+                        }
+                        Err(_) => m.errors.inc(),
+                    }
+                }
+                let prev = self.state.borrow().clone();
+                self.state.send_replace(Some(fold_status(
+                    prev.as_ref(),
+                    &result,
+                    Timestamp::now(),
+                )));
+            } else {
+                self.state.send_replace(None);
+            }
+            tokio::select! {
+                _ = shutdown.as_mut() => return,
+                _ = tokio::time::sleep(every) => {}
+                r = self.spec.changed() => if r.is_err() { return },
+            }
+        }
+    }
+
+    async fn sync(
+        &self,
+        spec: &MirrorFlowSpec,
+        topic: &str,
+        created: &mut Option<BTreeSet<TopicAcl>>,
+    ) -> Result<SyncCounts, String> {
+        // Fresh clients each time: the sync is rare and credentials may have been rotated.
+        let source = client_properties(&spec.source, &self.secrets_dir)
+            .map_err(|e| e.to_string())?
+            .to_client_config();
+        let target = client_properties(&spec.target, &self.secrets_dir)
+            .map_err(|e| e.to_string())?
+            .to_client_config();
+        let (spec, health, mut taken) = (spec.clone(), self.health.clone(), created.take());
+        let topic = topic.to_string();
+        let (result, back) = crate::kafka::blocking(move || {
+            let r = (|| {
+                let clusters = KafkaClusters::new(&source, &target, &health, REQUEST_TIMEOUT)?;
+                let mut store = KafkaStore::new(&target, &topic, REQUEST_TIMEOUT)?;
+                sync_once(&spec, &clusters, &mut store, &mut taken)
+            })();
+            (r, taken)
+        })
+        .await?;
+        *created = back;
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kafka::acl::tests::acl;
+    use crate::kafka::acl::{Operation::*, PatternType::*, Permission::*};
+    use std::sync::Mutex;
+
+    #[derive(Default)]
+    struct Fake {
+        topics: Vec<String>,
+        source: Mutex<Vec<TopicAcl>>,
+        target: Mutex<BTreeSet<TopicAcl>>,
+    }
+
+    impl AclClusters for Fake {
+        fn source_topics(&self) -> Result<Vec<String>, String> {
+            Ok(self.topics.clone())
+        }
+        fn source_acls(&self) -> Result<Vec<TopicAcl>, String> {
+            Ok(self.source.lock().unwrap().clone())
+        }
+        fn target_acls(&self) -> Result<Vec<TopicAcl>, String> {
+            Ok(self.target.lock().unwrap().iter().cloned().collect())
+        }
+        fn create(&self, acls: &[TopicAcl]) -> Result<Vec<Result<(), String>>, String> {
+            let mut t = self.target.lock().unwrap();
+            Ok(acls
+                .iter()
+                .map(|a| {
+                    t.insert(a.clone());
+                    Ok(())
+                })
+                .collect())
+        }
+        fn delete(&self, acls: &[TopicAcl]) -> Result<Vec<Result<(), String>>, String> {
+            let mut t = self.target.lock().unwrap();
+            Ok(acls
+                .iter()
+                .map(|a| {
+                    t.remove(a);
+                    Ok(())
+                })
+                .collect())
+        }
+    }
+
+    #[derive(Default)]
+    struct MemStore(Vec<(TopicAcl, bool)>);
+
+    impl CreatedStore for MemStore {
+        fn load(&mut self) -> Result<BTreeSet<TopicAcl>, String> {
+            let mut out = BTreeSet::new();
+            for (a, c) in &self.0 {
+                if *c {
+                    out.insert(a.clone());
+                } else {
+                    out.remove(a);
+                }
+            }
+            Ok(out)
+        }
+        fn record(&mut self, acl: &TopicAcl, created: bool) -> Result<(), String> {
+            self.0.push((acl.clone(), created));
+            Ok(())
+        }
+    }
+
+    fn spec() -> MirrorFlowSpec {
+        serde_json::from_value(serde_json::json!({
+            "source": {"alias": "dc1", "bootstrapServers": "a:1"},
+            "target": {"alias": "dc2", "bootstrapServers": "b:1"},
+            "topics": {"include": ["orders.*", "pay"]},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn sync_copies_renames_and_removes_only_its_own_bindings() {
+        let fake = Fake {
+            topics: vec!["orders".into(), "pay".into(), "hr".into()],
+            ..Default::default()
+        };
+        let pre_existing = acl(Literal, "dc1.pay", Read, Allow);
+        *fake.source.lock().unwrap() = vec![
+            acl(Literal, "orders", All, Allow),
+            acl(Prefixed, "orders", Describe, Allow),
+            acl(Literal, "orders", Write, Allow),
+            acl(Literal, "orders", Read, Deny),
+            acl(Literal, "pay", Read, Allow),
+            acl(Literal, "hr", Read, Allow),
+        ];
+        fake.target.lock().unwrap().insert(pre_existing.clone());
+        let mut store = MemStore::default();
+        let mut created = None;
+        let c = sync_once(&spec(), &fake, &mut store, &mut created).unwrap();
+        assert_eq!(
+            (c.synced, c.created_by_flow, c.skipped, c.created_now),
+            (3, 2, 2, 2)
+        );
+        let want: BTreeSet<TopicAcl> = [
+            acl(Literal, "dc1.orders", Read, Allow),
+            acl(Prefixed, "dc1.orders", Describe, Allow),
+            pre_existing.clone(),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(
+            *fake.target.lock().unwrap(),
+            want,
+            "renamed, ALL as READ, no WRITE, no DENY, no hr"
+        );
+        // Idempotent.
+        let again = sync_once(&spec(), &fake, &mut store, &mut created).unwrap();
+        assert_eq!((again.created_now, again.deleted_now), (0, 0));
+
+        // The source answers with no ACLs at all (what librdkafka makes of an error): kept.
+        fake.source.lock().unwrap().clear();
+        let e = sync_once(&spec(), &fake, &mut store, &mut created).unwrap_err();
+        assert!(e.contains("lists no topic ACLs at all"), "{e}");
+        assert_eq!(fake.target.lock().unwrap().len(), 3, "nothing deleted");
+        // The source bindings go (others remain): the flow removes what it created, keeps
+        // what was there.
+        *fake.source.lock().unwrap() = vec![acl(Literal, "hr", Read, Allow)];
+        // A restarted worker reloads what it created from the store.
+        let mut created = None;
+        let c = sync_once(&spec(), &fake, &mut store, &mut created).unwrap();
+        assert_eq!((c.deleted_now, c.synced), (2, 0));
+        assert_eq!(
+            *fake.target.lock().unwrap(),
+            [pre_existing].into_iter().collect()
+        );
+        assert_eq!(
+            store.load().unwrap(),
+            BTreeSet::new(),
+            "forgotten after deletion"
+        );
+        // Recorded before creation, forgotten after deletion.
+        let order: Vec<bool> = store.0.iter().map(|(_, c)| *c).collect();
+        assert_eq!(order, vec![true, true, false, false]);
+    }
+
+    #[test]
+    fn failed_sync_keeps_the_last_counts_and_reports_the_error() {
+        let now = Timestamp::from_second(1_700_000_000).unwrap();
+        let good = fold_status(
+            None,
+            &Ok(SyncCounts {
+                synced: 3,
+                created_by_flow: 2,
+                skipped: 1,
+                created_now: 2,
+                deleted_now: 0,
+            }),
+            now,
+        );
+        assert_eq!((good.synced, good.created_by_flow, good.skipped), (3, 2, 1));
+        assert!(good.last_error.is_none() && good.last_sync_time.is_some());
+        let bad = fold_status(Some(&good), &Err("target cluster dc2: boom".into()), now);
+        assert_eq!(bad.synced, 3);
+        assert_eq!(bad.last_error.as_deref(), Some("target cluster dc2: boom"));
+        assert_eq!(bad.last_sync_time, good.last_sync_time);
+    }
+}

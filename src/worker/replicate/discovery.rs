@@ -1,0 +1,722 @@
+//! Topic discovery and the periodic offset-validation check, run beside the replication loop.
+//!
+//! The loop takes a [`RefreshInput`] snapshot of its partition table and hands it to
+//! [`Discovery::refresh`] on a task of its own; the task lists both clusters, creates or grows
+//! target topics, reads watermarks and topic ids, decides where new partitions start and
+//! judges every observation, and returns a [`RefreshPlan`]. The loop only applies it
+//! ([`apply_plan`], pure): records keep flowing while a cluster answers slowly. Evidence about
+//! a partition whose [`Partition::version`] changed meanwhile (failed, reset, parked) is
+//! dropped; the next refresh looks again.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{Consumer as _, StreamConsumer};
+use tracing::{debug, info, warn};
+
+use super::assign::is_owned;
+use super::clients::Clients;
+use super::io::{self, Admin, MetaClient};
+use super::partitions::{start_position, Partition, PartitionTable, Start, Taken};
+use super::select::{target_topic_action, TargetTopicAction, TopicDecision, TopicFilter};
+use super::settings::EngineSettings;
+use super::status::PartitionState;
+use super::validate::{check_observation, confirm_with_fetch, CheckOutcome, TopicIds};
+use crate::api::{StartFrom, TopicPartitionRef};
+use crate::kafka::config::ClientProperties;
+use crate::kafka::context::LogContext;
+use crate::kafka::wire::Progress;
+use crate::telemetry::metrics::{ErrorKind, WorkerMetrics};
+use crate::worker::validation::classify::{Detection, KnownPartition, PartitionObservation};
+
+/// A partition as the refresh saw it when it started.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PartitionView {
+    /// [`Partition::version`] at the snapshot.
+    pub version: u64,
+    /// Parked (its topic had vanished).
+    pub parked: bool,
+    /// Failed partitions are not checked.
+    pub failed: bool,
+    /// The consumer fetches it (its fetch responses can confirm a ListOffsets answer).
+    pub assigned: bool,
+    /// Validation baseline at the committed position, if it has one.
+    pub known: Option<KnownPartition>,
+    /// Records of it arrived since the last check.
+    pub fetching: bool,
+}
+
+/// What a refresh starts from.
+#[derive(Clone)]
+pub struct RefreshInput {
+    /// Every entry of the table, parked ones included.
+    pub views: BTreeMap<TopicPartitionRef, PartitionView>,
+    /// No refresh was applied before (`startFrom: Latest` applies).
+    pub first: bool,
+    /// The topic selection.
+    pub filter: TopicFilter,
+    /// `spec.syncTopicConfigs`.
+    pub sync_topic_configs: bool,
+    /// `spec.startFrom`.
+    pub start_from: StartFrom,
+    /// `spec.offsetValidation.enabled`.
+    pub validation: bool,
+}
+
+/// Takes the snapshot (and restarts every partition's "fetched since the last check").
+pub fn snapshot(
+    table: &mut PartitionTable,
+    filter: &TopicFilter,
+    spec: &crate::api::MirrorFlowSpec,
+) -> RefreshInput {
+    let views = table
+        .entries_mut()
+        .map(|(tp, p, parked)| {
+            let fetching = !parked && std::mem::take(&mut p.fetched_since_check);
+            (tp.clone(), view(tp, p, parked, fetching))
+        })
+        .collect();
+    RefreshInput {
+        views,
+        first: !table.refreshed_once(),
+        filter: filter.clone(),
+        sync_topic_configs: spec.sync_topic_configs,
+        start_from: spec.start_from,
+        validation: spec.offset_validation.enabled,
+    }
+}
+
+fn view(tp: &TopicPartitionRef, p: &Partition, parked: bool, fetching: bool) -> PartitionView {
+    PartitionView {
+        version: p.version,
+        parked,
+        failed: p.state.is_failed(),
+        assigned: !parked && p.replicating(),
+        known: p.position.map(|pos| p.known(tp, pos)),
+        fetching,
+    }
+}
+
+/// One periodic check's result for a partition.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Check {
+    pub tp: TopicPartitionRef,
+    /// [`PartitionView::version`] it was made against (0 for a partition new in this plan).
+    pub version: u64,
+    /// The position it was made at.
+    pub position: i64,
+    pub outcome: CheckOutcome,
+}
+
+/// What a refresh found; applied by [`apply_plan`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RefreshPlan {
+    /// Source topics this worker owns partitions of: `(partitions, target topic)`. `None`
+    /// when the source could not be listed (nothing changes).
+    pub wanted: Option<BTreeMap<String, (i32, String)>>,
+    /// Whether the target could be listed (else only vanished partitions are parked).
+    pub targets_listed: bool,
+    /// Target topics that exist with enough partitions.
+    pub ready: BTreeSet<String>,
+    /// Where partitions without a position start.
+    pub starts: BTreeMap<TopicPartitionRef, Start>,
+    /// Partitions without progress whose target partition already holds records: not
+    /// started (ProgressMissing), with the target topic, its end and the start per
+    /// `startFrom` that was refused.
+    pub missing: BTreeMap<TopicPartitionRef, (String, i64, i64)>,
+    /// `(log start, high watermark)` of owned partitions.
+    pub marks: BTreeMap<TopicPartitionRef, (i64, i64)>,
+    /// Validation of every partition with a position.
+    pub checks: Vec<Check>,
+    /// How long the refresh took.
+    pub elapsed: Duration,
+}
+
+/// Which worker this is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Owner {
+    pub index: u32,
+    pub count: u32,
+}
+
+impl Owner {
+    fn owns(&self, topic: &str, partition: i32) -> bool {
+        is_owned(topic, partition, self.index, self.count)
+    }
+}
+
+/// The selected source topics this worker owns partitions of: `(partitions, target topic)`.
+pub fn wanted_topics(
+    source: &BTreeMap<String, i32>,
+    filter: &TopicFilter,
+    owner: Owner,
+) -> BTreeMap<String, (i32, String)> {
+    source
+        .iter()
+        .filter(|(topic, _)| filter.decide(topic) == TopicDecision::Replicate)
+        .filter(|(topic, n)| (0..**n).any(|p| owner.owns(topic, p)))
+        .map(|(topic, n)| (topic.clone(), (*n, filter.target_topic(topic))))
+        .collect()
+}
+
+/// What the target needs: `(source topic, target topic, partitions, action)` per wanted topic.
+pub fn target_actions(
+    wanted: &BTreeMap<String, (i32, String)>,
+    target: &BTreeMap<String, i32>,
+) -> Vec<(String, String, i32, TargetTopicAction)> {
+    wanted
+        .iter()
+        .map(|(topic, (n, t))| {
+            let action = target_topic_action(*n, target.get(t).copied());
+            (topic.clone(), t.clone(), *n, action)
+        })
+        .collect()
+}
+
+/// Owned partitions of the wanted topics, with their target topic, in order.
+pub fn owned_partitions(
+    wanted: &BTreeMap<String, (i32, String)>,
+    owner: Owner,
+) -> Vec<(TopicPartitionRef, String)> {
+    let mut out = Vec::new();
+    for (topic, (n, target)) in wanted {
+        for p in (0..*n).filter(|p| owner.owns(topic, *p)) {
+            out.push((
+                TopicPartitionRef {
+                    topic: topic.clone(),
+                    partition: p,
+                },
+                target.clone(),
+            ));
+        }
+    }
+    out
+}
+
+/// Owned partitions that no longer belong to a wanted topic (vanished, deselected, or past a
+/// shrunk partition count).
+pub fn gone(
+    table: &PartitionTable,
+    wanted: &BTreeMap<String, (i32, String)>,
+) -> Vec<TopicPartitionRef> {
+    table
+        .owned()
+        .map(|(tp, _)| tp)
+        .filter(|tp| {
+            wanted
+                .get(&tp.topic)
+                .is_none_or(|(n, _)| tp.partition >= *n)
+        })
+        .cloned()
+        .collect()
+}
+
+/// What applying a plan did (for the engine's side effects).
+#[derive(Debug, Default, PartialEq)]
+pub struct Applied {
+    /// Partitions parked.
+    pub gone: Vec<TopicPartitionRef>,
+    /// Partitions that came back.
+    pub back: Vec<TopicPartitionRef>,
+    /// Partitions given a start.
+    pub started: Vec<(TopicPartitionRef, Start)>,
+    /// Partitions that stop (DataLoss / TopicReset).
+    pub detections: Vec<Detection>,
+    /// Deferred checks (logged).
+    pub deferred: Vec<Detection>,
+    /// The consumer must be re-assigned.
+    pub reassign: bool,
+}
+
+/// Applies `plan` to the table: parks what vanished, takes owned partitions (new or back),
+/// starts those with a ready target, records watermarks, and folds in the checks made against
+/// the current version of each partition. `epoch` gives sync emitters their writer epoch.
+pub fn apply_plan(
+    table: &mut PartitionTable,
+    plan: &RefreshPlan,
+    owner: Owner,
+    paused: bool,
+    epoch: impl Fn() -> i64,
+) -> Applied {
+    let mut out = Applied::default();
+    let Some(wanted) = &plan.wanted else {
+        return out;
+    };
+    for tp in gone(table, wanted) {
+        if table.park(&tp) {
+            out.gone.push(tp);
+            out.reassign = true;
+        }
+    }
+    if !plan.targets_listed {
+        return out;
+    }
+    for (tp, target) in owned_partitions(wanted, owner) {
+        if table.take(&tp, &target, epoch(), paused) == Taken::Back {
+            out.back.push(tp.clone());
+            out.reassign = true;
+        }
+        if !plan.ready.contains(&target) {
+            continue;
+        }
+        if let Some(start) = plan.starts.get(&tp) {
+            if table.start(&tp, start, paused) {
+                out.started.push((tp.clone(), start.clone()));
+                out.reassign = true;
+            }
+        }
+    }
+    for (tp, (target, end, refused)) in &plan.missing {
+        if table
+            .get(tp)
+            .is_some_and(|p| p.position.is_none() && !p.state.is_failed())
+        {
+            out.detections
+                .push(progress_missing(tp, target, *end, *refused));
+        }
+    }
+    for (tp, (low, high)) in &plan.marks {
+        if let Some(p) = table.get_mut(tp) {
+            p.low = Some(*low);
+            p.high = Some(*high);
+        }
+    }
+    for c in &plan.checks {
+        let Some(p) = table.get_mut(&c.tp) else {
+            continue;
+        };
+        let checkable = matches!(
+            p.state,
+            PartitionState::Replicating | PartitionState::Paused
+        );
+        if p.version != c.version || !checkable {
+            continue;
+        }
+        match &c.outcome {
+            CheckOutcome::Healthy(obs) => {
+                if p.record(&c.tp, c.position, obs) {
+                    // Persist the id with the position, also for an idle partition.
+                    table.mark_pending(&c.tp);
+                }
+            }
+            CheckOutcome::Deferred(d) => out.deferred.push(d.clone()),
+            CheckOutcome::Failed(d) | CheckOutcome::Confirm(_, d) => out.detections.push(d.clone()),
+        }
+    }
+    table.mark_refreshed();
+    out
+}
+
+/// Logs what applying a plan did.
+pub fn log_applied(a: &Applied, table: &PartitionTable) {
+    for tp in &a.gone {
+        info!(topic = %tp.topic, partition = tp.partition, "partition no longer replicated by this worker");
+    }
+    for tp in &a.back {
+        let position = table.get(tp).and_then(|p| p.position);
+        info!(topic = %tp.topic, partition = tp.partition, position = ?position, "partition is back");
+    }
+    for (tp, start) in &a.started {
+        let resumed = matches!(start, Start::Resume(_));
+        info!(topic = %tp.topic, partition = tp.partition, position = start.position(), resumed, "taking partition");
+    }
+    for d in &a.deferred {
+        debug!(
+            topic = %d.tp.topic,
+            partition = d.tp.partition,
+            position = d.requested_offset,
+            log_start = ?d.log_start,
+            "log start past the committed position while fetching; checking again later"
+        );
+    }
+}
+
+/// The ProgressMissing detection of a partition whose target already holds `end` offsets.
+fn progress_missing(tp: &TopicPartitionRef, target: &str, end: i64, refused: i64) -> Detection {
+    Detection {
+        tp: tp.clone(),
+        type_: crate::api::FailureType::ProgressMissing,
+        requested_offset: refused,
+        log_start: None,
+        high_watermark: None,
+        records_lost: crate::worker::validation::classify::RecordsLost::Unknown,
+        signals: vec![
+            crate::worker::validation::classify::Signal::TargetHoldsRecords {
+                target_topic: target.to_string(),
+                end,
+            },
+        ],
+    }
+}
+
+/// The clients and settings a refresh needs; cloned into the refresh task.
+#[derive(Clone)]
+pub struct Discovery {
+    pub source_meta: MetaClient,
+    pub target_meta: MetaClient,
+    pub source_admin: Arc<Admin>,
+    pub target_admin: Arc<Admin>,
+    /// The replication consumer: its fetch responses' watermarks confirm ListOffsets answers.
+    pub consumer: Arc<StreamConsumer<LogContext>>,
+    pub source_props: ClientProperties,
+    pub source_alias: String,
+    pub target_alias: String,
+    pub owner: Owner,
+    pub io_timeout: Duration,
+    pub validation_timeout: Duration,
+    /// Progress read at start, by source partition.
+    pub stored: Arc<HashMap<(String, i32), Progress>>,
+    pub topic_ids: TopicIds,
+    pub metrics: WorkerMetrics,
+}
+
+impl Discovery {
+    /// The refreshes of worker `settings` of the flow `spec`, through `clients` (stored
+    /// progress is set once read).
+    pub fn new(
+        clients: &Clients,
+        settings: &EngineSettings,
+        spec: &crate::api::MirrorFlowSpec,
+        topic_ids: TopicIds,
+        metrics: &WorkerMetrics,
+    ) -> Self {
+        Self {
+            source_meta: clients.source_meta.clone(),
+            target_meta: clients.target_meta.clone(),
+            source_admin: clients.source_admin.clone(),
+            target_admin: clients.target_admin.clone(),
+            consumer: clients.consumer.clone(),
+            source_props: clients.source_props.clone(),
+            source_alias: spec.source.alias.clone(),
+            target_alias: spec.target.alias.clone(),
+            owner: Owner {
+                index: settings.worker_index,
+                count: settings.worker_count,
+            },
+            io_timeout: settings.tuning.io_timeout,
+            validation_timeout: settings.tuning.validation_timeout,
+            stored: Arc::default(),
+            topic_ids,
+            metrics: metrics.clone(),
+        }
+    }
+
+    /// Lists, creates, looks up and judges; never touches the table.
+    pub async fn refresh(&self, input: RefreshInput) -> RefreshPlan {
+        let begin = Instant::now();
+        let mut plan = RefreshPlan::default();
+        let timeout = self.io_timeout;
+        let Some(source) = self
+            .list(&self.source_meta, "source", &self.source_alias)
+            .await
+        else {
+            return plan;
+        };
+        let wanted = wanted_topics(&source, &input.filter, self.owner);
+        plan.wanted = Some(wanted.clone());
+        let Some(target) = self
+            .list(&self.target_meta, "target", &self.target_alias)
+            .await
+        else {
+            return plan;
+        };
+        plan.targets_listed = true;
+        for (topic, t, n, action) in target_actions(&wanted, &target) {
+            if self.prepare_target(&topic, &t, n, action, &input).await {
+                plan.ready.insert(t);
+            }
+        }
+        let owned = owned_partitions(&wanted, self.owner);
+        let marks = match io::watermarks(
+            &self.source_meta,
+            owned
+                .iter()
+                .map(|(tp, _)| (tp.topic.clone(), tp.partition))
+                .collect(),
+            timeout,
+        )
+        .await
+        {
+            Ok(m) => m,
+            Err(e) => {
+                warn!("{e}");
+                BTreeMap::new()
+            }
+        };
+        for ((topic, partition), r) in marks {
+            match r {
+                Ok(m) => {
+                    plan.marks.insert(TopicPartitionRef { topic, partition }, m);
+                }
+                Err(e) => debug!("{e}"),
+            }
+        }
+        // Where partitions without a position start (the target must be ready).
+        for (tp, target) in &owned {
+            let view = input.views.get(tp);
+            let settled = view.is_some_and(|v| v.known.is_some() || v.failed);
+            if settled || !plan.ready.contains(target) {
+                continue;
+            }
+            let stored = self.stored.get(&(tp.topic.clone(), tp.partition));
+            let marks = plan.marks.get(tp).copied();
+            if let Some(s) = start_position(stored, marks, input.start_from, input.first) {
+                plan.starts.insert(tp.clone(), s);
+            }
+        }
+        self.refuse_guesses(&owned, &mut plan).await;
+        if input.validation {
+            plan.checks = self.check(&input, &owned, &plan).await;
+        }
+        plan.elapsed = begin.elapsed();
+        plan
+    }
+
+    /// A fresh start is a guess when the target partition already holds records (progress
+    /// deleted, target rebuilt): those partitions do not start ([`RefreshPlan::missing`]). If
+    /// the target's ends cannot be read, fresh starts wait for the next refresh.
+    async fn refuse_guesses(&self, owned: &[(TopicPartitionRef, String)], plan: &mut RefreshPlan) {
+        let fresh: Vec<(TopicPartitionRef, String)> = owned
+            .iter()
+            .filter(|(tp, _)| matches!(plan.starts.get(tp), Some(Start::Fresh(_))))
+            .cloned()
+            .collect();
+        if fresh.is_empty() {
+            return;
+        }
+        let targets = fresh
+            .iter()
+            .map(|(tp, t)| (t.clone(), tp.partition))
+            .collect();
+        let ends = match io::watermarks(&self.target_meta, targets, self.io_timeout).await {
+            Ok(e) => e,
+            Err(e) => {
+                warn!(
+                    "target cluster {}: {e}; new partitions start later",
+                    self.target_alias
+                );
+                BTreeMap::new()
+            }
+        };
+        for (tp, target) in fresh {
+            match ends.get(&(target.clone(), tp.partition)) {
+                Some(Ok((_, 0))) => {}
+                Some(Ok((_, end))) => {
+                    let refused = plan.starts.remove(&tp).map_or(0, |s| s.position());
+                    plan.missing.insert(tp, (target, *end, refused));
+                }
+                _ => {
+                    plan.starts.remove(&tp);
+                }
+            }
+        }
+    }
+
+    /// The topics of the `side` cluster `alias` (partition counts); a failure is logged and
+    /// counted.
+    async fn list(
+        &self,
+        meta: &MetaClient,
+        side: &str,
+        alias: &str,
+    ) -> Option<BTreeMap<String, i32>> {
+        match io::list_topics(meta, self.io_timeout).await {
+            Ok(t) => Some(t),
+            Err(e) => {
+                self.metrics.error(ErrorKind::TopicSync);
+                warn!("{side} cluster {alias}: {e}");
+                None
+            }
+        }
+    }
+
+    /// Creates or grows a target topic; true when it is ready.
+    async fn prepare_target(
+        &self,
+        topic: &str,
+        target: &str,
+        partitions: i32,
+        action: TargetTopicAction,
+        input: &RefreshInput,
+    ) -> bool {
+        let timeout = self.io_timeout;
+        let failed = |e: &str| {
+            self.metrics.error(ErrorKind::TopicSync);
+            warn!("{e}");
+            false
+        };
+        match action {
+            TargetTopicAction::Ready => true,
+            TargetTopicAction::Grow { from, to } => {
+                match io::add_partitions(&self.target_admin, target, to, timeout).await {
+                    Ok(()) => {
+                        info!(topic = %target, from, to, "grew target topic");
+                        true
+                    }
+                    Err(e) => failed(&e),
+                }
+            }
+            TargetTopicAction::Create => {
+                let configs = if input.sync_topic_configs {
+                    match io::syncable_topic_configs(&self.source_admin, topic, timeout).await {
+                        Ok(c) => c,
+                        Err(e) => {
+                            return failed(&format!(
+                                "not creating target topic {target} yet (spec.syncTopicConfigs is true): {e}"
+                            ))
+                        }
+                    }
+                } else {
+                    Vec::new()
+                };
+                match io::create_topic(&self.target_admin, target, partitions, &configs, timeout)
+                    .await
+                {
+                    Ok(created) => {
+                        if created {
+                            info!(topic = %target, partitions, ?configs, "created target topic");
+                        }
+                        true
+                    }
+                    Err(e) => failed(&e),
+                }
+            }
+        }
+    }
+
+    /// Offset validation of every owned, not failed partition with a position (new ones at
+    /// their start, before the consumer is assigned to them) against the fresh watermarks and
+    /// topic ids; ListOffsets-only detections confirmed by a Fetch.
+    async fn check(
+        &self,
+        input: &RefreshInput,
+        owned: &[(TopicPartitionRef, String)],
+        plan: &RefreshPlan,
+    ) -> Vec<Check> {
+        // (tp, version, baseline, fetching, assigned)
+        let mut subjects = Vec::new();
+        for (tp, _) in owned {
+            let view = input.views.get(tp);
+            let known = match (view.and_then(|v| v.known.clone()), plan.starts.get(tp)) {
+                (Some(k), _) if !view.is_some_and(|v| v.failed) => k,
+                (None, Some(start)) => {
+                    let (id, _) = match start {
+                        Start::Resume(p) => (p.topic_id.clone(), ()),
+                        Start::Fresh(_) => (String::new(), ()),
+                    };
+                    KnownPartition {
+                        tp: tp.clone(),
+                        position: start.position(),
+                        topic_id: (!id.is_empty()).then_some(id),
+                        high_watermark: None,
+                        log_start: None,
+                        leader_epoch: None,
+                    }
+                }
+                _ => continue,
+            };
+            let v = view.map(|v| (v.version, v.fetching, v.assigned && !v.parked));
+            let (version, fetching, assigned) = v.unwrap_or((0, false, false));
+            subjects.push((tp.clone(), version, known, fetching, assigned));
+        }
+        let topics: BTreeSet<String> = subjects.iter().map(|s| s.0.topic.clone()).collect();
+        let ids = self.topic_ids.lookup(topics).await;
+        let mut checks = Vec::new();
+        let mut to_confirm = Vec::new();
+        for (tp, version, known, fetching, assigned) in subjects {
+            let Some((low, high)) = plan.marks.get(&tp).copied() else {
+                continue;
+            };
+            let now = PartitionObservation {
+                topic_id: ids.get(&tp.topic).cloned(),
+                log_start: low,
+                high_watermark: high,
+                leader_epoch: None,
+            };
+            let position = known.position;
+            match check_observation(&known, &now, fetching) {
+                CheckOutcome::Confirm(obs, d) => {
+                    to_confirm.push((tp, version, known, obs, d, assigned))
+                }
+                outcome => checks.push(Check {
+                    tp,
+                    version,
+                    position,
+                    outcome,
+                }),
+            }
+        }
+        checks.extend(self.confirm(to_confirm).await);
+        checks
+    }
+
+    /// Confirms ListOffsets-only detections with the high watermark of a fetch response: the
+    /// consumer's own (for partitions it fetches) or a probe's.
+    async fn confirm(
+        &self,
+        items: Vec<(
+            TopicPartitionRef,
+            u64,
+            KnownPartition,
+            PartitionObservation,
+            Detection,
+            bool,
+        )>,
+    ) -> Vec<Check> {
+        if items.is_empty() {
+            return Vec::new();
+        }
+        let mut fetched: HashMap<TopicPartitionRef, i64> = HashMap::new();
+        let mut probe = Vec::new();
+        for (tp, _, _, _, d, assigned) in &items {
+            let cached = assigned
+                .then(|| io::cached_watermarks(self.consumer.client(), &tp.topic, tp.partition))
+                .flatten();
+            match cached {
+                Some((_, high)) => {
+                    fetched.insert(tp.clone(), high);
+                }
+                None => probe.push((tp.topic.clone(), tp.partition, d.requested_offset)),
+            }
+        }
+        if !probe.is_empty() {
+            let ctx = LogContext::new(&self.source_alias);
+            let timeout = self.validation_timeout;
+            match io::fetch_high_watermarks(&self.source_props, ctx, probe, timeout).await {
+                Ok(m) => fetched
+                    .extend(m.into_iter().map(|((topic, partition), h)| {
+                        (TopicPartitionRef { topic, partition }, h)
+                    })),
+                Err(e) => warn!("confirming source watermarks with a fetch: {e}"),
+            }
+        }
+        items
+            .into_iter()
+            .map(|(tp, version, known, obs, d, _)| {
+                let h = fetched.get(&tp).copied();
+                let listed = obs.high_watermark;
+                let outcome = confirm_with_fetch(&known, obs, d, h);
+                if let (CheckOutcome::Healthy(_), Some(h)) = (&outcome, h) {
+                    debug!(
+                        topic = %tp.topic,
+                        partition = tp.partition,
+                        position = known.position,
+                        list_offsets = listed,
+                        fetch = h,
+                        "ListOffsets' high watermark is below the position but a fetch's is not; not stopping"
+                    );
+                }
+                Check {
+                    position: known.position,
+                    tp,
+                    version,
+                    outcome,
+                }
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,188 @@
+//! The consumer side: the source consumer (manual assignment, positions from the progress
+//! topic), records read ahead while a batch is written, copying a consumed record out of
+//! librdkafka's buffer, and what a consumer error means.
+
+use rdkafka::consumer::StreamConsumer;
+use rdkafka::error::KafkaError;
+use rdkafka::message::{BorrowedMessage, Headers, OwnedHeaders};
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::Message;
+
+use super::batch::{record_size, BatchLimits, BatchRecord};
+use super::engine::{EngineSettings, Tuning};
+use crate::api::MirrorFlowSpec;
+use crate::kafka::config::ClientProperties;
+use crate::kafka::context::LogContext;
+
+/// The source consumer of worker `settings.worker_index`. With offset validation,
+/// `auto.offset.reset=error`: librdkafka never moves a position by itself.
+pub fn create_consumer(
+    settings: &EngineSettings,
+    spec: &MirrorFlowSpec,
+    props: &ClientProperties,
+    ctx: LogContext,
+) -> Result<StreamConsumer<LogContext>, KafkaError> {
+    let mut config = props.to_client_config();
+    let t: &Tuning = &settings.tuning;
+    let defaults = [
+        (
+            "queued.max.messages.kbytes",
+            t.consumer_queue_kbytes.to_string(),
+        ),
+        ("queued.min.messages", "10000".to_string()),
+        ("fetch.max.bytes", t.fetch_max_bytes.to_string()),
+        ("fetch.wait.max.ms", "100".to_string()),
+        // librdkafka's default (1 s) idles the fetcher for a second whenever the queue
+        // bound was reached, which a busy worker hits on every few batches.
+        ("fetch.queue.backoff.ms", "20".to_string()),
+    ];
+    // Polled: its statistics let the connection health see a broker come back.
+    let defaults = defaults.into_iter().chain(
+        crate::kafka::health::STATS_PROPERTIES
+            .iter()
+            .map(|(k, v)| (*k, v.to_string())),
+    );
+    for (k, v) in defaults {
+        if props.get(k).is_none() {
+            config.set(k, v);
+        }
+    }
+    config
+        // Never used for commits or membership: positions live in the progress topic.
+        .set("group.id", settings.transactional_id())
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("enable.partition.eof", "false")
+        .set("isolation.level", "read_committed")
+        .set(
+            "auto.offset.reset",
+            if spec.offset_validation.enabled {
+                "error"
+            } else {
+                "earliest"
+            },
+        );
+    config.create_with_context(ctx)
+}
+
+/// What a consumer error means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConsumerError {
+    /// librdkafka refused a position (offset validation): it does not say which partition.
+    OutOfRange,
+    /// Anything else (librdkafka retries by itself).
+    Other,
+}
+
+/// Classifies a consumer error.
+pub fn classify_consumer_error(e: &KafkaError) -> ConsumerError {
+    match e {
+        KafkaError::MessageConsumption(
+            RDKafkaErrorCode::AutoOffsetReset | RDKafkaErrorCode::LogTruncation,
+        ) => ConsumerError::OutOfRange,
+        _ => ConsumerError::Other,
+    }
+}
+
+/// Copies a consumed record out of librdkafka's buffer (one allocation for key and value;
+/// headers are parsed once).
+pub fn detach_record(m: &BorrowedMessage<'_>) -> BatchRecord {
+    let (headers, size) = headers_and_size(m);
+    BatchRecord::new(
+        m.offset(),
+        m.key(),
+        m.payload(),
+        headers,
+        m.timestamp().to_millis(),
+        size,
+    )
+}
+
+/// A consumed record's headers (parsed once) and the size it counts in a batch.
+pub fn headers_and_size(m: &BorrowedMessage<'_>) -> (Option<OwnedHeaders>, usize) {
+    let (key, value) = (m.key(), m.payload());
+    match m.headers() {
+        Some(h) => {
+            let list: Vec<(&str, Option<&[u8]>)> = h.iter().map(|x| (x.key, x.value)).collect();
+            (Some(h.detach()), record_size(key, value, &list))
+        }
+        None => (None, record_size(key, value, &[])),
+    }
+}
+
+/// Records read while a batch is written, bounded like a batch (so at most two batches of
+/// records are held: the one being written and this one). Stops at the first consumer error,
+/// which is handled with the records (an out-of-range error must be seen before more are
+/// taken).
+pub struct ReadAhead {
+    open: bool,
+    limits: BatchLimits,
+    bytes: usize,
+    /// Topics of the records, so a record carries an index instead of a copied name.
+    topics: Vec<String>,
+    items: Vec<Result<(usize, i32, BatchRecord), KafkaError>>,
+}
+
+impl ReadAhead {
+    /// Reads ahead within `limits` when `enabled`.
+    pub fn new(enabled: bool, limits: BatchLimits) -> Self {
+        Self {
+            open: enabled,
+            limits,
+            bytes: 0,
+            topics: Vec::new(),
+            items: Vec::new(),
+        }
+    }
+
+    /// Whether it takes more.
+    pub fn open(&self) -> bool {
+        self.open
+    }
+
+    /// Takes one consumer result.
+    pub fn push(&mut self, r: Result<BorrowedMessage<'_>, KafkaError>) {
+        match r {
+            Ok(m) => {
+                let topic = match self.topics.iter().rposition(|t| t == m.topic()) {
+                    Some(i) => i,
+                    None => {
+                        self.topics.push(m.topic().to_string());
+                        self.topics.len() - 1
+                    }
+                };
+                let record = detach_record(&m);
+                self.bytes += record.size;
+                self.items.push(Ok((topic, m.partition(), record)));
+            }
+            Err(e) => {
+                self.open = false;
+                self.items.push(Err(e));
+            }
+        }
+        if self.items.len() >= self.limits.max_records || self.bytes >= self.limits.max_bytes {
+            self.open = false;
+        }
+    }
+
+    /// Takes what librdkafka already has queued, without waiting.
+    pub fn drain(&mut self, consumer: &StreamConsumer<LogContext>) {
+        use futures::{FutureExt as _, StreamExt as _};
+        // One stream for the whole drain: each `recv` registers and drops a waker slot.
+        let mut stream = consumer.stream();
+        while self.open {
+            match stream.next().now_or_never() {
+                Some(Some(r)) => self.push(r),
+                _ => return,
+            }
+        }
+    }
+
+    /// Hands the records and errors read to `f`, in order: `(topic, partition, record)`.
+    pub fn take_each(self, mut f: impl FnMut(Result<(&str, i32, BatchRecord), KafkaError>)) {
+        let Self { topics, items, .. } = self;
+        for item in items {
+            f(item.map(|(t, p, rec)| (topics[t].as_str(), p, rec)));
+        }
+    }
+}

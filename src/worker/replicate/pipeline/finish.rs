@@ -1,0 +1,517 @@
+//! Finishing a dispatched batch: wait for its delivery reports, judge them
+//! ([`verdict::judge`]), write its offset syncs and progress ([`verdict::commit_plan`]),
+//! commit, and apply; rewinding when it did not commit; the acknowledgement of syncs and
+//! progress sent without transactions.
+
+use std::time::Duration;
+
+use rdkafka::error::KafkaError;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::BaseRecord;
+use tracing::{debug, error, info, warn};
+
+use super::super::delivery::GroupHandle;
+use super::send::{first_failure, send_waiting, Dispatched, MetaPending};
+use super::verdict::{self, commit_error_action, CommitAction, CommitPlan, Judgement, Verdict};
+
+/// Commit attempts of one transaction before its outcome counts as unknown.
+const MAX_COMMIT_ATTEMPTS: u32 = 5;
+use super::{Pipeline, WriteOutcome};
+use crate::api::TopicPartitionRef;
+use crate::kafka::wire::{OffsetSync, SYNC_SEQUENCE_HEADER};
+use crate::telemetry::metrics::ErrorKind;
+use crate::worker::replicate::batch::Batch;
+use crate::worker::replicate::engine::EngineError;
+use crate::worker::replicate::partitions::PartitionTable;
+use crate::worker::replicate::status::{FailureKind, PartitionFailed};
+use crate::worker::replicate::validate::failure_kind_name;
+use crate::worker::replicate::writer::{classify_code, classify_error, describe_error, ErrorClass};
+
+impl Pipeline {
+    /// Finishes the oldest dispatched batch (its records were sent before any later one's).
+    /// A batch that did not commit as a whole drops every later one: the consumer restarts
+    /// from the committed positions.
+    pub async fn finish_head(
+        &mut self,
+        table: &mut PartitionTable,
+    ) -> Result<WriteOutcome, EngineError> {
+        let Some(d) = self.in_flight.pop_front() else {
+            return Ok(WriteOutcome::Committed);
+        };
+        let outcome = self.finish(d, table).await?;
+        if outcome != WriteOutcome::Committed || self.reassign_needed {
+            self.discard_in_flight(table).await?;
+        }
+        Ok(outcome)
+    }
+
+    /// Drops the dispatched batches: their records may still reach the target (at least
+    /// once: they are sent again from the committed positions), their syncs start over.
+    pub(super) async fn discard_in_flight(
+        &mut self,
+        table: &mut PartitionTable,
+    ) -> Result<(), EngineError> {
+        while let Some(d) = self.in_flight.pop_front() {
+            debug!(
+                records = d.batch.len(),
+                "dropping a dispatched batch after a failed one"
+            );
+            self.rewind(&d.batch, table).await?;
+        }
+        Ok(())
+    }
+
+    /// Waits for every delivery report of the batch and finishes it: offset syncs and
+    /// progress, then the committed positions. `Retry` has rewound.
+    pub(super) async fn finish(
+        &mut self,
+        mut d: Dispatched,
+        table: &mut PartitionTable,
+    ) -> Result<WriteOutcome, EngineError> {
+        let outcome = self.finish_inner(&mut d, table).await;
+        debug!(
+            records = d.batch.len(),
+            bytes = d.batch.bytes(),
+            elapsed_ms = d.s.sent_at.elapsed().as_millis() as u64,
+            committed = matches!(outcome, Ok(WriteOutcome::Committed)),
+            "batch written"
+        );
+        if let Ok(WriteOutcome::Retry) = &outcome {
+            self.rewind(&d.batch, table).await?;
+        }
+        outcome
+    }
+
+    /// Commits a batch's transaction (its records, syncs and progress): again while the
+    /// coordinator says the error is retriable; an unknown outcome recreates the producer and
+    /// re-reads the positions (`Err(Uncertain)`), never writing the batch twice.
+    async fn commit_transaction(
+        &mut self,
+        d: &Dispatched,
+        meta_group: GroupHandle,
+        meta_sent: usize,
+        table: &mut PartitionTable,
+    ) -> Result<Result<GroupHandle, WriteOutcome>, EngineError> {
+        let Some(writer) = self.writer.as_mut() else {
+            return Ok(Err(WriteOutcome::Retry));
+        };
+        let mut attempts = 0;
+        while let Err(e) = writer.commit().await {
+            attempts += 1;
+            match commit_error_action(&e) {
+                CommitAction::Retry if attempts < MAX_COMMIT_ATTEMPTS => {
+                    warn!(
+                        attempt = attempts,
+                        "commit transaction: {}; committing again",
+                        describe_error(&e)
+                    );
+                    self.metrics
+                        .transactions
+                        .with_label_values(&["commit_retry"])
+                        .inc();
+                }
+                CommitAction::Abort => {
+                    return self.write_error("commit transaction", &e, table).map(Err)
+                }
+                CommitAction::Fenced => return Err(self.fenced(&describe_error(&e))),
+                CommitAction::Retry | CommitAction::Unknown => {
+                    warn!(
+                        "commit transaction: {}; its outcome is unknown: recreating the producer \
+                         and reading the positions back from the progress topic",
+                        describe_error(&e)
+                    );
+                    self.metrics.error(ErrorKind::TargetRetriable);
+                    self.drop_writer(table);
+                    table.restart_emitters(
+                        d.batch.partitions().iter().map(|p| &p.tp),
+                        super::fresh_epoch,
+                    );
+                    self.request_reassign();
+                    return Ok(Err(WriteOutcome::Uncertain));
+                }
+            }
+        }
+        meta_group.complete().await;
+        if let Some(fail) = first_failure(&meta_group, meta_sent) {
+            // Cannot happen after a successful commit; never claim success then.
+            warn!("progress not delivered after commit: {}", fail.message);
+            return Ok(Err(WriteOutcome::Retry));
+        }
+        self.metrics
+            .transactions
+            .with_label_values(&["commit"])
+            .inc();
+        Ok(Ok(meta_group))
+    }
+
+    async fn finish_inner(
+        &mut self,
+        d: &mut Dispatched,
+        table: &mut PartitionTable,
+    ) -> Result<WriteOutcome, EngineError> {
+        d.s.group.complete().await;
+        d.s.collect();
+        if self.writer.is_none() {
+            return Ok(WriteOutcome::Retry);
+        }
+        // A fenced producer only reports "purged": ask it first.
+        if d.s.results.iter().flatten().any(Result::is_err) {
+            self.check_fenced()?;
+        }
+        let j = verdict::judge(&d.batch, &d.s.results, &d.s.careful, self.cfg.transactional);
+        let recreate = match &j.verdict {
+            Verdict::Fenced(m) => return Err(self.fenced(m)),
+            Verdict::Unsupported(m) => {
+                return Err(EngineError::Fatal(format!(
+                    "target {} cannot store the records: {m}",
+                    self.cfg.target_alias
+                )))
+            }
+            Verdict::Retry {
+                recreate_producer, ..
+            } => *recreate_producer,
+            Verdict::Replay | Verdict::Commit => false,
+        };
+        if recreate {
+            self.drop_writer(table);
+        }
+        self.stop_refused(&j, &d.batch, &d.s.targets, table);
+        match &j.verdict {
+            Verdict::Retry { first_error, .. } => {
+                self.metrics.error(ErrorKind::TargetRetriable);
+                warn!(
+                    "records were not delivered to target {}: {first_error}",
+                    self.cfg.target_alias
+                );
+                return Ok(WriteOutcome::Retry);
+            }
+            Verdict::Replay => {
+                // The transaction is poisoned: abort, replay the other partitions (the
+                // refused one is Failed or careful).
+                self.rewind(&d.batch, table).await?;
+                return Ok(WriteOutcome::Replay);
+            }
+            _ => {}
+        }
+        let plan =
+            verdict::commit_plan(&d.batch, &j.outcomes, table, self.lag_max, self.cfg.worker);
+        let acked_at = jiff::Timestamp::now().as_millisecond();
+        let Some((meta_group, meta_sent)) = self.send_meta(&d.batch, &plan, table).await? else {
+            return Ok(WriteOutcome::Retry);
+        };
+        let meta_group = if self.cfg.transactional {
+            match self
+                .commit_transaction(d, meta_group, meta_sent, table)
+                .await?
+            {
+                Ok(group) => group,
+                Err(outcome) => return Ok(outcome),
+            }
+        } else {
+            meta_group
+        };
+        self.metrics.offset_syncs.inc_by(plan.syncs.len() as u64);
+        for (topic, (n, bytes)) in &plan.counts {
+            self.metrics.records.with_label_values(&[topic]).inc_by(*n);
+            self.metrics
+                .bytes
+                .with_label_values(&[topic])
+                .inc_by(*bytes);
+        }
+        let CommitPlan {
+            emitters,
+            last_timestamps,
+            progress,
+            pending_written,
+            marker,
+            ..
+        } = plan;
+        // Without transactions the records are on the target now (acknowledged): positions
+        // advance at once, while syncs and progress are acknowledged in the background
+        // ([`Pipeline::on_meta_delivered`]). A lost progress record is written again.
+        if !self.cfg.transactional {
+            self.meta_in_flight.push_back(MetaPending {
+                group: meta_group,
+                sent: meta_sent,
+                progress: progress
+                    .iter()
+                    .map(|p| TopicPartitionRef {
+                        topic: p.topic.clone(),
+                        partition: p.partition,
+                    })
+                    .collect(),
+                marker: marker.clone(),
+                window: (d.batch.len(), d.batch.bytes()),
+            });
+        }
+        let refetch = table.apply_commit(
+            d.batch.partitions(),
+            &j.outcomes,
+            emitters,
+            &last_timestamps,
+            acked_at,
+        );
+        for tp in &pending_written {
+            table.clear_pending(tp);
+        }
+        if let Some(id) = &marker {
+            table.marker_persisted(id);
+        }
+        if refetch {
+            self.request_reassign();
+        }
+        Ok(WriteOutcome::Committed)
+    }
+
+    /// Partitions whose record the target refused stop (both modes); a size refusal that may
+    /// cover a whole produce batch is first retried one record per request.
+    fn stop_refused(
+        &mut self,
+        j: &Judgement,
+        batch: &Batch,
+        targets: &[Option<String>],
+        table: &mut PartitionTable,
+    ) {
+        for (slot, offset) in &j.careful {
+            let tp = &batch.partitions()[*slot].tp;
+            if let Some(p) = table.get_mut(tp) {
+                info!(topic = %tp.topic, partition = tp.partition, offset, "the target refused a produce batch as too large; retrying this partition one record per request");
+                p.careful = true;
+                self.request_reassign();
+            }
+        }
+        for (slot, offset, why) in &j.rejected {
+            let tp = &batch.partitions()[*slot].tp;
+            self.metrics.error(ErrorKind::RecordRejected);
+            let message = format!(
+                "the target refused the record at source offset {offset} for {}/{}: {why}. \
+                 The partition is stopped (no record is skipped); fix the target topic \
+                 (e.g. raise max.message.bytes, or the producer's message.max.bytes in \
+                 target.config) and restart the worker",
+                targets[*slot].as_deref().unwrap_or("?"),
+                tp.partition,
+            );
+            error!(topic = %tp.topic, partition = tp.partition, "{message}");
+            self.failures_total
+                .with_label_values(&[failure_kind_name(FailureKind::RecordRejected)])
+                .inc();
+            let failed = PartitionFailed {
+                kind: FailureKind::RecordRejected,
+                offset: *offset,
+                message,
+                failure: None,
+            };
+            if table.fail(tp, failed) {
+                self.request_reassign();
+            }
+        }
+    }
+
+    /// Sends the plan's syncs and progress (one round trip): the group of their reports and
+    /// how many were sent; `None` without a producer. Without transactions a crash may keep
+    /// the progress and lose syncs of the batch: translation then falls back to the safe
+    /// rule for those offsets (their sync sequence has a hole), never past them.
+    async fn send_meta(
+        &mut self,
+        batch: &Batch,
+        plan: &CommitPlan,
+        table: &mut PartitionTable,
+    ) -> Result<Option<(GroupHandle, usize)>, EngineError> {
+        let Some(writer) = self.writer.as_ref() else {
+            return Ok(None);
+        };
+        let producer = writer.producer().clone();
+        let meta_group = writer
+            .tracker()
+            .group(plan.syncs.len() + plan.progress.len());
+        let flush_timeout = self.cfg.tuning.producer.delivery_timeout;
+        let mut meta_sent = 0usize;
+        for (slot, s) in &plan.syncs {
+            let tp = &batch.partitions()[*slot].tp;
+            let sync = OffsetSync {
+                topic: tp.topic.clone(),
+                partition: tp.partition,
+                upstream_offset: s.upstream,
+                downstream_offset: s.downstream,
+            };
+            let (key, value) = match (sync.encode_key(), sync.encode_value()) {
+                (Ok(k), Ok(v)) => (k, v),
+                (Err(e), _) | (_, Err(e)) => {
+                    return Err(EngineError::Fatal(format!("encoding an offset sync: {e}")))
+                }
+            };
+            let seq = s.sequence.encode();
+            let headers = OwnedHeaders::new().insert(Header {
+                key: SYNC_SEQUENCE_HEADER,
+                value: Some(seq.as_slice()),
+            });
+            let br: BaseRecord<'_, [u8], [u8], usize> =
+                BaseRecord::with_opaque_to(&self.cfg.syncs_topic, meta_group.ticket(meta_sent))
+                    .partition(0)
+                    .key(key.as_slice())
+                    .payload(value.as_slice())
+                    .headers(headers);
+            match send_waiting(&producer, br, flush_timeout).await {
+                Ok(()) => meta_sent += 1,
+                Err(e) => {
+                    self.write_error("send offset sync", &e, table)?;
+                    return Ok(None);
+                }
+            }
+        }
+        for p in &plan.progress {
+            let (key, value) = match (p.encode_key(), p.encode_value()) {
+                (Ok(k), Ok(v)) => (k, v),
+                (Err(e), _) | (_, Err(e)) => {
+                    return Err(EngineError::Fatal(format!("encoding progress: {e}")))
+                }
+            };
+            let br: BaseRecord<'_, [u8], [u8], usize> =
+                BaseRecord::with_opaque_to(&self.cfg.progress_topic, meta_group.ticket(meta_sent))
+                    .partition(0)
+                    .key(key.as_slice())
+                    .payload(value.as_slice());
+            match send_waiting(&producer, br, flush_timeout).await {
+                Ok(()) => meta_sent += 1,
+                Err(e) => {
+                    self.write_error("send progress", &e, table)?;
+                    return Ok(None);
+                }
+            }
+        }
+        meta_group.expect(meta_sent);
+        Ok(Some((meta_group, meta_sent)))
+    }
+
+    /// The error that stops a fenced worker.
+    fn fenced(&self, detail: &str) -> EngineError {
+        EngineError::Fatal(format!(
+            "this worker was fenced on target {}: another worker took over transactional.id {} \
+             ({detail}). Two workers with the same index were running; this one stops",
+            self.cfg.target_alias, self.cfg.transactional_id
+        ))
+    }
+
+    /// Fails if the producer is fenced (librdkafka then reports only "purged" deliveries):
+    /// a fenced worker must stop, never re-initialize and fence the worker that replaced it.
+    fn check_fenced(&self) -> Result<(), EngineError> {
+        match self.writer.as_ref().and_then(|w| w.fatal_error()) {
+            Some((code, msg)) if classify_code(code, true) == ErrorClass::Fenced => {
+                Err(self.fenced(&msg))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Aborts the batch's transaction (recreating the producer if that fails), restarts the
+    /// sync emitters of its partitions, and asks for a re-assignment.
+    pub(super) async fn rewind(
+        &mut self,
+        batch: &Batch,
+        table: &mut PartitionTable,
+    ) -> Result<(), EngineError> {
+        self.check_fenced()?;
+        if let Some(w) = &mut self.writer {
+            if let Err(e) = w.abort().await {
+                if classify_error(&e) == ErrorClass::Fenced {
+                    return Err(self.fenced(&describe_error(&e)));
+                }
+                warn!(
+                    "aborting the transaction failed ({}); recreating the producer",
+                    describe_error(&e)
+                );
+                self.drop_writer(table);
+            }
+        }
+        // Emitters start over: the target may hold copies the next attempt writes again.
+        table.restart_emitters(batch.partitions().iter().map(|p| &p.tp), super::fresh_epoch);
+        self.request_reassign();
+        self.metrics
+            .transactions
+            .with_label_values(&["abort"])
+            .inc_by(u64::from(self.cfg.transactional));
+        Ok(())
+    }
+
+    /// Drops the producer (it is recreated before the next write). Its reports for syncs and
+    /// progress still in flight may never come: those positions are written again.
+    pub(super) fn drop_writer(&mut self, table: &mut PartitionTable) {
+        self.writer = None;
+        if self.live.is_some() {
+            // Sent through the producer that goes: read them again.
+            self.request_reassign();
+        }
+        while let Some(m) = self.meta_in_flight.pop_front() {
+            self.meta_failed(m, "the producer was recreated", table);
+        }
+    }
+
+    /// Syncs and progress of a batch were acknowledged (AtLeastOnce). On failure, the
+    /// positions are written again with the next batch; the syncs are not (their sequence
+    /// has a hole, which readers see: translation falls back to the safe rule there).
+    pub fn on_meta_delivered(&mut self, table: &mut PartitionTable) {
+        let Some(m) = self.meta_in_flight.pop_front() else {
+            return;
+        };
+        match first_failure(&m.group, m.sent) {
+            Some(f) => self.meta_failed(m, &f.message, table),
+            None => self.last_ack = std::time::Instant::now(),
+        }
+    }
+
+    fn meta_failed(&mut self, m: MetaPending, message: &str, table: &mut PartitionTable) {
+        self.metrics.error(ErrorKind::Progress);
+        warn!("offset syncs or progress not delivered: {message}; writing the positions again");
+        for tp in &m.progress {
+            table.mark_pending(tp);
+        }
+        if let Some(id) = m.marker {
+            table.marker_lost(id);
+        }
+    }
+
+    /// Waits for every sync and progress record in flight.
+    pub async fn drain_meta(&mut self, table: &mut PartitionTable) {
+        while !self.meta_in_flight.is_empty() {
+            self.next_meta(table).await;
+        }
+    }
+
+    /// Waits for the oldest syncs and progress in flight. librdkafka reports every record
+    /// within its delivery timeout; past that (and a margin) they count as failed.
+    pub(super) async fn next_meta(&mut self, table: &mut PartitionTable) {
+        let limit = self.cfg.tuning.producer.delivery_timeout + Duration::from_secs(10);
+        if tokio::time::timeout(limit, super::send::meta_delivered(&mut self.meta_in_flight))
+            .await
+            .is_ok()
+        {
+            self.on_meta_delivered(table);
+        } else if let Some(m) = self.meta_in_flight.pop_front() {
+            self.meta_failed(m, "no delivery report within the delivery timeout", table);
+        }
+    }
+
+    pub(super) fn write_error(
+        &mut self,
+        what: &str,
+        e: &KafkaError,
+        table: &mut PartitionTable,
+    ) -> Result<WriteOutcome, EngineError> {
+        self.check_fenced()?;
+        let detail = describe_error(e);
+        match classify_error(e) {
+            ErrorClass::Fenced => Err(self.fenced(&format!("{what}: {detail}"))),
+            ErrorClass::ProducerBroken => {
+                warn!("{what}: {detail}; recreating the producer");
+                self.drop_writer(table);
+                self.metrics.error(ErrorKind::TargetRetriable);
+                Ok(WriteOutcome::Retry)
+            }
+            _ => {
+                warn!("{what}: {detail}");
+                self.metrics.error(ErrorKind::TargetRetriable);
+                Ok(WriteOutcome::Retry)
+            }
+        }
+    }
+}

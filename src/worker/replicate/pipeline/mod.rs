@@ -1,0 +1,787 @@
+//! The dispatcher: the target producer, the open batch, the batches in flight, their syncs
+//! and progress awaiting acknowledgement, and the window they share.
+//!
+//! ExactlyOnce: one transaction per batch, one at a time. AtLeastOnce: records are handed to
+//! the producer as they are read ([`Pipeline::on_message`]), and up to `pipeline_depth`
+//! sealed batches await their delivery reports, finished oldest first; a batch
+//! that did not commit as a whole drops every later one and the open one, and the consumer is
+//! re-assigned from the committed positions ([`Pipeline::request_reassign`]).
+
+mod finish;
+mod send;
+pub mod verdict;
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, Instant};
+
+use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
+use prometheus::IntCounterVec;
+use rdkafka::error::KafkaError;
+use rdkafka::message::BorrowedMessage;
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::Message;
+use tracing::{info, warn};
+
+use super::batch::{Batch, BatchLimits, BatchRecord};
+use super::engine::{EngineError, EngineSettings, Tuning};
+use super::intake::{detach_record, headers_and_size};
+use super::partitions::PartitionTable;
+use super::writer::{classify_error, describe_error, ErrorClass, TargetWriter};
+use crate::api::{Delivery, MirrorFlowSpec};
+use crate::kafka::config::ClientProperties;
+use crate::kafka::context::LogContext;
+use crate::kafka::health::ClusterHealth;
+use crate::kafka::wire::{offset_syncs_topic, progress_topic};
+use crate::telemetry::metrics::{ErrorKind, WorkerMetrics};
+use send::{flush, head_delivered, meta_delivered, send_waiting, target_record};
+pub use send::{Dispatched, MetaPending, Sending};
+
+/// A writer epoch for a fresh sync emitter: increasing within the process and, being clock
+/// based (µs), across restarts.
+pub fn fresh_epoch() -> i64 {
+    static LAST: AtomicI64 = AtomicI64::new(0);
+    let now = jiff::Timestamp::now().as_microsecond();
+    let mut prev = LAST.load(Ordering::Relaxed);
+    loop {
+        let next = now.max(prev + 1);
+        match LAST.compare_exchange(prev, next, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return next,
+            Err(p) => prev = p,
+        }
+    }
+}
+
+/// Result of writing a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteOutcome {
+    Committed,
+    /// Rewound; retry after a backoff.
+    Retry,
+    /// The commit's outcome is unknown: positions are read back from the progress topic
+    /// (with a new producer) before anything is written again.
+    Uncertain,
+    /// Rewound because a partition stopped; replay the others at once.
+    Replay,
+}
+
+/// What a guarded write does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Job {
+    /// Finish every dispatched batch, then write the open batch and pending progress.
+    Open,
+    /// Finish the oldest dispatched batch.
+    Head,
+}
+
+/// Which delivery wait finished.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivered {
+    /// The oldest syncs and progress in flight have their reports.
+    Meta,
+    /// The oldest dispatched batch has all its reports.
+    Head,
+}
+
+/// Result of handing a batch to the producer.
+enum Dispatch {
+    /// Sent; finish it once its delivery reports are in.
+    Sent(Dispatched),
+    /// Nothing sent (no producer, or the transaction did not open).
+    Done(Batch, WriteOutcome),
+}
+
+/// The message when the target refuses transactions.
+pub fn transactions_unsupported_message(
+    target_alias: &str,
+    bootstrap: &str,
+    transactional_id: &str,
+    detail: &str,
+) -> String {
+    format!(
+        "target cluster {target_alias} ({bootstrap}) refused transactions for transactional.id \
+         {transactional_id} ({detail}): spec.delivery ExactlyOnce needs a target that supports \
+         Kafka transactions and lets this worker use that id (ACL: WRITE on TransactionalId). \
+         Set spec.delivery: AtLeastOnce to replicate without transactions (no loss; duplicates \
+         after a crash are bounded by one batch window), or use a target that supports them"
+    )
+}
+
+/// Who writes, where, and how.
+#[derive(Debug, Clone)]
+pub struct PipelineConfig {
+    /// ExactlyOnce.
+    pub transactional: bool,
+    pub tuning: Tuning,
+    pub target_alias: String,
+    pub target_bootstrap: String,
+    pub transactional_id: String,
+    pub syncs_topic: String,
+    pub progress_topic: String,
+    /// `(index, count)` of this worker (its reset marker).
+    pub worker: (u32, u32),
+    /// The target's connection health (the producer reports into it); `None`: logs only.
+    pub target_health: Option<ClusterHealth>,
+}
+
+impl PipelineConfig {
+    /// The write side of worker `settings` of the flow `spec`.
+    pub fn for_flow(settings: &EngineSettings, spec: &MirrorFlowSpec) -> Self {
+        Self {
+            transactional: spec.delivery == Delivery::ExactlyOnce,
+            tuning: settings.tuning.clone(),
+            target_alias: spec.target.alias.clone(),
+            target_bootstrap: spec.target.bootstrap_servers.clone(),
+            transactional_id: settings.transactional_id(),
+            // MM2 3.x keeps offset syncs on the target under the source's alias.
+            syncs_topic: offset_syncs_topic(&spec.source.alias),
+            progress_topic: progress_topic(&settings.namespace, &settings.flow_name),
+            worker: (settings.worker_index, settings.worker_count),
+            target_health: None,
+        }
+    }
+}
+
+/// Exponential retry delays after a failed write or start step.
+pub struct Retry {
+    builder: ExponentialBuilder,
+    backoff: ExponentialBackoff,
+    max: Duration,
+    /// Nothing is written before this instant.
+    pub at: Option<Instant>,
+}
+
+impl Retry {
+    fn new(t: &Tuning) -> Self {
+        let builder = ExponentialBuilder::new()
+            .with_min_delay(t.retry_min)
+            .with_max_delay(t.retry_max)
+            .with_jitter()
+            .without_max_times();
+        Self {
+            backoff: builder.build(),
+            builder,
+            max: t.retry_max,
+            at: None,
+        }
+    }
+
+    /// The next delay.
+    pub fn next_delay(&mut self) -> Duration {
+        self.backoff.next().unwrap_or(self.max)
+    }
+
+    /// Back to the shortest delay.
+    pub fn reset(&mut self) {
+        self.backoff = self.builder.build();
+    }
+
+    /// Whether the retry time (if any) has come.
+    pub fn due(&self) -> bool {
+        self.at.is_none_or(|t| Instant::now() >= t)
+    }
+}
+
+/// The write side of the engine.
+pub struct Pipeline {
+    cfg: PipelineConfig,
+    /// `spec.offsetSyncs.lagMax` (applies live).
+    pub lag_max: i64,
+    pub retry: Retry,
+    writer: Option<TargetWriter>,
+    batch: Batch,
+    /// What of the open batch was handed to the producer while it was read.
+    live: Option<Sending>,
+    /// Batches sent and not finished yet, oldest first (AtLeastOnce pipelines them).
+    in_flight: VecDeque<Dispatched>,
+    /// Syncs and progress of finished batches awaiting acknowledgement (AtLeastOnce).
+    meta_in_flight: VecDeque<MetaPending>,
+    /// The consumer must be re-assigned at the committed positions before it reads more.
+    reassign_needed: bool,
+    /// Positions must be read back from the progress topic before writing (a commit's
+    /// outcome is unknown).
+    reload_needed: bool,
+    metrics: WorkerMetrics,
+    /// `mirrorflow_worker_partition_failures_total{type}` (RecordRejected).
+    failures_total: IntCounterVec,
+    /// When the target last acknowledged a batch, or syncs and progress.
+    last_ack: Instant,
+}
+
+impl Pipeline {
+    pub fn new(
+        cfg: PipelineConfig,
+        lag_max: i64,
+        metrics: WorkerMetrics,
+        failures_total: IntCounterVec,
+    ) -> Self {
+        Self {
+            retry: Retry::new(&cfg.tuning),
+            cfg,
+            lag_max,
+            writer: None,
+            batch: Batch::new(),
+            live: None,
+            in_flight: VecDeque::new(),
+            meta_in_flight: VecDeque::new(),
+            reassign_needed: false,
+            reload_needed: false,
+            metrics,
+            failures_total,
+            last_ack: Instant::now(),
+        }
+    }
+
+    /// When the target last acknowledged a batch, or syncs and progress.
+    pub fn last_ack(&self) -> Instant {
+        self.last_ack
+    }
+
+    /// Whether records (or syncs and progress) wait for the target.
+    pub fn pending_work(&self) -> bool {
+        !self.idle()
+    }
+
+    /// Creates the producer if missing: `Ok(Some(problem))` when it failed for now (retry
+    /// later); a target that can never provide the transactions asked for is fatal.
+    pub async fn ensure_writer(
+        &mut self,
+        props: &ClientProperties,
+    ) -> Result<Option<String>, EngineError> {
+        if self.writer.is_some() {
+            return Ok(None);
+        }
+        let tid = self
+            .cfg
+            .transactional
+            .then(|| self.cfg.transactional_id.clone());
+        let ctx = match &self.cfg.target_health {
+            Some(h) => h.context(),
+            None => LogContext::new(&self.cfg.target_alias),
+        };
+        match TargetWriter::create(props, ctx, tid.as_deref(), self.cfg.tuning.producer).await {
+            Ok(w) => {
+                info!(
+                    transactional_id = tid.as_deref().unwrap_or("-"),
+                    "target producer ready"
+                );
+                self.writer = Some(w);
+                Ok(None)
+            }
+            Err(e) => {
+                let class = classify_error(&e);
+                let detail = describe_error(&e);
+                match (class, tid) {
+                    // A target that cannot do transactions (or refuses our transactional.id)
+                    // never will: say what to change. Nobody can have fenced us at init.
+                    (
+                        ErrorClass::Fenced
+                        | ErrorClass::Unsupported
+                        | ErrorClass::Rejected
+                        | ErrorClass::ProducerBroken,
+                        Some(tid),
+                    ) => Err(EngineError::Fatal(transactions_unsupported_message(
+                        &self.cfg.target_alias,
+                        &self.cfg.target_bootstrap,
+                        &tid,
+                        &detail,
+                    ))),
+                    _ => {
+                        self.metrics.error(ErrorKind::TargetRetriable);
+                        Ok(Some(format!(
+                            "creating the producer for target {} failed: {detail}",
+                            self.cfg.target_alias
+                        )))
+                    }
+                }
+            }
+        }
+    }
+
+    /// Drops the producer so that the next write creates one from fresh properties (the
+    /// target's Secrets rotated). Call after [`Pipeline::final_write`].
+    pub fn replace_writer(&mut self, table: &mut PartitionTable) {
+        self.drop_writer(table);
+    }
+
+    /// Whether a producer exists.
+    pub fn has_writer(&self) -> bool {
+        self.writer.is_some()
+    }
+
+    /// Whether a producer exists, no retry is pending and positions are known.
+    pub fn can_write(&self) -> bool {
+        self.writer.is_some() && self.retry.due() && !self.reload_needed
+    }
+
+    /// Whether positions must be read back from the progress topic before writing.
+    pub fn reload_needed(&self) -> bool {
+        self.reload_needed
+    }
+
+    /// Positions were read back.
+    pub fn reloaded(&mut self) {
+        self.reload_needed = false;
+        self.request_reassign();
+    }
+
+    /// Whether the consumer must be re-assigned before it reads more.
+    pub fn reassign_needed(&self) -> bool {
+        self.reassign_needed
+    }
+
+    /// Asks for the consumer to be re-assigned at the committed positions (a partition
+    /// stopped or appeared, a batch was rewound, ...). The open batch goes now: its records
+    /// follow positions that are about to change, and are read again after re-assigning.
+    pub fn request_reassign(&mut self) {
+        self.reassign_needed = true;
+        self.clear_open();
+    }
+
+    /// The consumer was re-assigned: the open batch starts over.
+    pub fn reassigned(&mut self) {
+        self.reassign_needed = false;
+        self.clear_open();
+    }
+
+    /// A write failed: nothing is written for a backoff delay, and the consumer re-reads
+    /// from the committed positions.
+    pub fn schedule_retry(&mut self, why: &dyn std::fmt::Display) {
+        let delay = self.retry.next_delay();
+        warn!(delay_ms = delay.as_millis() as u64, "{why}; retrying");
+        self.retry.at = Some(Instant::now() + delay);
+        self.request_reassign();
+    }
+
+    /// Counts a write's outcome; a failed one schedules a retry.
+    pub fn after_write(&mut self, outcome: WriteOutcome) {
+        let label = match outcome {
+            WriteOutcome::Committed => {
+                self.retry.reset();
+                self.last_ack = Instant::now();
+                "committed"
+            }
+            WriteOutcome::Retry => {
+                self.schedule_retry(&"writing a batch to the target failed");
+                "retried"
+            }
+            WriteOutcome::Replay => "retried",
+            WriteOutcome::Uncertain => {
+                self.reload_needed = true;
+                self.schedule_retry(&"the outcome of a commit is unknown");
+                "retried"
+            }
+        };
+        self.metrics.batches.with_label_values(&[label]).inc();
+    }
+
+    /// Records in the open batch.
+    pub fn open_len(&self) -> usize {
+        self.batch.len()
+    }
+
+    /// Whether the open batch reached `limits`.
+    pub fn open_full(&self, limits: &BatchLimits) -> bool {
+        self.batch.is_full(limits)
+    }
+
+    /// When the open batch must be written at the latest (`None` while empty).
+    pub fn open_deadline(&self, limits: &BatchLimits) -> Option<Instant> {
+        self.batch.deadline(limits)
+    }
+
+    /// Whether the open batch must be written: full, or its linger time passed.
+    pub fn open_due(&self, limits: &BatchLimits) -> bool {
+        !self.batch.is_empty()
+            && (self.batch.is_full(limits)
+                || self
+                    .batch
+                    .deadline(limits)
+                    .is_some_and(|d| Instant::now() >= d))
+    }
+
+    /// Batches sent and not finished.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// Syncs and progress awaiting acknowledgement.
+    pub fn meta_in_flight(&self) -> usize {
+        self.meta_in_flight.len()
+    }
+
+    /// Whether nothing at all is open, in flight or awaiting acknowledgement.
+    pub fn idle(&self) -> bool {
+        self.batch.is_empty() && self.in_flight.is_empty() && self.meta_in_flight.is_empty()
+    }
+
+    /// Whether `job` has nothing to do.
+    pub fn nothing_to(&self, job: Job, table: &PartitionTable) -> bool {
+        match job {
+            Job::Open => self.batch.is_empty() && self.in_flight.is_empty() && !table.has_pending(),
+            Job::Head => self.in_flight.is_empty(),
+        }
+    }
+
+    /// Whether batches may be dispatched before the previous ones finished: AtLeastOnce only
+    /// (a transaction holds one batch), and not while a partition is being retried one record
+    /// at a time.
+    pub fn pipelined(&self, table: &PartitionTable) -> bool {
+        !self.cfg.transactional && !table.any_careful()
+    }
+
+    /// Whether another batch may be dispatched now.
+    pub fn has_room(&self) -> bool {
+        self.in_flight.len() < self.cfg.tuning.pipeline_depth.max(1)
+    }
+
+    /// Whether the oldest batch may be finished now (its syncs and progress need room).
+    pub fn head_finishable(&self) -> bool {
+        !self.in_flight.is_empty()
+            && self.meta_in_flight.len() < self.cfg.tuning.pipeline_depth.max(1)
+    }
+
+    /// Bounds of the open batch. `Tuning::batch` is the window: it bounds the record data
+    /// held (the producer's copies of sent records, the open batch, records read ahead)
+    /// and, without transactions, the records not yet covered by acknowledged progress
+    /// (what a crash may replicate again; the open batch counts, its records are sent as
+    /// they are read). AtLeastOnce: while up to `pipeline_depth` dispatched batches await
+    /// their delivery reports, then their progress, the open batch is sent too; it gets a
+    /// `pipeline_depth + 1`-th share of the window, less what those still hold. A batch
+    /// whose progress write failed leaves the count although its positions are written
+    /// again only with the next batch (rare; the bound then holds one batch late).
+    /// ExactlyOnce: half (the batch in the transaction and the one read meanwhile).
+    pub fn fill_limits(&self) -> BatchLimits {
+        let window = self.cfg.tuning.batch;
+        if self.cfg.transactional {
+            return window.share(2);
+        }
+        let mut used = (0, 0);
+        for d in &self.in_flight {
+            used.0 += d.batch.len();
+            used.1 += d.batch.bytes();
+        }
+        for m in &self.meta_in_flight {
+            used.0 += m.window.0;
+            used.1 += m.window.1;
+        }
+        window.room(self.cfg.tuning.pipeline_depth.max(1) + 1, used)
+    }
+
+    /// Waits until the oldest syncs and progress in flight are acknowledged, or (with
+    /// `head`) the oldest dispatched batch has all its delivery reports; syncs and progress
+    /// first. Pending while neither can happen.
+    pub async fn delivered(&mut self, head: bool) -> Delivered {
+        let meta = !self.meta_in_flight.is_empty();
+        let head = head && !self.in_flight.is_empty();
+        tokio::select! {
+            biased;
+            _ = meta_delivered(&mut self.meta_in_flight), if meta => Delivered::Meta,
+            _ = head_delivered(&mut self.in_flight), if head => Delivered::Head,
+            else => std::future::pending().await,
+        }
+    }
+
+    /// Records and bytes of the open batch.
+    pub fn open_size(&self) -> (usize, usize) {
+        (self.batch.len(), self.batch.bytes())
+    }
+
+    /// A record read ahead: into the open batch with its payload, sent when the batch is.
+    pub fn push_open(&mut self, topic: &str, partition: i32, record: BatchRecord) {
+        let now = self.batch.opened_at().unwrap_or_else(Instant::now);
+        self.batch.push(topic, partition, record, now);
+    }
+
+    /// A record straight from the consumer, already accepted by the table. While the open
+    /// batch streams it is handed to the producer at once, copied only by librdkafka (as a
+    /// bare copy loop does, and without a burst per batch); the batch keeps its
+    /// bookkeeping. Otherwise its payload is copied into the batch.
+    pub fn on_message(&mut self, m: &BorrowedMessage<'_>, table: &mut PartitionTable) {
+        let (topic, partition, offset) = (m.topic(), m.partition(), m.offset());
+        let streaming = self.streaming(table);
+        let writer = match self.writer.as_ref() {
+            Some(w) if streaming => w,
+            _ => {
+                self.push_open(topic, partition, detach_record(m));
+                return;
+            }
+        };
+        let timestamp = m.timestamp().to_millis();
+        let (headers, size) = headers_and_size(m);
+        let now = self.batch.opened_at().unwrap_or_else(Instant::now);
+        self.batch.push(
+            topic,
+            partition,
+            BatchRecord::sent(offset, timestamp, size),
+            now,
+        );
+        let s = self
+            .live
+            .get_or_insert_with(|| Sending::new(writer.tracker().group(0), 0));
+        s.cover(&self.batch, table);
+        let i = self.batch.len() - 1;
+        let slot = self.batch.records()[i].slot;
+        s.reserve(i);
+        let Some(target) = s.targets[slot].as_deref().filter(|_| !s.stopped[slot]) else {
+            s.stopped[slot] = true;
+            s.next = i + 1;
+            return;
+        };
+        let record = target_record(
+            target,
+            s.group.ticket(i),
+            partition,
+            m.key(),
+            m.payload(),
+            timestamp,
+            headers,
+        );
+        match writer.producer().send(record).map_err(|(e, _)| e) {
+            Ok(()) => {
+                s.pending.push(i);
+                s.sent += 1;
+                s.next = i + 1;
+            }
+            Err(KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull)) => {
+                // Kept with its payload; `dispatch` sends it and the rest of the batch
+                // (waiting for room), in order.
+                self.batch.hold_last(detach_record(m));
+            }
+            Err(e) => {
+                s.refuse(i, slot, &e);
+                s.next = i + 1;
+                table.halt(&self.batch.partitions()[slot].tp);
+            }
+        }
+    }
+
+    /// Whether the next consumed record goes to the producer at once (given a producer):
+    /// AtLeastOnce and pipelined when the batch opened (checked once per batch), and every
+    /// earlier record of the batch handled (one kept with its payload keeps the rest behind
+    /// it: order).
+    fn streaming(&self, table: &PartitionTable) -> bool {
+        match &self.live {
+            Some(s) => s.next == self.batch.len(),
+            None => self.batch.is_empty() && self.pipelined(table),
+        }
+    }
+
+    /// Drops the open batch (records already sent from it may still reach the target: at
+    /// least once).
+    fn clear_open(&mut self) {
+        self.batch.clear();
+        self.live = None;
+    }
+
+    /// Takes the open batch and what of it was sent already.
+    fn take_open(&mut self) -> (Batch, Option<Sending>) {
+        (std::mem::take(&mut self.batch), self.live.take())
+    }
+
+    /// Sends the open batch without waiting for its delivery reports.
+    pub async fn dispatch_open(&mut self, table: &mut PartitionTable) -> Result<(), EngineError> {
+        let (batch, live) = self.take_open();
+        match self.dispatch(batch, live, table).await? {
+            Dispatch::Sent(d) => self.in_flight.push_back(d),
+            Dispatch::Done(batch, outcome) => {
+                let outcome = self.not_dispatched(&batch, outcome, table).await?;
+                self.after_write(outcome);
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs `job`.
+    pub async fn run_job(
+        &mut self,
+        job: Job,
+        table: &mut PartitionTable,
+    ) -> Result<WriteOutcome, EngineError> {
+        match job {
+            Job::Open => self.write_batch(table).await,
+            Job::Head => self.finish_head(table).await,
+        }
+    }
+
+    /// Writes the open batch and pending progress, after every dispatched batch (in order).
+    /// Errors other than fatal ones rewind and ask for a retry; the batch is consumed either
+    /// way.
+    pub async fn write_batch(
+        &mut self,
+        table: &mut PartitionTable,
+    ) -> Result<WriteOutcome, EngineError> {
+        let depth = self.cfg.tuning.pipeline_depth.max(1);
+        while !self.in_flight.is_empty() {
+            // Keep the bound on records without acknowledged progress.
+            while self.meta_in_flight.len() >= depth {
+                self.next_meta(table).await;
+            }
+            let outcome = self.finish_head(table).await?;
+            if outcome != WriteOutcome::Committed || self.reassign_needed {
+                self.drain_meta(table).await;
+                return Ok(outcome);
+            }
+            self.after_write(outcome);
+        }
+        let (batch, live) = self.take_open();
+        let outcome = match self.dispatch(batch, live, table).await? {
+            Dispatch::Sent(d) => self.finish(d, table).await?,
+            Dispatch::Done(batch, outcome) => self.not_dispatched(&batch, outcome, table).await?,
+        };
+        self.drain_meta(table).await;
+        Ok(outcome)
+    }
+
+    /// A batch that could not be sent (no producer, no transaction): on `Retry` it is
+    /// rewound, and the batches sent before it are dropped (they are sent again after it).
+    async fn not_dispatched(
+        &mut self,
+        batch: &Batch,
+        outcome: WriteOutcome,
+        table: &mut PartitionTable,
+    ) -> Result<WriteOutcome, EngineError> {
+        if outcome == WriteOutcome::Retry {
+            self.rewind(batch, table).await?;
+            self.discard_in_flight(table).await?;
+        }
+        Ok(outcome)
+    }
+
+    /// Hands the batch's records to the producer (opening the transaction first), after
+    /// those already sent while it was read (`live`). Only a partition in careful mode, or a
+    /// full producer queue, waits for delivery reports here.
+    async fn dispatch(
+        &mut self,
+        batch: Batch,
+        live: Option<Sending>,
+        table: &mut PartitionTable,
+    ) -> Result<Dispatch, EngineError> {
+        let Some(writer) = self.writer.as_mut() else {
+            return Ok(Dispatch::Done(batch, WriteOutcome::Retry));
+        };
+        let mut s = match live {
+            Some(s) => s,
+            None => {
+                if let Err(e) = writer.begin() {
+                    let outcome = self.write_error("begin transaction", &e, table)?;
+                    return Ok(Dispatch::Done(batch, outcome));
+                }
+                Sending::new(writer.tracker().group(batch.len()), batch.len())
+            }
+        };
+        let producer = writer.producer().clone();
+        s.cover(&batch, table);
+        let flush_timeout = self.cfg.tuning.producer.delivery_timeout;
+        if s.careful.iter().any(|c| *c) {
+            // Records of dropped batches may still be queued: out of the way first, so each
+            // careful record really travels alone.
+            flush(&producer, flush_timeout).await;
+        }
+        // Borrowed by the records below while `s` changes.
+        let targets = std::mem::take(&mut s.targets);
+        for (i, rec) in batch.records().iter().enumerate().skip(s.next) {
+            if s.stopped[rec.slot] {
+                continue;
+            }
+            // Only records with their payload are left to send here.
+            debug_assert!(
+                !rec.was_sent(),
+                "a sent record in the unsent part of a batch"
+            );
+            let partition = batch.partitions()[rec.slot].tp.partition;
+            let Some(target) = targets[rec.slot].as_deref() else {
+                s.stopped[rec.slot] = true;
+                continue;
+            };
+            s.reserve(i);
+            let br = target_record(
+                target,
+                s.group.ticket(i),
+                partition,
+                rec.key(),
+                rec.value(),
+                rec.timestamp,
+                rec.headers.clone(),
+            );
+            // A full queue (earlier batches too) is waited for once; order is kept.
+            match send_waiting(&producer, br, flush_timeout).await {
+                Ok(()) => {
+                    s.pending.push(i);
+                    s.sent += 1;
+                    if s.careful[rec.slot] {
+                        // One record per produce request, so a size refusal names the
+                        // record that is really too large (flush: no linger wait).
+                        s.group.expect(s.sent);
+                        flush(&producer, flush_timeout).await;
+                        s.group.complete().await;
+                        s.collect();
+                        if let Some(Err(fail)) = &s.results[i] {
+                            s.stopped[rec.slot] = fail.class == ErrorClass::Rejected;
+                        }
+                    }
+                }
+                Err(e) => {
+                    s.refuse(i, rec.slot, &e);
+                    table.halt(&batch.partitions()[rec.slot].tp);
+                }
+            }
+        }
+        s.targets = targets;
+        s.next = batch.len();
+        s.group.expect(s.sent);
+        // librdkafka copied every sent record; a retry re-reads from the source. Only the
+        // bookkeeping stays while the batch is in flight.
+        let mut batch = batch;
+        batch.release_payloads();
+        Ok(Dispatch::Sent(Dispatched { batch, s }))
+    }
+
+    /// On shutdown: aborts a transaction a write left open (it cannot be finished safely)
+    /// and, unless every write so far finished (`clean`), drops what is left (it would follow
+    /// a batch whose outcome is unknown).
+    pub async fn abandon(&mut self, clean: bool) {
+        if !clean {
+            self.in_flight.clear();
+            self.clear_open();
+        }
+        if let Some(w) = &mut self.writer {
+            if w.in_transaction() {
+                if let Err(e) = w.abort().await {
+                    warn!(
+                        "aborting the open transaction failed: {}",
+                        describe_error(&e)
+                    );
+                }
+                self.clear_open();
+            }
+        }
+    }
+
+    /// On shutdown: writes what is open, in flight and pending within `grace` (else aborts
+    /// it), waits for the syncs and progress, then drops everything.
+    pub async fn final_write(&mut self, table: &mut PartitionTable, grace: Duration) {
+        let open = !self.idle() || table.has_pending();
+        if open && self.can_write() {
+            match tokio::time::timeout(grace, self.write_batch(table)).await {
+                Ok(Ok(outcome)) => self.after_write(outcome),
+                Ok(Err(e)) => warn!("final batch: {e}"),
+                Err(_) => {
+                    warn!(?grace, "final batch did not commit in time; aborting it");
+                    if let Some(w) = &mut self.writer {
+                        let _ = w.abort().await;
+                    }
+                }
+            }
+        }
+        if !self.meta_in_flight.is_empty()
+            && tokio::time::timeout(grace, self.drain_meta(table))
+                .await
+                .is_err()
+        {
+            warn!(?grace, "offset syncs or progress not acknowledged in time");
+        }
+        self.clear_open();
+        self.in_flight.clear();
+    }
+}

@@ -1,0 +1,195 @@
+//! What was handed to the producer for a batch and how it is sent: per-batch delivery
+//! bookkeeping ([`Sending`], [`Dispatched`]), syncs and progress awaiting acknowledgement
+//! ([`MetaPending`]), and the producer calls that wait for room.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use rdkafka::error::KafkaError;
+use rdkafka::message::OwnedHeaders;
+use rdkafka::producer::{BaseRecord, Producer as _, ThreadedProducer};
+use rdkafka::types::RDKafkaErrorCode;
+use tracing::debug;
+
+use super::super::batch::Batch;
+use super::super::delivery::{DeliveryContext, DeliveryReport, GroupHandle};
+use super::super::partitions::PartitionTable;
+use super::verdict::RecordFailure;
+use crate::api::TopicPartitionRef;
+
+/// What was handed to the producer for one batch so far. Built by `dispatch`, or record by
+/// record while the batch is read (AtLeastOnce, pipelined: `Pipeline::on_message`).
+pub struct Sending {
+    /// Where the delivery reports arrive.
+    pub group: GroupHandle,
+    /// Records `0..reserved` have a place in `group`.
+    pub reserved: usize,
+    /// Target topic per batch slot.
+    pub targets: Vec<Option<String>>,
+    /// Partitions sent one record per request, per slot.
+    pub careful: Vec<bool>,
+    /// Partitions not sent any further in this batch (a record was refused), per slot.
+    pub stopped: Vec<bool>,
+    /// Per record, once known (`Ok(target offset)`).
+    pub results: Vec<Option<Result<i64, RecordFailure>>>,
+    /// Records sent whose report is still to be collected from `group`.
+    pub pending: Vec<usize>,
+    /// Records handed to the producer.
+    pub sent: usize,
+    /// Records `0..next` of the batch were handled (sent, refused, or skipped).
+    pub next: usize,
+    pub sent_at: Instant,
+}
+
+impl Sending {
+    pub fn new(group: GroupHandle, reserved: usize) -> Self {
+        Self {
+            group,
+            reserved,
+            targets: Vec::new(),
+            careful: Vec::new(),
+            stopped: Vec::new(),
+            results: Vec::new(),
+            pending: Vec::new(),
+            sent: 0,
+            next: 0,
+            sent_at: Instant::now(),
+        }
+    }
+
+    /// Extends the per-slot and per-record state to every partition and record of `batch`.
+    pub fn cover(&mut self, batch: &Batch, table: &PartitionTable) {
+        for p in &batch.partitions()[self.targets.len()..] {
+            let o = table.get(&p.tp);
+            self.targets.push(o.map(|o| o.target_topic.clone()));
+            self.careful.push(o.is_some_and(|o| o.careful));
+            self.stopped.push(false);
+        }
+        self.results.resize(batch.len(), None);
+    }
+
+    /// Makes room in the group for record `index` (doubling, so the lock is rarely taken).
+    pub fn reserve(&mut self, index: usize) {
+        if index >= self.reserved {
+            self.reserved = (2 * self.reserved).max(index + 1).max(1024);
+            self.group.reserve(self.reserved);
+        }
+    }
+
+    /// Record `index` (of partition `slot`) was refused before it was sent: the partition
+    /// sends nothing more in this batch.
+    pub fn refuse(&mut self, index: usize, slot: usize, e: &KafkaError) {
+        self.results[index] = Some(Err(RecordFailure::from_error(e, true)));
+        self.stopped[slot] = true;
+    }
+
+    /// Collects the reports of the records sent so far.
+    pub fn collect(&mut self) {
+        let pending = std::mem::take(&mut self.pending);
+        let results = &mut self.results;
+        self.group
+            .take_each(&pending, |j, r| results[j] = Some(delivery_result(r)));
+    }
+}
+
+/// A batch whose records were handed to the producer; delivery reports are pending.
+pub struct Dispatched {
+    pub batch: Batch,
+    pub s: Sending,
+}
+
+/// Offset syncs and progress of a finished batch, sent without transactions; their delivery
+/// reports are pending.
+pub struct MetaPending {
+    pub group: GroupHandle,
+    /// Records sent (indexes `0..sent` of `group`).
+    pub sent: usize,
+    /// Partitions whose position these progress records persist.
+    pub progress: Vec<TopicPartitionRef>,
+    /// The reset marker among them.
+    pub marker: Option<String>,
+    /// Records and bytes of the batch whose progress this is (still in the window).
+    pub window: (usize, usize),
+}
+
+/// A record for the producer (delivery opaque: `ticket`).
+pub fn target_record<'a>(
+    target: &'a str,
+    ticket: usize,
+    partition: i32,
+    key: Option<&'a [u8]>,
+    value: Option<&'a [u8]>,
+    timestamp: Option<i64>,
+    headers: Option<OwnedHeaders>,
+) -> BaseRecord<'a, [u8], [u8], usize> {
+    let mut br = BaseRecord::with_opaque_to(target, ticket).partition(partition);
+    if let Some(k) = key {
+        br = br.key(k);
+    }
+    if let Some(v) = value {
+        br = br.payload(v);
+    }
+    if let Some(ts) = timestamp {
+        br = br.timestamp(ts);
+    }
+    if let Some(h) = headers {
+        br = br.headers(h);
+    }
+    br
+}
+
+/// Waits until every record of the oldest dispatched batch has its delivery report.
+pub async fn head_delivered(in_flight: &mut VecDeque<Dispatched>) {
+    match in_flight.front_mut() {
+        Some(d) => d.s.group.complete().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Waits until the oldest syncs and progress in flight are acknowledged.
+pub async fn meta_delivered(meta: &mut VecDeque<MetaPending>) {
+    match meta.front_mut() {
+        Some(m) => m.group.complete().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The first of records `0..sent` of `group` that was not delivered.
+pub fn first_failure(group: &GroupHandle, sent: usize) -> Option<RecordFailure> {
+    (0..sent).find_map(|j| delivery_result(group.take(j)).err())
+}
+
+/// Hands a record to the producer; if its queue is full (`target.config` may make it smaller
+/// than the batch window), waits for the queue to empty once and tries again.
+pub async fn send_waiting(
+    producer: &ThreadedProducer<DeliveryContext>,
+    record: BaseRecord<'_, [u8], [u8], usize>,
+    timeout: Duration,
+) -> Result<(), KafkaError> {
+    match producer.send(record) {
+        Ok(()) => Ok(()),
+        Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), record)) => {
+            flush(producer, timeout).await;
+            producer.send(record).map_err(|(e, _)| e)
+        }
+        Err((e, _)) => Err(e),
+    }
+}
+
+/// Sends everything queued in the producer now and waits for its reports (bounded).
+pub async fn flush(producer: &ThreadedProducer<DeliveryContext>, timeout: Duration) {
+    let p = producer.clone();
+    let r = tokio::task::spawn_blocking(move || p.flush(timeout)).await;
+    if let Ok(Err(e)) = r {
+        debug!("flushing the target producer: {e}");
+    }
+}
+
+/// A delivery report as a record result.
+pub fn delivery_result(r: Option<DeliveryReport>) -> Result<i64, RecordFailure> {
+    match r {
+        Some(Ok(offset)) => Ok(offset),
+        Some(Err(e)) => Err(RecordFailure::from_error(&e, false)),
+        None => Err(RecordFailure::no_report()),
+    }
+}

@@ -1,0 +1,251 @@
+//! What the engine reports: the status snapshot (pure), lag gauges and readiness.
+
+use std::time::Instant;
+
+use super::partitions::PartitionTable;
+use super::status::{
+    total_lag, validation_failures, worker_state, PartitionSnapshot, WorkerSnapshot,
+};
+use crate::api::{AppliedReset, Delivery, WorkerState};
+use crate::telemetry::http::Readiness;
+use crate::telemetry::metrics::WorkerMetrics;
+
+/// The worker's lifecycle, as the snapshot shows it.
+#[derive(Debug, Clone, Copy)]
+pub struct Lifecycle<'a> {
+    pub namespace: &'a str,
+    pub flow: &'a str,
+    pub index: u32,
+    pub count: u32,
+    pub delivery: Delivery,
+    /// Why the worker cannot replicate at all.
+    pub fatal: Option<&'a str>,
+    /// Positions are known and the consumer runs.
+    pub started: bool,
+    pub paused: bool,
+    /// Why it is not ready yet (shown while starting).
+    pub not_ready: Option<&'a str>,
+    /// Records wait and the target acknowledged nothing for too long: why (the worker is
+    /// Degraded meanwhile).
+    pub stalled: Option<&'a str>,
+    pub last_applied_reset: Option<&'a AppliedReset>,
+}
+
+/// The status snapshot of the owned partitions (sorted by topic and partition).
+pub fn snapshot(table: &PartitionTable, life: &Lifecycle<'_>) -> WorkerSnapshot {
+    let partitions: Vec<PartitionSnapshot> = table
+        .owned()
+        .map(|(tp, o)| PartitionSnapshot {
+            topic: tp.topic.clone(),
+            partition: tp.partition,
+            target_topic: o.target_topic.clone(),
+            position: o.position,
+            high_watermark: o.high,
+            lag_records: o.high.zip(o.position).map(|(h, p)| (h - p).max(0)),
+            lag_seconds: o.lag_seconds,
+            state: o.state.clone(),
+        })
+        .collect();
+    let (state, message) = worker_state(life.fatal, life.started, life.paused, &partitions);
+    let mut snap = WorkerSnapshot::starting(
+        life.namespace,
+        life.flow,
+        life.index,
+        life.count,
+        life.delivery,
+    );
+    snap.state = state;
+    if let (WorkerState::Running, Some(why)) = (state, life.stalled) {
+        snap.state = WorkerState::Degraded;
+        snap.message = Some(why.to_string());
+    }
+    snap.message = snap.message.or(message).or_else(|| {
+        (state == WorkerState::Starting)
+            .then(|| life.not_ready.map(str::to_string))
+            .flatten()
+    });
+    snap.replication_lag = total_lag(&partitions);
+    snap.failures = validation_failures(&partitions);
+    snap.partitions = partitions;
+    snap.last_applied_reset = life.last_applied_reset.cloned();
+    snap
+}
+
+/// Lag gauges per partition, owned and failed counts.
+pub fn update_gauges(table: &PartitionTable, m: &WorkerMetrics) {
+    let mut owned = 0;
+    let mut failed = 0;
+    for (tp, o) in table.owned() {
+        owned += 1;
+        if o.state.is_failed() {
+            failed += 1;
+        }
+        let p = tp.partition.to_string();
+        if let (Some(high), Some(pos)) = (o.high, o.position) {
+            m.lag_records
+                .with_label_values(&[&tp.topic, &p])
+                .set((high - pos).max(0));
+        }
+        if let Some(s) = o.lag_seconds {
+            m.lag_seconds.with_label_values(&[&tp.topic, &p]).set(s);
+        }
+    }
+    m.partitions_owned.set(owned);
+    m.partitions_failed.set(failed);
+}
+
+/// Since when the worker has waited for the target without an acknowledgement: `None`
+/// while nothing is pending; every acknowledgement starts the wait again. Pure.
+pub fn waiting_since(
+    prev: Option<Instant>,
+    pending: bool,
+    last_ack: Instant,
+    now: Instant,
+) -> Option<Instant> {
+    if !pending {
+        return None;
+    }
+    match prev {
+        Some(t) if last_ack <= t => Some(t),
+        _ => Some(now),
+    }
+}
+
+/// `/readyz` and the `ready` gauge: ready once started, unless fatal or `stalled` (records
+/// wait and the target acknowledged nothing for too long: the reason).
+pub fn update_readiness(
+    readiness: &Readiness,
+    m: &WorkerMetrics,
+    fatal: Option<&str>,
+    started: bool,
+    connection_problem: Option<&str>,
+    stalled: Option<&str>,
+) {
+    let ready = started && fatal.is_none() && connection_problem.is_none() && stalled.is_none();
+    if let Some(msg) = fatal {
+        readiness.set_not_ready(msg.to_string());
+    } else if let Some(msg) = connection_problem {
+        // Authentication or TLS verification fails: nothing replicates until it is fixed.
+        readiness.set_not_ready(msg.to_string());
+    } else if !started {
+        readiness.set_not_ready("starting");
+    } else if let Some(why) = stalled {
+        readiness.set_not_ready(why.to_string());
+    } else {
+        readiness.set_ready();
+    }
+    m.ready.set(if ready { 1.0 } else { 0.0 });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::TopicPartitionRef;
+    use crate::worker::replicate::partitions::Start;
+    use crate::worker::replicate::status::{FailureKind, PartitionFailed, PartitionState};
+    use pretty_assertions::assert_eq;
+
+    fn life<'a>(
+        fatal: Option<&'a str>,
+        started: bool,
+        not_ready: Option<&'a str>,
+    ) -> Lifecycle<'a> {
+        Lifecycle {
+            namespace: "ns",
+            flow: "orders",
+            index: 1,
+            count: 2,
+            delivery: Delivery::AtLeastOnce,
+            fatal,
+            started,
+            paused: false,
+            not_ready,
+            stalled: None,
+            last_applied_reset: None,
+        }
+    }
+
+    #[test]
+    fn waiting_for_the_target() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + std::time::Duration::from_secs(s);
+        let cases = [
+            ("idle", None, false, at(0), at(10), None),
+            ("work arrives", None, true, at(0), at(10), Some(at(10))),
+            (
+                "still waiting",
+                Some(at(10)),
+                true,
+                at(0),
+                at(30),
+                Some(at(10)),
+            ),
+            (
+                "an ack restarts the wait",
+                Some(at(10)),
+                true,
+                at(20),
+                at(30),
+                Some(at(30)),
+            ),
+            ("done", Some(at(10)), false, at(20), at(30), None),
+        ];
+        for (name, prev, pending, ack, now, want) in cases {
+            assert_eq!(waiting_since(prev, pending, ack, now), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn snapshots() {
+        let mut t = PartitionTable::default();
+        for (p, pos) in [(0, 10), (1, 20)] {
+            let tp = TopicPartitionRef {
+                topic: "orders".into(),
+                partition: p,
+            };
+            t.take(&tp, "dc1.orders", 1, false);
+            t.start(&tp, &Start::Fresh(pos), false);
+            t.get_mut(&tp).unwrap().high = Some(25);
+        }
+        let parked = TopicPartitionRef {
+            topic: "gone".into(),
+            partition: 0,
+        };
+        t.take(&parked, "dc1.gone", 1, false);
+        t.park(&parked);
+        let s = snapshot(&t, &life(None, true, None));
+        assert_eq!(s.worker_id, "orders-worker-1");
+        assert_eq!(s.state, WorkerState::Running);
+        assert_eq!(s.partitions.len(), 2, "parked partitions are not reported");
+        assert_eq!(s.replication_lag.records, 15 + 5);
+        let starting = snapshot(&t, &life(None, false, Some("target cluster dc2: down")));
+        assert_eq!(starting.state, WorkerState::Starting);
+        assert_eq!(
+            starting.message.as_deref(),
+            Some("target cluster dc2: down")
+        );
+        let fatal = snapshot(&t, &life(Some("fenced"), true, Some("x")));
+        assert_eq!(
+            (fatal.state, fatal.message.as_deref()),
+            (WorkerState::Failed, Some("fenced"))
+        );
+        t.fail(
+            &TopicPartitionRef {
+                topic: "orders".into(),
+                partition: 1,
+            },
+            PartitionFailed {
+                kind: FailureKind::RecordRejected,
+                offset: 20,
+                message: "too large".into(),
+                failure: None,
+            },
+        );
+        let degraded = snapshot(&t, &life(None, true, None));
+        assert_eq!(degraded.state, WorkerState::Degraded);
+        assert!(matches!(
+            degraded.partitions[1].state,
+            PartitionState::Failed(_)
+        ));
+    }
+}

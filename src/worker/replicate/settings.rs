@@ -1,0 +1,258 @@
+//! Who a worker is, its knobs, what it reports to, and how it fails.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::batch::BatchLimits;
+use super::status::StatusSink;
+use super::writer::ProducerLimits;
+use crate::api::MirrorFlowSpec;
+use crate::kafka::health::FlowHealth;
+use crate::telemetry::http::Readiness;
+use crate::telemetry::metrics::WorkerMetrics;
+
+/// Knobs with safe defaults. The memory bound of a worker follows from them (see the
+/// `replicate` module docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tuning {
+    /// Batch bounds.
+    pub batch: BatchLimits,
+    /// Producer bounds and timeouts.
+    pub producer: ProducerLimits,
+    /// Consumer prefetch bound, `queued.max.messages.kbytes` (unless set in `source.config`).
+    pub consumer_queue_kbytes: u32,
+    /// `fetch.max.bytes` (unless set in `source.config`).
+    pub fetch_max_bytes: u32,
+    /// AtLeastOnce: batches sent to the target before the oldest one's delivery reports are
+    /// in, and batches whose syncs and progress may await acknowledgement (1 = one at a
+    /// time). `batch` then bounds all of them together, so after a crash at most
+    /// `batch.max_records` records are replicated again.
+    pub pipeline_depth: usize,
+    /// Bound of metadata, admin and watermark calls, and of reading progress.
+    pub io_timeout: Duration,
+    /// How often the status is published and lag gauges refreshed between refreshes.
+    pub status_interval: Duration,
+    /// First retry delay after a failed batch or start step; doubles up to `retry_max`.
+    pub retry_min: Duration,
+    /// Longest retry delay.
+    pub retry_max: Duration,
+    /// On shutdown, how long an open batch may take to commit before it is aborted.
+    pub shutdown_grace: Duration,
+    /// Records waiting this long without any acknowledgement from the target make the worker
+    /// not ready (and Degraded, saying so) until the target answers again.
+    pub stall_after: Duration,
+    /// Bound of offset validation's own lookups: topic ids (DescribeTopics) and the fetch
+    /// that confirms a ListOffsets answer. Short: on a cluster that reports no controller the
+    /// id lookup only ends with this timeout (then ids are skipped for
+    /// [`TOPIC_ID_RETRY`](super::validate::TOPIC_ID_RETRY)).
+    pub validation_timeout: Duration,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Self {
+            batch: BatchLimits::default(),
+            producer: ProducerLimits::default(),
+            // Sized for ≤ 64 MiB RSS at 1,000 partitions (measured by benches/replication.rs).
+            consumer_queue_kbytes: 4 * 1024,
+            fetch_max_bytes: 2 * 1024 * 1024,
+            pipeline_depth: 2,
+            io_timeout: Duration::from_secs(30),
+            status_interval: Duration::from_secs(2),
+            retry_min: Duration::from_millis(200),
+            retry_max: Duration::from_secs(30),
+            shutdown_grace: Duration::from_secs(10),
+            stall_after: Duration::from_secs(20),
+            validation_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+impl Tuning {
+    /// The defaults with the flow's window (`spec.workers.inFlightMiB`, read at start: the
+    /// controller restarts workers when it changes).
+    pub fn for_spec(spec: &MirrorFlowSpec) -> Self {
+        let mut t = Self::default();
+        let mib = usize::try_from(spec.workers.in_flight_mib.max(1)).unwrap_or(1);
+        t.batch.max_bytes = mib << 20;
+        t
+    }
+}
+
+/// Who this worker is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineSettings {
+    /// Namespace of the flow (`default` in standalone mode unless the file says otherwise).
+    pub namespace: String,
+    /// Flow name.
+    pub flow_name: String,
+    /// This worker's index.
+    pub worker_index: u32,
+    /// Number of workers of the flow.
+    pub worker_count: u32,
+    /// Where Secret references resolve (`<dir>/<secretName>/<key>`).
+    pub secrets_dir: PathBuf,
+    /// Knobs.
+    pub tuning: Tuning,
+}
+
+impl EngineSettings {
+    /// `mirrorflow-<len(ns)>-<ns>-<flow>-<index>`: the transactional id (and consumer group
+    /// id) of this worker. The namespace's length makes it unambiguous (`team-a/orders` and
+    /// `team/a-orders` never share an id on a shared target, so they never fence each other);
+    /// stable for the life of the flow, so a restarted worker fences its own zombie.
+    pub fn transactional_id(&self) -> String {
+        worker_key(&self.namespace, &self.flow_name, self.worker_index)
+    }
+}
+
+/// See [`EngineSettings::transactional_id`].
+pub fn worker_key(namespace: &str, flow: &str, index: u32) -> String {
+    format!("mirrorflow-{}-{namespace}-{flow}-{index}", namespace.len())
+}
+
+/// Why the engine stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// The worker cannot replicate: bad configuration, fenced, or the target cannot provide
+    /// the requested delivery guarantee. The message says what to do.
+    #[error("{0}")]
+    Fatal(String),
+}
+
+/// Where the engine reports.
+#[derive(Clone)]
+pub struct EngineOutputs {
+    /// Metrics.
+    pub metrics: WorkerMetrics,
+    /// Status snapshots.
+    pub sink: Arc<dyn StatusSink>,
+    /// Readiness for `/readyz`.
+    pub readiness: Arc<Readiness>,
+    /// Where the clients report authentication and TLS failures (`kafka::health`).
+    pub health: FlowHealth,
+}
+
+/// A spec change as a running worker applies it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LiveSpec {
+    /// The spec to run: the new one, with the fields that need a restart (source, target,
+    /// delivery, offsetValidation, replicationPolicy) kept at their running values.
+    pub spec: MirrorFlowSpec,
+    /// One of those fields changed (it applies after a restart).
+    pub restart_needed: bool,
+    pub paused_changed: bool,
+    pub topics_changed: bool,
+}
+
+/// How a running worker applies `new` over `running`; `None` when nothing changed.
+pub fn live_spec(running: &MirrorFlowSpec, new: MirrorFlowSpec) -> Option<LiveSpec> {
+    if new == *running {
+        return None;
+    }
+    let restart_needed = new.source != running.source
+        || new.target != running.target
+        || new.delivery != running.delivery
+        || new.offset_validation != running.offset_validation
+        || new.replication_policy != running.replication_policy;
+    let paused_changed = new.paused != running.paused;
+    let topics_changed = new.topics != running.topics;
+    let mut spec = new;
+    spec.replication_policy = running.replication_policy.clone();
+    spec.source = running.source.clone();
+    spec.target = running.target.clone();
+    spec.delivery = running.delivery;
+    spec.offset_validation = running.offset_validation.clone();
+    Some(LiveSpec {
+        spec,
+        restart_needed,
+        paused_changed,
+        topics_changed,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::Delivery;
+
+    fn spec() -> MirrorFlowSpec {
+        serde_json::from_value(serde_json::json!({
+            "source": {"alias": "dc1", "bootstrapServers": "a:9092"},
+            "target": {"alias": "dc2", "bootstrapServers": "b:9092"},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn worker_keys_are_unambiguous() {
+        assert_eq!(
+            worker_key("team-a", "orders", 0),
+            "mirrorflow-6-team-a-orders-0"
+        );
+        assert_ne!(
+            worker_key("team-a", "orders", 0),
+            worker_key("team", "a-orders", 0)
+        );
+        assert_ne!(worker_key("a", "b-1", 2), worker_key("a", "b", 12));
+        assert_ne!(worker_key("a-b", "c", 0), worker_key("a", "b-c", 0));
+    }
+
+    #[test]
+    fn live_spec_changes() {
+        let running = spec();
+        assert_eq!(live_spec(&running, running.clone()), None);
+        type Edit = fn(&mut MirrorFlowSpec);
+        let cases: [(&str, Edit, bool, bool, bool); 5] = [
+            ("pause", |s| s.paused = true, false, true, false),
+            (
+                "topics",
+                |s| s.topics.include = vec!["orders".into()],
+                false,
+                false,
+                true,
+            ),
+            (
+                "lag max applies live",
+                |s| s.offset_syncs.lag_max = 5,
+                false,
+                false,
+                false,
+            ),
+            (
+                "delivery waits for a restart",
+                |s| s.delivery = Delivery::AtLeastOnce,
+                true,
+                false,
+                false,
+            ),
+            (
+                "target waits for a restart",
+                |s| s.target.bootstrap_servers = "c:9092".into(),
+                true,
+                false,
+                false,
+            ),
+        ];
+        for (name, edit, restart, paused, topics) in cases {
+            let mut new = running.clone();
+            edit(&mut new);
+            let live = live_spec(&running, new.clone()).expect(name);
+            assert_eq!(
+                (
+                    live.restart_needed,
+                    live.paused_changed,
+                    live.topics_changed
+                ),
+                (restart, paused, topics),
+                "{name}"
+            );
+            assert_eq!(live.spec.source, running.source, "{name}");
+            assert_eq!(live.spec.target, running.target, "{name}");
+            assert_eq!(live.spec.delivery, running.delivery, "{name}");
+            assert_eq!(live.spec.paused, new.paused, "{name}");
+            assert_eq!(live.spec.offset_syncs, new.offset_syncs, "{name}");
+        }
+    }
+}

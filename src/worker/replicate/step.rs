@@ -1,0 +1,183 @@
+//! What the replication loop does next, as a pure function of its state.
+
+/// The loop's state at the top of a turn.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoopState {
+    /// The open batch is full or its linger time passed.
+    pub batch_due: bool,
+    /// Positions (or the reset marker) wait to be persisted and the open batch is empty.
+    pub progress_due: bool,
+    /// A producer exists, no retry is pending, and nothing is fatal.
+    pub can_write: bool,
+    /// Batches may be dispatched before the previous ones finished (AtLeastOnce).
+    pub pipelined: bool,
+    /// Another batch may be dispatched now.
+    pub has_room: bool,
+    /// The consumer reported an out-of-range position, not handled yet.
+    pub out_of_range: bool,
+    /// The consumer must be re-assigned at the committed positions.
+    pub reassign_needed: bool,
+    /// The open batch holds no record.
+    pub open_empty: bool,
+    /// No dispatched batch awaits its delivery reports.
+    pub none_in_flight: bool,
+    /// The retry delay (if any) passed.
+    pub retry_due: bool,
+}
+
+/// The next step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Seal the open batch and send it without waiting (AtLeastOnce).
+    Dispatch,
+    /// Write the open batch (after every dispatched one) and pending progress, then handle
+    /// an out-of-range error if one arrived.
+    Write,
+    /// Wait for the next event; re-assign the consumer first (`reassign`). A due batch
+    /// waiting for room in the pipeline waits here too.
+    Wait { reassign: bool },
+}
+
+/// Decides the next step. Invariants it keeps: an out-of-range error is handled only after
+/// the open batch is written (never dispatched past it); the consumer is re-assigned only
+/// when nothing is open or in flight (positions are final then) and no retry is pending.
+pub fn next_step(s: &LoopState) -> Step {
+    let writable = s.batch_due || s.progress_due || s.out_of_range;
+    if s.batch_due && s.can_write && s.pipelined && !s.out_of_range {
+        if s.has_room {
+            return Step::Dispatch;
+        }
+    } else if writable && s.can_write {
+        return Step::Write;
+    }
+    Step::Wait {
+        reassign: s.reassign_needed && s.open_empty && s.none_in_flight && s.retry_due,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const IDLE: LoopState = LoopState {
+        batch_due: false,
+        progress_due: false,
+        can_write: true,
+        pipelined: true,
+        has_room: true,
+        out_of_range: false,
+        reassign_needed: false,
+        open_empty: true,
+        none_in_flight: true,
+        retry_due: true,
+    };
+
+    #[test]
+    fn steps() {
+        let wait = Step::Wait { reassign: false };
+        let cases: Vec<(&str, LoopState, Step)> = vec![
+            ("idle", IDLE, wait),
+            (
+                "due, pipelined, room: dispatch",
+                LoopState {
+                    batch_due: true,
+                    open_empty: false,
+                    ..IDLE
+                },
+                Step::Dispatch,
+            ),
+            (
+                "due, pipeline full: wait for the oldest",
+                LoopState {
+                    batch_due: true,
+                    has_room: false,
+                    open_empty: false,
+                    ..IDLE
+                },
+                wait,
+            ),
+            (
+                "due, one at a time: write",
+                LoopState {
+                    batch_due: true,
+                    pipelined: false,
+                    ..IDLE
+                },
+                Step::Write,
+            ),
+            (
+                "progress only: write",
+                LoopState {
+                    progress_due: true,
+                    ..IDLE
+                },
+                Step::Write,
+            ),
+            (
+                "out of range: write first, never dispatch",
+                LoopState {
+                    batch_due: true,
+                    out_of_range: true,
+                    ..IDLE
+                },
+                Step::Write,
+            ),
+            (
+                "out of range, empty batch: write (then handle it)",
+                LoopState {
+                    out_of_range: true,
+                    ..IDLE
+                },
+                Step::Write,
+            ),
+            (
+                "cannot write: wait",
+                LoopState {
+                    batch_due: true,
+                    can_write: false,
+                    ..IDLE
+                },
+                wait,
+            ),
+            (
+                "re-assign when all is written",
+                LoopState {
+                    reassign_needed: true,
+                    ..IDLE
+                },
+                Step::Wait { reassign: true },
+            ),
+            (
+                "not while a batch is open",
+                LoopState {
+                    reassign_needed: true,
+                    open_empty: false,
+                    ..IDLE
+                },
+                wait,
+            ),
+            (
+                "not while batches are in flight",
+                LoopState {
+                    reassign_needed: true,
+                    none_in_flight: false,
+                    ..IDLE
+                },
+                wait,
+            ),
+            (
+                "not before the retry delay",
+                LoopState {
+                    reassign_needed: true,
+                    retry_due: false,
+                    can_write: false,
+                    ..IDLE
+                },
+                wait,
+            ),
+        ];
+        for (name, state, want) in cases {
+            assert_eq!(next_step(&state), want, "{name}");
+        }
+    }
+}

@@ -1,0 +1,114 @@
+//! What a worker reports besides the engine's snapshot: the clusters' connection health and
+//! the topic ACL sync. [`WithExtras`] adds them to every snapshot on its way to `/status`
+//! and the status entry, so the engine need not know about them.
+
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+use crate::api::TopicAclSync;
+use crate::kafka::health::FlowHealth;
+use crate::worker::replicate::{CheckpointReportSource, StatusSink, WorkerSnapshot};
+
+/// The sources of the extra reports.
+#[derive(Clone)]
+pub struct Extras {
+    pub health: FlowHealth,
+    pub topic_acls: watch::Receiver<Option<TopicAclSync>>,
+}
+
+impl Extras {
+    /// Adds the current reports to `snap`. A connection problem becomes the worker's
+    /// message when the engine has none (e.g. while it is starting).
+    pub fn apply(&self, snap: &mut WorkerSnapshot) {
+        snap.connection_problems = self.health.problems();
+        if snap.message.is_none() {
+            snap.message = snap.connection_problems.first().map(|p| p.message.clone());
+        }
+        // A sync with nothing to copy and no error says nothing (the metrics still count).
+        snap.topic_acls = self
+            .topic_acls
+            .borrow()
+            .clone()
+            .filter(|t| t.synced + t.created_by_flow + t.skipped > 0 || t.last_error.is_some());
+    }
+}
+
+/// A sink that adds [`Extras`] to each snapshot before passing it on.
+pub struct WithExtras {
+    pub inner: Arc<dyn StatusSink>,
+    pub extras: Extras,
+}
+
+impl StatusSink for WithExtras {
+    fn publish(&self, snapshot: &WorkerSnapshot) {
+        let mut snap = snapshot.clone();
+        self.extras.apply(&mut snap);
+        self.inner.publish(&snap);
+    }
+
+    fn attach_checkpoints(&self, source: CheckpointReportSource) {
+        self.inner.attach_checkpoints(source);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::Delivery;
+    use rdkafka::types::RDKafkaErrorCode;
+
+    #[test]
+    fn extras_are_added_to_snapshots() {
+        let health = FlowHealth::new("dc1", "dc2");
+        let (acl_tx, acl_rx) = watch::channel(None);
+        let (tx, rx) = watch::channel(WorkerSnapshot::starting(
+            "ns",
+            "f",
+            0,
+            1,
+            Delivery::AtLeastOnce,
+        ));
+        let sink = WithExtras {
+            inner: Arc::new(tx),
+            extras: Extras {
+                health: health.clone(),
+                topic_acls: acl_rx,
+            },
+        };
+        let ctx = health.target.context();
+        ctx.slot().unwrap().on_error(
+            RDKafkaErrorCode::Authentication,
+            "sasl_ssl://h:1/bootstrap: SASL authentication error: bad",
+            jiff::Timestamp::now(),
+        );
+        acl_tx.send_replace(Some(TopicAclSync {
+            synced: 2,
+            ..Default::default()
+        }));
+        sink.publish(&WorkerSnapshot::starting(
+            "ns",
+            "f",
+            0,
+            1,
+            Delivery::AtLeastOnce,
+        ));
+        let got = rx.borrow().clone();
+        assert_eq!(got.connection_problems.len(), 1);
+        assert!(
+            got.message
+                .as_deref()
+                .unwrap()
+                .starts_with("target cluster dc2: authentication failed"),
+            "{:?}",
+            got.message
+        );
+        assert_eq!(got.topic_acls.as_ref().map(|t| t.synced), Some(2));
+        let entry = got.to_worker_status(Some(1));
+        assert_eq!(entry.connection_problems, got.connection_problems);
+        assert_eq!(entry.topic_acls, got.topic_acls);
+        let json = serde_json::to_string(&got).unwrap();
+        assert!(json.contains("\"connectionProblems\""), "{json}");
+        drop(ctx);
+    }
+}

@@ -1,0 +1,153 @@
+//! Data safety on real brokers: what a restarting worker reads back as its positions.
+
+mod replication_support;
+
+use std::time::{Duration, Instant};
+
+use mirrorflow::api::Delivery;
+use mirrorflow::kafka::wire::Progress;
+use mirrorflow::testkit::brokers::{broker_or_skip, produce, proxied_broker_or_skip, BrokerKind};
+use mirrorflow::testkit::proxy::{api, Faults};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::ClientConfig;
+use replication_support::*;
+
+/// A transaction another worker holds open on the progress topic hides every progress record
+/// committed after it began (read_committed stops at the last stable offset). A restarting
+/// worker must not resume from the older positions it can see (that would replicate records
+/// twice): it waits until the transaction ends, then resumes from its latest progress.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn open_transaction_does_not_hide_newer_progress_tansu() {
+    let Some((source, target)) = broker_pair(BrokerKind::Tansu).await else {
+        return;
+    };
+    let (sb, tb) = (source.bootstrap_servers(), target.bootstrap_servers());
+    create(&source, "orders", 1).await;
+    let first = records("a", 1, 20);
+    produce(&sb, "orders", &first).await.unwrap();
+    let spec = flow_spec(&source, &target, Delivery::ExactlyOnce);
+    let mut tuning = test_tuning(50);
+    // The hung transaction outlasts the first read attempts; the worker retries.
+    tuning.io_timeout = Duration::from_secs(3);
+    let mut w = start_worker("hidden", spec.clone(), 0, 1, tuning.clone());
+    w.wait_positions("orders", &ends(&first)).await;
+
+    // Another writer (a worker of the flow mid-commit) opens a transaction on the progress
+    // topic and keeps it open.
+    let progress_topic = "mirrorflow-progress.test.hidden.internal".to_string();
+    let other = {
+        let (tb, topic) = (tb.clone(), progress_topic.clone());
+        tokio::task::spawn_blocking(move || {
+            let p: BaseProducer = ClientConfig::new()
+                .set("bootstrap.servers", &tb)
+                .set("transactional.id", "another-worker")
+                .create()
+                .unwrap();
+            p.init_transactions(Duration::from_secs(10)).unwrap();
+            p.begin_transaction().unwrap();
+            let rec = Progress {
+                topic: "elsewhere".into(),
+                partition: 0,
+                next_offset: 0,
+                topic_id: String::new(),
+                reset_id: String::new(),
+                failure: String::new(),
+            };
+            let (k, v) = (rec.encode_key().unwrap(), rec.encode_value().unwrap());
+            p.send(BaseRecord::to(&topic).partition(0).key(&k).payload(&v))
+                .unwrap();
+            p.flush(Duration::from_secs(10)).unwrap();
+            p
+        })
+        .await
+        .unwrap()
+    };
+    // The worker replicates on; its progress commits behind the open transaction.
+    let second = records("b", 1, 30);
+    produce(&sb, "orders", &second).await.unwrap();
+    let total = ends(&first)[&0] + ends(&second)[&0];
+    w.wait_positions("orders", &[(0, total)].into()).await;
+    w.stop().await.unwrap();
+
+    let mut w = start_worker("hidden", spec, 0, 1, tuning);
+    let begin = Instant::now();
+    loop {
+        let reason = w.readiness.not_ready_reason().unwrap_or_default();
+        if reason.contains("transaction another worker has open") {
+            break;
+        }
+        assert!(
+            begin.elapsed() < WAIT,
+            "the worker waits for the open transaction"
+        );
+        assert!(
+            w.status.borrow().partitions.is_empty(),
+            "no partition is taken before progress is read: {:?}",
+            w.status.borrow().partitions
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let waited = begin.elapsed();
+    tokio::task::spawn_blocking(move || other.commit_transaction(Duration::from_secs(10)))
+        .await
+        .unwrap()
+        .unwrap();
+    let s = w.wait_positions("orders", &[(0, total)].into()).await;
+    w.stop().await.unwrap();
+    let n = first.len() + second.len();
+    let dst = read_idle(&tb, "dc1.orders", Duration::from_secs(2)).await;
+    let src = read_n(&sb, "orders", n).await;
+    assert_same(&src, &dst, "no record replicated twice");
+    assert!(s.failures.is_empty());
+    println!(
+        "FAULT open-transaction: another writer held a transaction open on the progress topic \
+         while the worker restarted: it waited {} s (not ready, saying why) and resumed at \
+         {total}, its latest progress: {n} records, 0 duplicates",
+        waited.as_secs()
+    );
+}
+
+/// A commit that times out waiting for the coordinator (EndTxn held by the proxy) is
+/// committed again, never aborted and re-sent: the batch lands once. (tansu shows aborted
+/// records to read_committed readers, so an abort would show here as duplicates.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_commit_that_times_out_is_committed_again_tansu() {
+    let Some(source) = broker_or_skip(BrokerKind::Tansu).await else {
+        return;
+    };
+    let Some((target, proxy)) = proxied_broker_or_skip(BrokerKind::Tansu).await else {
+        return;
+    };
+    let (sb, tb) = (source.bootstrap_servers(), target.bootstrap_servers());
+    create(&source, "orders", 1).await;
+    let first = records("a", 1, 20);
+    produce(&sb, "orders", &first).await.unwrap();
+    let spec = flow_spec(&source, &target, Delivery::ExactlyOnce);
+    let mut tuning = test_tuning(50);
+    tuning.producer.commit_timeout = Duration::from_secs(1);
+    let mut w = start_worker("slowcommit", spec, 0, 1, tuning);
+    w.wait_positions("orders", &ends(&first)).await;
+
+    proxy.set(Faults {
+        hold_api: Some(api::END_TXN),
+        ..Faults::default()
+    });
+    let second = records("b", 1, 30);
+    produce(&sb, "orders", &second).await.unwrap();
+    // Wait until the worker did something about the held commit: committed again (right)
+    // or gave up on it (aborted: wrong, shows below as duplicates).
+    let count = |label: &str| w.metrics.transactions.with_label_values(&[label]).get();
+    let begin = Instant::now();
+    while count("commit_retry") < 2 && count("abort") == 0 {
+        assert!(begin.elapsed() < WAIT, "the held commit is handled");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    proxy.set(Faults::default());
+    let total = ends(&first)[&0] + ends(&second)[&0];
+    w.wait_positions("orders", &[(0, total)].into()).await;
+    w.stop().await.unwrap();
+    let n = first.len() + second.len();
+    let src = read_n(&sb, "orders", n).await;
+    let dst = read_idle(&tb, "dc1.orders", Duration::from_secs(2)).await;
+    assert_same(&src, &dst, "the batch whose commit timed out landed once");
+}
