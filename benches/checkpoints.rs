@@ -10,12 +10,15 @@
 //! both sides and sequenced offset syncs every 50 records, so every translation is exact and
 //! the expected target offset equals the source offset.
 
+#[path = "common/procfs.rs"]
+mod procfs;
+
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use mirrorflow::api::parse_flow_file;
+use mirrorflow::kafka::admin::{GroupAdmin, GroupOffset};
 use mirrorflow::testkit::brokers::{create_topic, produce, BrokerKind, LocalBroker, ProduceRecord};
-use mirrorflow::worker::checkpoint::admin::{GroupAdmin, GroupOffset};
 use mirrorflow::worker::checkpoint::runner::{statuses, CheckpointRunner};
 use mirrorflow::worker::checkpoint::status::RunnerState;
 use prometheus::Registry;
@@ -36,53 +39,6 @@ fn admin(bootstrap: &str) -> GroupAdmin {
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", bootstrap);
     GroupAdmin::new(&c, bootstrap, Duration::from_secs(60)).expect("admin client")
-}
-
-/// CPU seconds (user + system) used by process `pid` so far, from /proc.
-fn cpu_seconds(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
-    Some(ticks / 100.0) // USER_HZ is 100 on Linux
-}
-
-/// Child processes of this process (the brokers it started).
-fn children() -> Vec<u32> {
-    let me = std::process::id();
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        let Some(close) = stat.rfind(')') else {
-            continue;
-        };
-        let ppid = stat[close + 2..]
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse::<u32>().ok());
-        if ppid == Some(me) {
-            out.push(pid);
-        }
-    }
-    out
-}
-
-fn rss_mib() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1).map(str::to_string))
-        })
-        .and_then(|kb| kb.parse::<f64>().ok())
-        .map_or(0.0, |kb| kb / 1024.0)
 }
 
 /// Nearest-rank percentile of sorted values.
@@ -271,10 +227,10 @@ spec:
         .and_then(|s| s.last_cycle_duration);
 
     // Steady state: nothing moves; CPU and RPO over an idle window.
-    let brokers = children();
+    let brokers = procfs::children(None);
     let me = std::process::id();
-    let cpu0 = cpu_seconds(me).unwrap_or(0.0);
-    let bcpu0: f64 = brokers.iter().filter_map(|p| cpu_seconds(*p)).sum();
+    let cpu0 = procfs::cpu_of(&[me]);
+    let bcpu0 = procfs::cpu_of(&brokers);
     let idle_start = Instant::now();
     let mut max_rpo = 0i64;
     let mut cycle_times = Vec::new();
@@ -295,13 +251,13 @@ spec:
         }
     }
     let idle_wall = idle_start.elapsed().as_secs_f64();
-    let cpu_idle = cpu_seconds(me).unwrap_or(0.0) - cpu0;
-    let bcpu_idle: f64 = brokers.iter().filter_map(|p| cpu_seconds(*p)).sum::<f64>() - bcpu0;
+    let cpu_idle = procfs::cpu_of(&[me]) - cpu0;
+    let bcpu_idle = procfs::cpu_of(&brokers) - bcpu0;
 
     // Latency rounds: every group commits new offsets on the source at t0.
     let mut all = Vec::new();
     let mut per_round = Vec::new();
-    let cpu1 = cpu_seconds(me).unwrap_or(0.0);
+    let cpu1 = procfs::cpu_of(&[me]);
     let rounds_start = Instant::now();
     for r in 1..=rounds {
         // A round ends right after a cycle; waiting (r-1)/rounds of an interval spreads the
@@ -315,7 +271,7 @@ spec:
         all.append(&mut v);
     }
     let busy_wall = rounds_start.elapsed().as_secs_f64();
-    let cpu_busy = cpu_seconds(me).unwrap_or(0.0) - cpu1;
+    let cpu_busy = procfs::cpu_of(&[me]) - cpu1;
     all.sort_by(|a, b| a.partial_cmp(b).unwrap());
     let s = state.borrow().clone();
     let spec = &s.specs["cp"];
@@ -384,7 +340,8 @@ spec:
         "offset-sync partitions / syncs retained",
         format!("{} / {}", s.sync_partitions, s.syncs_retained),
     );
-    row("process RSS (MiB)", format!("{:.0}", rss_mib()));
+    let rss = procfs::status_kib(std::process::id(), "VmRSS").map_or(0.0, procfs::mib);
+    row("process RSS (MiB)", format!("{rss:.0}"));
     let ready = final_status[0]
         .1
         .conditions

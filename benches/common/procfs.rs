@@ -1,0 +1,69 @@
+//! `/proc` readings shared by the benches (`#[path = "common/procfs.rs"] mod procfs;`): CPU
+//! seconds and memory fields of a process, and the child processes of this one (the
+//! brokers).
+
+/// Linux `USER_HZ` (clock ticks in `/proc/<pid>/stat`).
+const TICKS_PER_SECOND: f64 = 100.0;
+
+/// `(state, user + system CPU seconds)` of `pid`; also works for a zombie (not yet reaped).
+pub fn cpu(pid: u32) -> Option<(char, f64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is parenthesised and may hold spaces: split after the last ')'.
+    // utime and stime are fields 14 and 15 of the line: indices 11 and 12 after the name.
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let state = f.first()?.chars().next()?;
+    let ticks = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    Some((state, ticks / TICKS_PER_SECOND))
+}
+
+/// User + system CPU seconds of `pids` together (a process gone from /proc counts 0).
+pub fn cpu_of(pids: &[u32]) -> f64 {
+    pids.iter().filter_map(|p| cpu(*p)).map(|(_, c)| c).sum()
+}
+
+/// A `kB` field of `/proc/<pid>/status` (`VmHWM`, `VmRSS`, `RssAnon`, …); absent for a
+/// zombie.
+pub fn status_kib(pid: u32, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|l| {
+        l.strip_prefix(field)?
+            .strip_prefix(':')?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    })
+}
+
+/// KiB as MiB.
+pub fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
+}
+
+/// Child processes of this process, only those whose command name is `comm` if given
+/// (the brokers).
+pub fn children(comm: Option<&str>) -> Vec<u32> {
+    let me = std::process::id();
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let name = &stat[open + 1..close];
+        let ppid = stat[close + 2..]
+            .split_whitespace()
+            .nth(1)
+            .and_then(|p| p.parse::<u32>().ok());
+        if ppid == Some(me) && comm.is_none_or(|c| c == name) {
+            out.push(pid);
+        }
+    }
+    out
+}

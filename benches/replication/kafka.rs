@@ -1,0 +1,188 @@
+//! Kafka helpers of the bench (blocking): producing the source topics and an offset-sync
+//! history, and counting the records on a target topic.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use mirrorflow::kafka::wire::{offset_syncs_topic, OffsetSync};
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::{Offset, TopicPartitionList};
+
+/// Key bytes of every record (`{i:012}`); the value fills the rest of the record size.
+const KEY_BYTES: usize = 12;
+
+/// Key of record `i`.
+fn key_of(i: u64) -> String {
+    format!("{i:012}")
+}
+
+/// A printable value (no tab, no newline: kcat's delimiters) of `len` bytes.
+fn value_of(i: u64, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|j| b'a' + ((i as usize + j) % 26) as u8)
+        .collect()
+}
+
+/// Produces `n` records of `size` bytes (12 B key + value) round-robin over `partitions`.
+pub fn produce_source(
+    bootstrap: &str,
+    topic: &str,
+    n: u64,
+    partitions: i32,
+    size: usize,
+) -> anyhow::Result<()> {
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("acks", "all")
+        .set("linger.ms", "10")
+        .set("batch.size", "1000000")
+        .set("queue.buffering.max.messages", "500000")
+        .create()
+        .context("creating the source producer")?;
+    let value_len = size.saturating_sub(KEY_BYTES);
+    // A handful of distinct values is enough (no compression anywhere).
+    let values: Vec<Vec<u8>> = (0..26).map(|i| value_of(i, value_len)).collect();
+    for i in 0..n {
+        let key = key_of(i);
+        let mut record = BaseRecord::to(topic)
+            .key(key.as_str())
+            .payload(values[(i % 26) as usize].as_slice())
+            .partition((i % partitions as u64) as i32);
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                    record = back;
+                    producer.poll(Duration::from_millis(10));
+                }
+                Err((e, _)) => bail!("producing record {i} to {topic}: {e}"),
+            }
+        }
+        if i.is_multiple_of(4096) {
+            producer.poll(Duration::ZERO);
+        }
+    }
+    producer
+        .flush(Duration::from_secs(120))
+        .with_context(|| format!("flushing the records of {topic}"))?;
+    Ok(())
+}
+
+/// Writes `n` offset syncs (MM2 format) for `partitions` partitions of `topic` to the
+/// offset-syncs topic of source alias `alias` on `bootstrap`, as a worker would have written
+/// them over time (no compaction happens on nisshi).
+pub fn produce_sync_history(
+    bootstrap: &str,
+    alias: &str,
+    topic: &str,
+    partitions: i32,
+    n: u64,
+) -> anyhow::Result<()> {
+    let syncs_topic = offset_syncs_topic(alias);
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("linger.ms", "10")
+        .set("queue.buffering.max.messages", "500000")
+        .create()
+        .context("creating the sync history producer")?;
+    let partitions = partitions.max(1) as u64;
+    for i in 0..n {
+        let round = (i / partitions) as i64;
+        let sync = OffsetSync {
+            topic: topic.to_string(),
+            partition: (i % partitions) as i32,
+            upstream_offset: round * 100,
+            downstream_offset: round * 100,
+        };
+        let (key, value) = (sync.encode_key()?, sync.encode_value()?);
+        let mut record = BaseRecord::to(&syncs_topic)
+            .partition(0)
+            .key(key.as_slice())
+            .payload(value.as_slice());
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                    record = back;
+                    producer.poll(Duration::from_millis(10));
+                }
+                Err((e, _)) => bail!("producing sync {i} to {syncs_topic}: {e}"),
+            }
+        }
+    }
+    producer
+        .flush(Duration::from_secs(120))
+        .with_context(|| format!("flushing {syncs_topic}"))?;
+    Ok(())
+}
+
+/// Reads high watermarks with one ListOffsets request (timestamp -1 = latest).
+pub struct TargetCounter {
+    bootstrap: String,
+    consumer: BaseConsumer,
+    created: Instant,
+}
+
+impl TargetCounter {
+    pub fn new(bootstrap: &str) -> anyhow::Result<Self> {
+        Ok(Self {
+            bootstrap: bootstrap.to_string(),
+            consumer: Self::client(bootstrap)?,
+            created: Instant::now(),
+        })
+    }
+
+    fn client(bootstrap: &str) -> anyhow::Result<BaseConsumer> {
+        ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .set("group.id", "mirrorflow-bench-counter")
+            .set("enable.auto.commit", "false")
+            .set("topic.metadata.refresh.interval.ms", "1000")
+            .create()
+            .context("creating the target counter")
+    }
+
+    /// High watermark per partition of `topic` (partitions `0..partitions`), or `None` while
+    /// the topic does not exist or the broker does not answer.
+    pub fn ends(&mut self, topic: &str, partitions: i32) -> Option<Vec<i64>> {
+        let ends = self.try_ends(topic, partitions);
+        // librdkafka remembers a missing topic until its next metadata refresh; a new
+        // client sees a topic created meanwhile (the worker creates its target topic).
+        if ends.is_none() && self.created.elapsed() > Duration::from_millis(500) {
+            if let Ok(c) = Self::client(&self.bootstrap) {
+                self.consumer = c;
+                self.created = Instant::now();
+            }
+        }
+        ends
+    }
+
+    fn try_ends(&self, topic: &str, partitions: i32) -> Option<Vec<i64>> {
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..partitions {
+            tpl.add_partition_offset(topic, p, Offset::End).ok()?;
+        }
+        let answer = self
+            .consumer
+            .offsets_for_times(tpl, Duration::from_secs(10))
+            .ok()?;
+        let mut ends = vec![0; partitions as usize];
+        for e in answer.elements() {
+            e.error().ok()?;
+            match e.offset() {
+                Offset::Offset(o) => *ends.get_mut(e.partition() as usize)? = o,
+                _ => return None,
+            }
+        }
+        Some(ends)
+    }
+
+    pub fn count(&mut self, topic: &str, partitions: i32) -> Option<u64> {
+        self.ends(topic, partitions)
+            .map(|e| e.iter().map(|o| (*o).max(0) as u64).sum())
+    }
+}

@@ -1,0 +1,230 @@
+//! The mirrorflow worker as a contender: its command line, its flow, its /status and
+//! /metrics after a copy, and the peak RSS of an idle worker.
+
+use std::collections::BTreeMap;
+use std::io::{Read as _, Write as _};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+
+use crate::contender::Run;
+use crate::env_u64;
+use crate::kafka::TargetCounter;
+use crate::process::{stop, Proc};
+
+impl Run<'_> {
+    /// Starts a worker copying this run's topic (its own flow file and port); returns it
+    /// with the port of its /status and /metrics.
+    pub fn spawn_worker(&self) -> anyhow::Result<(Proc, u16)> {
+        let port = free_port()?;
+        let flow = self
+            .logs
+            .join(format!("flow-{}-r{}.yaml", self.topic, self.round));
+        std::fs::write(&flow, flow_yaml(self, port))?;
+        let mut cmd = self.worker_command(&flow, port);
+        let mut p = self.spawn("mirrorflow", &mut cmd, Stdio::null())?;
+        p.exits_by_itself = false;
+        Ok((p, port))
+    }
+
+    /// `mirrorflow worker --flow FLOW --listen 127.0.0.1:PORT`.
+    fn worker_command(&self, flow: &Path, port: u16) -> Command {
+        let mut cmd = Command::new(self.mirrorflow_bin);
+        if let Some(filter) = std::env::var_os("MIRRORFLOW_BENCH_WORKER_RUST_LOG") {
+            cmd.env("RUST_LOG", filter);
+        }
+        cmd.arg("worker")
+            .arg("--flow")
+            .arg(flow)
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--worker-index")
+            .arg("0")
+            .arg("--secrets-dir")
+            .arg(self.logs);
+        cmd
+    }
+
+    /// Peak RSS, heap and file-backed RSS (KiB) of a worker whose flow selects no topic,
+    /// sampled for `settle`: the baseline under the per-partition and record-data costs.
+    pub fn idle_worker_rss(&self, settle: Duration) -> anyhow::Result<(u64, u64, u64)> {
+        let port = free_port()?;
+        let flow = self.logs.join("flow-idle.yaml");
+        std::fs::write(&flow, flow_yaml(self, port))?;
+        let mut p = self.spawn(
+            "mirrorflow-idle",
+            &mut self.worker_command(&flow, port),
+            Stdio::null(),
+        )?;
+        p.exits_by_itself = false;
+        let t = Instant::now();
+        while t.elapsed() < settle && p.exit.is_none() {
+            p.sample();
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let exited = p.exit;
+        stop(&mut p);
+        if let Some(status) = exited {
+            bail!("the idle worker exited with {status}:\n{}", p.log_tail());
+        }
+        let _ = std::fs::remove_file(&p.log);
+        Ok((p.hwm_kib, p.anon_kib, p.file_kib))
+    }
+}
+
+/// A free loopback port (bound, then released for the child to take).
+fn free_port() -> anyhow::Result<u16> {
+    let l = TcpListener::bind("127.0.0.1:0").context("binding a free port")?;
+    Ok(l.local_addr()?.port())
+}
+
+/// `GET path` on `127.0.0.1:port` (HTTP/1.0, whole body).
+fn http_get(port: u16, path: &str) -> anyhow::Result<String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")?;
+    let mut text = String::new();
+    s.read_to_string(&mut text)?;
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .with_context(|| format!("GET {path}: malformed answer"))?;
+    if !head.starts_with("HTTP/1.1 200") && !head.starts_with("HTTP/1.0 200") {
+        bail!("GET {path}: {}", head.lines().next().unwrap_or_default());
+    }
+    Ok(body.to_string())
+}
+
+/// Sum of the samples of a Prometheus metric (all label sets) whose line starts with
+/// `prefix`.
+fn metric_sum(metrics: &str, prefix: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// `key=value,key=value` from `var`, as a YAML `config:` block (empty when unset).
+fn config_block(var: &str) -> String {
+    let entries: String = std::env::var(var)
+        .unwrap_or_default()
+        .split(',')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| format!("\n      {}: \"{}\"", k.trim(), v.trim()))
+        .collect();
+    if entries.is_empty() {
+        String::new()
+    } else {
+        format!("\n    config:{entries}")
+    }
+}
+
+/// The flow's `spec.offsetSyncs.lagMax` (`MIRRORFLOW_BENCH_LAG_MAX`, default 100: MM2's
+/// default).
+pub fn lag_max() -> u64 {
+    env_u64("MIRRORFLOW_BENCH_LAG_MAX", 100).max(1)
+}
+
+/// The flow's `spec.workers.inFlightMiB` (`MIRRORFLOW_BENCH_IN_FLIGHT_MIB`, default 16: the
+/// API's default).
+pub fn in_flight_mib() -> u64 {
+    env_u64("MIRRORFLOW_BENCH_IN_FLIGHT_MIB", 16).clamp(1, 1024)
+}
+
+/// The flow the worker runs (one per topic and round, so progress starts empty).
+fn flow_yaml(run: &Run<'_>, port: u16) -> String {
+    // Tuning experiments: `MIRRORFLOW_BENCH_WORKER_SOURCE_CONFIG=key=value,key=value` lands
+    // in `spec.source.config` (the worker's consumer), e.g. `queued.max.messages.kbytes=4096`;
+    // `MIRRORFLOW_BENCH_WORKER_TARGET_CONFIG` in `spec.target.config` (its producer).
+    let source_config = config_block("MIRRORFLOW_BENCH_WORKER_SOURCE_CONFIG");
+    let target_config = config_block("MIRRORFLOW_BENCH_WORKER_TARGET_CONFIG");
+    format!(
+        "apiVersion: mirrorflow.io/v1alpha1
+kind: MirrorFlow
+metadata:
+  name: bench-{topic}-r{round}-{port}
+spec:
+  source:
+    alias: {alias}
+    bootstrapServers: \"{src}\"{source_config}
+  target:
+    alias: dc2
+    bootstrapServers: \"{tgt}\"{target_config}
+  topics:
+    include: [\"{topic}\"]
+  # nisshi refuses transactions.
+  delivery: AtLeastOnce
+  offsetValidation:
+    enabled: true
+  offsetSyncs:
+    lagMax: {lag}
+  workers:
+    inFlightMiB: {in_flight}
+",
+        lag = lag_max(),
+        in_flight = in_flight_mib(),
+        topic = run.topic,
+        round = run.round,
+        alias = run.alias(),
+        src = run.src,
+        tgt = run.tgt,
+    )
+}
+
+/// After the copy: waits until the worker's status shows every partition at the source end
+/// (progress committed), and reads batch and sync counts from /metrics.
+pub fn worker_report(run: &Run<'_>, port: u16) -> anyhow::Result<Vec<String>> {
+    let mut counter = TargetCounter::new(run.src)?;
+    let ends = counter
+        .ends(run.topic, run.partitions)
+        .context("source high watermarks")?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut notes = Vec::new();
+    loop {
+        let status: serde_json::Value = serde_json::from_str(&http_get(port, "/status")?)?;
+        let positions: BTreeMap<i64, i64> = status["partitions"]
+            .as_array()
+            .map(|ps| {
+                ps.iter()
+                    .filter_map(|p| Some((p["partition"].as_i64()?, p["position"].as_i64()?)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let done = ends
+            .iter()
+            .enumerate()
+            .all(|(p, end)| positions.get(&(p as i64)) == Some(end));
+        if done {
+            break;
+        }
+        if Instant::now() > deadline {
+            notes.push(format!(
+                "worker status did not show every position at the source end within 20 s (state {})",
+                status["state"]
+            ));
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let metrics = http_get(port, "/metrics")?;
+    let batches = metric_sum(
+        &metrics,
+        "mirrorflow_worker_batches_total{outcome=\"committed\"}",
+    );
+    let retried = metric_sum(
+        &metrics,
+        "mirrorflow_worker_batches_total{outcome=\"retried\"}",
+    );
+    let syncs = metric_sum(&metrics, "mirrorflow_worker_offset_syncs_total");
+    let errors = metric_sum(&metrics, "mirrorflow_worker_errors_total");
+    if batches > 0.0 {
+        notes.push(format!(
+            "{batches:.0} batches committed ({:.0} records/batch), {retried:.0} retried, {syncs:.0} offset syncs, {errors:.0} errors",
+            run.records as f64 / batches
+        ));
+    }
+    Ok(notes)
+}
