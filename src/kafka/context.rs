@@ -55,6 +55,13 @@ impl ClientContext for LogContext {
             | RDKafkaLogLevel::Error => {
                 tracing::error!(target: "librdkafka", cluster, "{fac}: {log_message}")
             }
+            // We set enable.gapless.guarantee on purpose (AtLeastOnce ordering): librdkafka's
+            // warning that it is experimental would greet every user at every start.
+            RDKafkaLogLevel::Warning
+                if fac == "CONFWARN" && log_message.contains("enable.gapless.guarantee") =>
+            {
+                tracing::debug!(target: "librdkafka", cluster, "{fac}: {log_message}")
+            }
             RDKafkaLogLevel::Warning => {
                 tracing::warn!(target: "librdkafka", cluster, "{fac}: {log_message}")
             }
