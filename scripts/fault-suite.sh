@@ -15,7 +15,7 @@ trap 'rm -f "$out"' EXIT
 status=0
 cargo nextest run --locked --no-fail-fast --no-capture \
   --test faults --test data_safety --test validation \
-  -E 'test(/^fault_|open_transaction|deleted_progress|failure_survives|commit_that/)' \
+  -E 'test(/^fault_|open_transaction|scaled_away|deleted_progress|failure_survives|commit_that/)' \
   >"$out" 2>&1 || status=$?
 grep -E '^FAULT ' "$out" || true
 grep -E '^\s+(FAIL|SIGSEGV|TIMEOUT)' "$out" || true

@@ -107,6 +107,87 @@ async fn open_transaction_does_not_hide_newer_progress_tansu() {
     );
 }
 
+/// After a scale-down, a transaction a worker that no longer exists left open on the progress
+/// topic would hide newer progress until the coordinator's timeout (here 15 minutes). Worker
+/// 0 fences the transactional ids of the workers scaled away at start, which aborts it: the
+/// restarted worker resumes at its latest progress at once, and nothing is written twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_scaled_away_workers_open_transaction_is_fenced_tansu() {
+    let Some((source, target)) = broker_pair(BrokerKind::Tansu).await else {
+        return;
+    };
+    let (sb, tb) = (source.bootstrap_servers(), target.bootstrap_servers());
+    create(&source, "orders", 1).await;
+    let first = records("a", 1, 20);
+    produce(&sb, "orders", &first).await.unwrap();
+    let spec = flow_spec(&source, &target, Delivery::ExactlyOnce);
+    let mut tuning = test_tuning(50);
+    tuning.io_timeout = Duration::from_secs(3);
+    let mut w = start_worker("retire", spec.clone(), 0, 1, tuning.clone());
+    w.wait_positions("orders", &ends(&first)).await;
+
+    // Worker 1 of the flow's earlier two, mid-commit when it was scaled away.
+    let retired_id = mirrorflow::worker::replicate::settings::worker_key("test", "retire", 1);
+    let progress_topic = "mirrorflow-progress.test.retire.internal".to_string();
+    let zombie = {
+        let (tb, topic, id) = (tb.clone(), progress_topic.clone(), retired_id.clone());
+        tokio::task::spawn_blocking(move || {
+            let p: BaseProducer = ClientConfig::new()
+                .set("bootstrap.servers", &tb)
+                .set("transactional.id", &id)
+                .set("transaction.timeout.ms", "900000")
+                .create()
+                .unwrap();
+            p.init_transactions(Duration::from_secs(10)).unwrap();
+            p.begin_transaction().unwrap();
+            let rec = Progress {
+                topic: "elsewhere".into(),
+                partition: 0,
+                next_offset: 0,
+                topic_id: String::new(),
+                reset_id: String::new(),
+                failure: String::new(),
+            };
+            let (k, v) = (rec.encode_key().unwrap(), rec.encode_value().unwrap());
+            p.send(BaseRecord::to(&topic).partition(0).key(&k).payload(&v))
+                .unwrap();
+            p.flush(Duration::from_secs(10)).unwrap();
+            p
+        })
+        .await
+        .unwrap()
+    };
+    let second = records("b", 1, 30);
+    produce(&sb, "orders", &second).await.unwrap();
+    let total = ends(&first)[&0] + ends(&second)[&0];
+    w.wait_positions("orders", &[(0, total)].into()).await;
+    w.stop().await.unwrap();
+
+    let mut w = start_worker_after_scale_down("retire", spec, 0, 1, tuning, vec![1]);
+    // Without the fence this waits for the 15-minute transaction timeout (and WAIT fails it).
+    let s = w.wait_positions("orders", &[(0, total)].into()).await;
+    w.stop().await.unwrap();
+    let fenced =
+        tokio::task::spawn_blocking(move || zombie.commit_transaction(Duration::from_secs(10)))
+            .await
+            .unwrap();
+    assert!(
+        fenced.is_err(),
+        "the scaled-away worker's transaction was fenced"
+    );
+    let n = first.len() + second.len();
+    let dst = read_idle(&tb, "dc1.orders", Duration::from_secs(2)).await;
+    let src = read_n(&sb, "orders", n).await;
+    assert_same(&src, &dst, "no record replicated twice");
+    assert!(s.failures.is_empty());
+    println!(
+        "FAULT retired-transaction: a scaled-away worker ({retired_id}) held a transaction open \
+         on the progress topic; worker 0 fenced it at start and resumed at {total}: {n} \
+         records, 0 duplicates; the zombie's commit was refused: {}",
+        fenced.unwrap_err()
+    );
+}
+
 /// A commit that times out waiting for the coordinator (EndTxn held by the proxy) is
 /// committed again, never aborted and re-sent: the batch lands once. (tansu shows aborted
 /// records to read_committed readers, so an abort would show here as duplicates.)

@@ -178,6 +178,11 @@ pub async fn flow_source(
         spec: spec_rx,
         // Filled from the rendered config file by `run` (see `watch_checkpoints_file`).
         checkpoints: watch::channel(Vec::new()).1,
+        reported_workers: flow
+            .status
+            .iter()
+            .flat_map(|st| st.workers.iter().map(|w| w.id.clone()))
+            .collect(),
     };
     Ok(FlowSource {
         input,

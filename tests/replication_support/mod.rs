@@ -111,6 +111,18 @@ pub fn start_worker(
     count: u32,
     tuning: Tuning,
 ) -> Worker {
+    start_worker_after_scale_down(name, spec, index, count, tuning, Vec::new())
+}
+
+/// [`start_worker`] for a flow whose workers `retired` were scaled away.
+pub fn start_worker_after_scale_down(
+    name: &str,
+    spec: MirrorFlowSpec,
+    index: u32,
+    count: u32,
+    tuning: Tuning,
+    retired: Vec<u32>,
+) -> Worker {
     // Engine logs (stderr) when asked for, e.g. RUST_LOG=mirrorflow=debug.
     if std::env::var_os("RUST_LOG").is_some() {
         mirrorflow::telemetry::logging::init(mirrorflow::telemetry::logging::LogFormat::Text);
@@ -133,6 +145,7 @@ pub fn start_worker(
         worker_count: count,
         secrets_dir: std::env::temp_dir(),
         tuning,
+        retired_workers: retired,
     };
     let engine = Engine::new(
         settings,

@@ -44,6 +44,25 @@ pub fn worker_id(flow: &str, index: u32) -> String {
     format!("{flow}-worker-{index}")
 }
 
+/// Indexes of the workers of flow `flow` that are not among the `count` it runs now but left
+/// an entry in `status.workers` (ids `<flow>-worker-<i>`, [`worker_id`]): scaled away, their
+/// transactional ids may still hold a transaction open. Sorted, without duplicates.
+pub fn retired_workers<'a>(
+    flow: &str,
+    ids: impl IntoIterator<Item = &'a str>,
+    count: u32,
+) -> Vec<u32> {
+    let prefix = format!("{flow}-worker-");
+    let mut out: Vec<u32> = ids
+        .into_iter()
+        .filter_map(|id| id.strip_prefix(&prefix)?.parse::<u32>().ok())
+        .filter(|i| *i >= count)
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
 /// Build a condition, keeping the previous `lastTransitionTime` unless the status changed.
 pub fn condition(
     previous: &[Condition],

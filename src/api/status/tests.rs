@@ -1150,3 +1150,27 @@ fn connection_problems_and_insecure_tls() {
     );
     assert_eq!(cond(&st, READY).0, "True");
 }
+
+#[test]
+fn retired_workers_table() {
+    let rows: &[(&[&str], u32, &[u32])] = &[
+        (&[], 1, &[]),
+        (&["f-worker-0"], 1, &[]),
+        (&["f-worker-0", "f-worker-1", "f-worker-2"], 1, &[1, 2]),
+        (&["f-worker-2", "f-worker-0", "f-worker-2"], 2, &[2]),
+        // Another flow's entries and ids that are no worker's are not ours to fence.
+        (
+            &["g-worker-3", "f-worker-x", "f-worker-", "f-worker-1-2"],
+            1,
+            &[],
+        ),
+        (&["ff-worker-4", "f-worker-10"], 3, &[10]),
+    ];
+    for (ids, count, want) in rows {
+        assert_eq!(
+            retired_workers("f", ids.iter().copied(), *count),
+            *want,
+            "{ids:?} with {count} workers"
+        );
+    }
+}

@@ -381,6 +381,12 @@ impl Engine {
         if !self.pipeline.has_writer() {
             return Ok(false);
         }
+        if !self.settings.retired_workers.is_empty() {
+            if let Err(e) = self.fence_retired().await {
+                self.start_problem(e);
+                return Ok(false);
+            }
+        }
         let timeout = self.settings.tuning.io_timeout;
         if !self.internal_topics_ready {
             let internal = [
@@ -421,6 +427,33 @@ impl Engine {
             }
         }
         Ok(true)
+    }
+
+    /// Fences the transactional ids of the workers scaled away (worker 0, ExactlyOnce):
+    /// `init_transactions` with each id aborts what it left open, so the progress read that
+    /// follows does not wait for the coordinator's timeout. Done once.
+    async fn fence_retired(&mut self) -> Result<(), String> {
+        if self.spec.delivery != crate::api::Delivery::ExactlyOnce {
+            self.settings.retired_workers.clear();
+            return Ok(());
+        }
+        while let Some(&index) = self.settings.retired_workers.first() {
+            let id = super::settings::worker_key(
+                &self.settings.namespace,
+                &self.settings.flow_name,
+                index,
+            );
+            let ctx = self.out.health.target.context();
+            let limits = self.settings.tuning.producer;
+            super::writer::fence(&self.clients.target_props, ctx, &id, limits)
+                .await
+                .map_err(|e| {
+                    format!("fencing transactional.id {id} of worker {index}, scaled away: {e}")
+                })?;
+            info!(transactional_id = %id, worker = index, "fenced the transactions of a worker scaled away");
+            self.settings.retired_workers.remove(0);
+        }
+        Ok(())
     }
 
     /// After a commit whose outcome was unknown, with the new producer (its init resolved the

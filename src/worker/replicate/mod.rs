@@ -194,6 +194,9 @@ pub struct FlowInput {
     pub spec: watch::Receiver<MirrorFlowSpec>,
     /// The flow's OffsetCheckpoints; a new list applies live (worker 0 runs them).
     pub checkpoints: watch::Receiver<Vec<OffsetCheckpoint>>,
+    /// The ids of the worker entries in the flow's `status.workers` when the worker started
+    /// (Kubernetes mode; none standalone): who ran before a scale-down.
+    pub reported_workers: Vec<String>,
 }
 
 /// Runs a standalone worker (`--flow FILE`) until SIGTERM/SIGINT.
@@ -229,6 +232,16 @@ pub async fn run_with(
         worker_count: args.worker_count,
         secrets_dir: args.secrets_dir.clone(),
         tuning: Tuning::for_spec(&input.spec.borrow()),
+        // Worker 0 fences the transactional ids of workers scaled away (see EngineSettings).
+        retired_workers: if index == 0 {
+            crate::api::status::retired_workers(
+                &input.name,
+                input.reported_workers.iter().map(String::as_str),
+                args.worker_count,
+            )
+        } else {
+            Vec::new()
+        },
     };
     let metrics = WorkerMetrics::new().context("creating metrics")?;
     let readiness = Readiness::new("starting");
@@ -578,6 +591,7 @@ pub fn watch_flow_file(
             name,
             spec: rx,
             checkpoints: cp_rx,
+            reported_workers: Vec::new(),
         },
         task,
     ))

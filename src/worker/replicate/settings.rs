@@ -95,6 +95,10 @@ pub struct EngineSettings {
     pub secrets_dir: PathBuf,
     /// Knobs.
     pub tuning: Tuning,
+    /// Indexes of workers scaled away (worker 0 only, ExactlyOnce): their transactional ids
+    /// are fenced at start, so a transaction one of them left open is aborted at once instead
+    /// of hiding newer progress until the coordinator's timeout.
+    pub retired_workers: Vec<u32>,
 }
 
 impl EngineSettings {

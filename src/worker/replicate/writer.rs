@@ -111,6 +111,20 @@ pub struct TargetWriter {
     in_transaction: bool,
 }
 
+/// Fences transactional id `id` (of a worker that no longer runs): a producer with that id
+/// runs `init_transactions`, which bumps its epoch and aborts the transaction it left open,
+/// and is dropped.
+pub async fn fence(
+    props: &ClientProperties,
+    ctx: LogContext,
+    id: &str,
+    limits: ProducerLimits,
+) -> Result<(), KafkaError> {
+    TargetWriter::create(props, ctx, Some(id), limits)
+        .await
+        .map(drop)
+}
+
 impl TargetWriter {
     /// Creates the producer; with `transactional_id`, also `init_transactions` (which fences
     /// an older instance with the same id and aborts its open transaction).
