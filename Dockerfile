@@ -1,8 +1,8 @@
 # syntax=docker/dockerfile:1
 # mirrorflow: one binary (controller, worker, tools). librdkafka is built from source by
-# rdkafka's cmake-build feature and linked statically, as is zstd; the binary still links
-# libssl3/libcrypto3, zlib and libcurl (librdkafka's OIDC token fetch for SASL/OAUTHBEARER)
-# dynamically (see `ldd`), which the runtime image provides.
+# rdkafka's cmake-build feature and linked statically, as are zstd and curl (librdkafka's
+# OIDC token fetch for SASL/OAUTHBEARER, built for HTTP(S) only); the binary still links
+# libssl3/libcrypto3 and zlib dynamically (see `ldd`), which the runtime image provides.
 #
 #   docker build -t mirrorflow:0.1.0 .
 #
@@ -16,7 +16,7 @@ FROM rust:${RUST_VERSION}-${DEBIAN_RELEASE} AS build
 # cmake builds librdkafka; the -dev packages are what scripts/setup.sh installs for the same build.
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      cmake pkg-config libssl-dev libsasl2-dev libcurl4-openssl-dev zlib1g-dev libzstd-dev \
+      cmake pkg-config libssl-dev libsasl2-dev zlib1g-dev libzstd-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
@@ -32,7 +32,7 @@ FROM debian:${DEBIAN_RELEASE}-slim AS runtime
 # Only the shared libraries the binary links (plus CA certificates for TLS to brokers).
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      ca-certificates libssl3 zlib1g libcurl4 \
+      ca-certificates libssl3 zlib1g \
  && rm -rf /var/lib/apt/lists/* \
  && groupadd --gid 65532 nonroot \
  && useradd --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent \

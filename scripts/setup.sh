@@ -17,7 +17,8 @@ case "$MODE" in
     ;;
 esac
 
-# To build mirrorflow (librdkafka is compiled from source with OpenSSL, SASL, zstd, curl).
+# To build mirrorflow (librdkafka is compiled from source with OpenSSL, SASL, zstd, and a
+# static curl); libcurl4-openssl-dev only links the bench's kcat shim.
 APT_BUILD=(cmake pkg-config libcurl4-openssl-dev libssl-dev libsasl2-dev zlib1g-dev libzstd-dev)
 # For the tests and benches only. etcd-server: the store of the real kube-apiserver that
 # tests/e2e_kube*.rs start from ../shared/k8s/start.sh.
