@@ -112,6 +112,9 @@ pub fn libdir(bootstrap: &str) -> Result<PathBuf, String> {
             .arg(&archive)
             .args(["-Wl,--no-whole-archive", "-Wl,--no-undefined"])
             .args([
+                // librdkafka's OIDC token fetch (rdkafka's curl feature); the system
+                // libcurl (libcurl4-openssl-dev, scripts/setup.sh) serves the shim.
+                "-lcurl",
                 "-lssl",
                 "-lcrypto",
                 "-lz",
