@@ -118,7 +118,7 @@ spec:
         checkpoints_file: None,
         flow_reload_seconds: 1,
     };
-    let (snap_tx, _snap_rx) = tokio::sync::watch::channel(None);
+    let (snap_tx, snap_rx) = tokio::sync::watch::channel(None);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let worker = tokio::spawn(replicate::run_with(
         args,
@@ -139,7 +139,8 @@ spec:
         }
         assert!(
             Instant::now() < deadline,
-            "target group not synced in time; have {c:?}"
+            "target group not synced in time; have {c:?}; the worker's last status: {}",
+            serde_json::to_string(&*snap_rx.borrow()).unwrap_or_default()
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
