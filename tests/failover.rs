@@ -41,10 +41,33 @@ fn committed(bootstrap: &str, group: &str, topic: &str) -> BTreeMap<i32, i64> {
         .collect()
 }
 
-struct Sink(tokio::sync::watch::Sender<Option<WorkerSnapshot>>);
+struct Sink(
+    tokio::sync::watch::Sender<Option<WorkerSnapshot>>,
+    std::sync::Mutex<Option<replicate::CheckpointReportSource>>,
+);
 impl StatusSink for Sink {
     fn publish(&self, s: &WorkerSnapshot) {
         self.0.send_replace(Some(s.clone()));
+    }
+    fn attach_checkpoints(&self, source: replicate::CheckpointReportSource) {
+        *self.1.lock().unwrap() = Some(source);
+    }
+}
+
+impl Sink {
+    /// What the worker reports, for a failure message: its snapshot and checkpoint reports.
+    fn describe(&self) -> String {
+        let reports = self
+            .1
+            .lock()
+            .unwrap()
+            .as_ref()
+            .map(replicate::checkpoint_reports);
+        format!(
+            "status {}; checkpoints {}",
+            serde_json::to_string(&*self.0.borrow()).unwrap_or_default(),
+            serde_json::to_string(&reports).unwrap_or_default()
+        )
     }
 }
 
@@ -118,12 +141,13 @@ spec:
         checkpoints_file: None,
         flow_reload_seconds: 1,
     };
-    let (snap_tx, snap_rx) = tokio::sync::watch::channel(None);
+    let (snap_tx, _snap_rx) = tokio::sync::watch::channel(None);
+    let sink = Arc::new(Sink(snap_tx, Default::default()));
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let worker = tokio::spawn(replicate::run_with(
         args,
         input,
-        vec![Arc::new(Sink(snap_tx))],
+        vec![sink.clone()],
         async {
             let _ = stop_rx.await;
         },
@@ -139,8 +163,8 @@ spec:
         }
         assert!(
             Instant::now() < deadline,
-            "target group not synced in time; have {c:?}; the worker's last status: {}",
-            serde_json::to_string(&*snap_rx.borrow()).unwrap_or_default()
+            "target group not synced in time; have {c:?}; the worker's last {}",
+            sink.describe()
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
