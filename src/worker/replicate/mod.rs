@@ -72,8 +72,8 @@
 //! - producer queue: ≤ 32 MiB (`queue.buffering.max.kbytes`), in practice the window.
 //!
 //! So about 4 + 2 + 16 = 22 MiB of record data, plus librdkafka's buffers: plan ~64 MiB on
-//! top of the process baseline (measured: 54–63 MiB peak RSS with 1,000 partitions,
-//! benches/replication.rs). Backpressure: a slow target holds the window full, and then
+//! top of the process baseline (measured: 54–63 MiB peak RSS with 1,000 partitions before
+//! secured clusters and ACL sync came in, 66–70 MiB since; benches/replication.rs). Backpressure: a slow target holds the window full, and then
 //! nothing more is consumed. `source.config` may override the consumer bounds.
 //!
 //! The window is the trade between memory and throughput: when the target acknowledges
