@@ -35,33 +35,7 @@ async fn open_transaction_does_not_hide_newer_progress_tansu() {
     // Another writer (a worker of the flow mid-commit) opens a transaction on the progress
     // topic and keeps it open.
     let progress_topic = "mirrorflow-progress.test.hidden.internal".to_string();
-    let other = {
-        let (tb, topic) = (tb.clone(), progress_topic.clone());
-        tokio::task::spawn_blocking(move || {
-            let p: BaseProducer = ClientConfig::new()
-                .set("bootstrap.servers", &tb)
-                .set("transactional.id", "another-worker")
-                .create()
-                .unwrap();
-            p.init_transactions(Duration::from_secs(10)).unwrap();
-            p.begin_transaction().unwrap();
-            let rec = Progress {
-                topic: "elsewhere".into(),
-                partition: 0,
-                next_offset: 0,
-                topic_id: String::new(),
-                reset_id: String::new(),
-                failure: String::new(),
-            };
-            let (k, v) = (rec.encode_key().unwrap(), rec.encode_value().unwrap());
-            p.send(BaseRecord::to(&topic).partition(0).key(&k).payload(&v))
-                .unwrap();
-            p.flush(Duration::from_secs(10)).unwrap();
-            p
-        })
-        .await
-        .unwrap()
-    };
+    let other = hold_progress_transaction(&tb, &progress_topic, "another-worker", None).await;
     // The worker replicates on; its progress commits behind the open transaction.
     let second = records("b", 1, 30);
     produce(&sb, "orders", &second).await.unwrap();
@@ -129,34 +103,7 @@ async fn a_scaled_away_workers_open_transaction_is_fenced_tansu() {
     // Worker 1 of the flow's earlier two, mid-commit when it was scaled away.
     let retired_id = mirrorflow::worker::replicate::settings::worker_key("test", "retire", 1);
     let progress_topic = "mirrorflow-progress.test.retire.internal".to_string();
-    let zombie = {
-        let (tb, topic, id) = (tb.clone(), progress_topic.clone(), retired_id.clone());
-        tokio::task::spawn_blocking(move || {
-            let p: BaseProducer = ClientConfig::new()
-                .set("bootstrap.servers", &tb)
-                .set("transactional.id", &id)
-                .set("transaction.timeout.ms", "900000")
-                .create()
-                .unwrap();
-            p.init_transactions(Duration::from_secs(10)).unwrap();
-            p.begin_transaction().unwrap();
-            let rec = Progress {
-                topic: "elsewhere".into(),
-                partition: 0,
-                next_offset: 0,
-                topic_id: String::new(),
-                reset_id: String::new(),
-                failure: String::new(),
-            };
-            let (k, v) = (rec.encode_key().unwrap(), rec.encode_value().unwrap());
-            p.send(BaseRecord::to(&topic).partition(0).key(&k).payload(&v))
-                .unwrap();
-            p.flush(Duration::from_secs(10)).unwrap();
-            p
-        })
-        .await
-        .unwrap()
-    };
+    let zombie = hold_progress_transaction(&tb, &progress_topic, &retired_id, Some(900_000)).await;
     let second = records("b", 1, 30);
     produce(&sb, "orders", &second).await.unwrap();
     let total = ends(&first)[&0] + ends(&second)[&0];
@@ -231,4 +178,42 @@ async fn a_commit_that_times_out_is_committed_again_tansu() {
     let src = read_n(&sb, "orders", n).await;
     let dst = read_idle(&tb, "dc1.orders", Duration::from_secs(2)).await;
     assert_same(&src, &dst, "the batch whose commit timed out landed once");
+}
+
+/// A producer with transactional id `id` that has written a progress record to `topic` in a
+/// transaction it keeps open (`timeout_ms`: its transaction timeout, else librdkafka's).
+async fn hold_progress_transaction(
+    bootstrap: &str,
+    topic: &str,
+    id: &str,
+    timeout_ms: Option<u64>,
+) -> BaseProducer {
+    let (bootstrap, topic, id) = (bootstrap.to_string(), topic.to_string(), id.to_string());
+    tokio::task::spawn_blocking(move || {
+        let mut config = ClientConfig::new();
+        config
+            .set("bootstrap.servers", &bootstrap)
+            .set("transactional.id", &id);
+        if let Some(ms) = timeout_ms {
+            config.set("transaction.timeout.ms", ms.to_string());
+        }
+        let p: BaseProducer = config.create().unwrap();
+        p.init_transactions(Duration::from_secs(10)).unwrap();
+        p.begin_transaction().unwrap();
+        let rec = Progress {
+            topic: "elsewhere".into(),
+            partition: 0,
+            next_offset: 0,
+            topic_id: String::new(),
+            reset_id: String::new(),
+            failure: String::new(),
+        };
+        let (k, v) = (rec.encode_key().unwrap(), rec.encode_value().unwrap());
+        p.send(BaseRecord::to(&topic).partition(0).key(&k).payload(&v))
+            .unwrap();
+        p.flush(Duration::from_secs(10)).unwrap();
+        p
+    })
+    .await
+    .unwrap()
 }
