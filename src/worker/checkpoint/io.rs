@@ -51,8 +51,12 @@ impl TopicTail {
             .set("allow.auto.create.topics", "false")
             .set("fetch.wait.max.ms", "100")
             // Bounded read-ahead: reading a long offset-syncs topic at start must not grow
-            // the worker's memory (librdkafka's default prefetch is up to 64 MiB).
+            // the worker's memory (librdkafka's default prefetch is up to 64 MiB). The
+            // kbytes bound counts payload only; a sync is ~40 B against ~300 B of
+            // librdkafka's own per-message structures, so the message-count bound
+            // (default 100,000) is the one that matters here.
             .set("queued.max.messages.kbytes", "2048")
+            .set("queued.min.messages", "2000")
             .set("fetch.max.bytes", "1048576");
         let consumer: BaseConsumer<LogContext> = config
             .create_with_context(LogContext::new(what))
