@@ -1,10 +1,13 @@
 //! Replication bench: throughput (records/s, MB/s), CPU seconds per MB and peak RSS of
 //! mirrorflow against (a) a bare rdkafka consume→produce copy loop and (b) a
 //! `kcat -C … | kcat -P …` pipe, on the same two local nisshi brokers in one run, for
-//! 100 B and 1 KB records; then the peak RSS of a worker owning 1,000 partitions. Prints a
-//! table with the ratios and PASS/MISS against the targets of the issue (≥ 90 % of the bare
-//! loop with offset validation and offset syncs on, ≥ 2× the kcat pipe, worker RSS ≤ 64 MiB
-//! with 1,000 partitions). No assertion depends on timing: a missed target is reported.
+//! 100 B, 1 KB and 1 KB lz4-compressed records; a scale curve (1 KB records over 1, 8, 100
+//! and 1,000 partitions, worker beside bare loop); then the peak RSS of a worker owning 1,000
+//! partitions. Prints tables with the ratios and PASS/MISS against the targets of issue #19:
+//! ≥ 95 % of the bare loop's rate and CPU ms/MB ≤ 1.05× the bare loop's (offset validation
+//! and offset syncs on), peak RSS at 1,000 partitions ≤ window (`workers.inFlightMiB`) + 32
+//! MiB, idle worker ≤ 24 MiB, idle worker reading a long offset-syncs history ≤ 32 MiB; kcat
+//! is a reference. No assertion depends on timing: a missed target is reported.
 //!
 //! `cargo bench --bench replication`
 //!
@@ -48,6 +51,11 @@
 //! excluded from CPU ms/MB and shown separately. *Peak RSS*: `VmHWM` of the contender's
 //! processes (kcat: the sum of both). Record size = key (12 B) + value; no headers.
 //!
+//! # Compression
+//! The `1024-lz4` scenario's source records are produced lz4-compressed (values shaped like
+//! JSON events, about 2:1), and every contender writes lz4 too (the worker through
+//! `target.config: compression.type: lz4`). MB are always uncompressed record bytes.
+//!
 //! # Peak RSS with 1,000 partitions
 //! The worker (and, for reference, the bare loop) copies a 1,000-partition topic: a light
 //! load (5 × 1 KB records per partition: the per-partition cost) and a loaded one (100 × 1 KB
@@ -63,7 +71,9 @@
 //! contender's median round by records/s is shown, ratios are medians of per-round ratios), `MIRRORFLOW_BENCH_RSS_PARTITIONS` (default 1000),
 //! `MIRRORFLOW_BENCH_RSS_RECORDS` / `MIRRORFLOW_BENCH_RSS_LIGHT_RECORDS` (1 KB records per
 //! partition of the loaded / light RSS run, defaults 100 / 5), `MIRRORFLOW_BENCH_SCENARIOS`
-//! (comma list of `100`, `1024`, `rss`; default all), `MIRRORFLOW_BENCH_TIMEOUT_SECONDS` (per
+//! (comma list of `100`, `1024`, `1024-lz4`, `scale`, `rss`, `idle` (in `rss`); default all),
+//! `MIRRORFLOW_BENCH_SCALE_PARTITIONS` (default `1,8,100,1000`),
+//! `MIRRORFLOW_BENCH_SCALE_RECORDS` (1 KB records per scale run, default 200,000), `MIRRORFLOW_BENCH_TIMEOUT_SECONDS` (per
 //! contender run, default 300), `MIRRORFLOW_BIN`, `MIRRORFLOW_BENCH_KCAT_LIBDIR`,
 //! `MIRRORFLOW_BENCH_KEEP_LOGS` (keep contender logs), `MIRRORFLOW_BENCH_LAG_MAX` (the flow's
 //! `offsetSyncs.lagMax`, default 100: what offset syncs cost), `MIRRORFLOW_BENCH_IN_FLIGHT_MIB`
@@ -148,6 +158,8 @@ struct Config {
     rss_records_per_partition: u64,
     rss_light_records_per_partition: u64,
     rss_sync_history: u64,
+    scale_partitions: Vec<i32>,
+    scale_records: u64,
     scenarios: Vec<String>,
     timeout: Duration,
 }
@@ -156,7 +168,7 @@ impl Config {
     fn from_env() -> Self {
         let records_100 = env_u64("MIRRORFLOW_BENCH_RECORDS", 1_000_000).max(1);
         let scenarios = std::env::var("MIRRORFLOW_BENCH_SCENARIOS")
-            .unwrap_or_else(|_| "100,1024,rss".to_string())
+            .unwrap_or_else(|_| "100,1024,1024-lz4,scale,rss".to_string())
             .split(',')
             .map(|s| s.trim().to_string())
             .filter(|s| !s.is_empty())
@@ -172,6 +184,13 @@ impl Config {
             rss_light_records_per_partition: env_u64("MIRRORFLOW_BENCH_RSS_LIGHT_RECORDS", 5)
                 .max(1),
             rss_sync_history: env_u64("MIRRORFLOW_BENCH_SYNC_HISTORY", 200_000),
+            scale_partitions: std::env::var("MIRRORFLOW_BENCH_SCALE_PARTITIONS")
+                .unwrap_or_else(|_| "1,8,100,1000".to_string())
+                .split(',')
+                .filter_map(|p| p.trim().parse::<i32>().ok())
+                .map(|p| p.clamp(1, 10_000))
+                .collect(),
+            scale_records: env_u64("MIRRORFLOW_BENCH_SCALE_RECORDS", 200_000).max(1),
             scenarios,
             timeout: Duration::from_secs(env_u64("MIRRORFLOW_BENCH_TIMEOUT_SECONDS", 300)),
         }
@@ -245,8 +264,13 @@ fn run() -> anyhow::Result<()> {
     };
     let mut out = rounds::Outcome::default();
     bench.throughput(&mut out)?;
+    if cfg.wants("scale") {
+        bench.scale(&mut out)?;
+    }
     if cfg.wants("rss") {
         bench.rss(&mut out)?;
+    }
+    if cfg.wants("rss") || cfg.wants("idle") {
         bench.idle(&mut out);
     }
 

@@ -68,6 +68,7 @@ pub fn spawn(run: &Run<'_>, target_topic: &str) -> anyhow::Result<Proc> {
         target_topic,
         run.partitions,
         run.records,
+        run.scenario.compression(),
     ));
     run.spawn("bare", &mut cmd, Stdio::null())
 }
@@ -80,6 +81,7 @@ fn child_env(
     target_topic: &str,
     partitions: i32,
     n: u64,
+    compression: &str,
 ) -> Vec<(&'static str, String)> {
     vec![
         (ROLE_ENV, "bare".to_string()),
@@ -92,6 +94,7 @@ fn child_env(
         ),
         ("MIRRORFLOW_BENCH_BARE_PARTITIONS", partitions.to_string()),
         ("MIRRORFLOW_BENCH_BARE_RECORDS", n.to_string()),
+        ("MIRRORFLOW_BENCH_BARE_COMPRESSION", compression.to_string()),
     ]
 }
 
@@ -106,7 +109,8 @@ pub fn run_from_env() -> anyhow::Result<()> {
     let n: u64 = var("MIRRORFLOW_BENCH_BARE_RECORDS")?.parse()?;
     let tuning = Tuning::default();
     let consumer = consumer(&src, &tuning)?;
-    let producer = producer(&tgt, &tuning)?;
+    let compression = var("MIRRORFLOW_BENCH_BARE_COMPRESSION")?;
+    let producer = producer(&tgt, &tuning, &compression)?;
     let mut tpl = TopicPartitionList::new();
     for p in 0..partitions {
         tpl.add_partition_offset(&topic, p, Offset::Beginning)?;
@@ -190,7 +194,7 @@ fn consumer(src: &str, tuning: &Tuning) -> anyhow::Result<BaseConsumer> {
         .context("creating the consumer")
 }
 
-fn producer(tgt: &str, tuning: &Tuning) -> anyhow::Result<BaseProducer<Acks>> {
+fn producer(tgt: &str, tuning: &Tuning, compression: &str) -> anyhow::Result<BaseProducer<Acks>> {
     // The engine's producer settings (writer.rs `TargetWriter::create`, AtLeastOnce).
     ClientConfig::new()
         .set("bootstrap.servers", tgt)
@@ -206,6 +210,7 @@ fn producer(tgt: &str, tuning: &Tuning) -> anyhow::Result<BaseProducer<Acks>> {
         )
         .set("message.timeout.ms", "60000")
         .set("linger.ms", "5")
+        .set("compression.type", compression)
         .create_with_context(Acks::default())
         .context("creating the producer")
 }

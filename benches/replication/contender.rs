@@ -41,11 +41,54 @@ impl Contender {
     }
 }
 
+/// A throughput scenario: the record size, and whether the source topic's records and every
+/// contender's writes are lz4-compressed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Scenario {
+    pub size: usize,
+    pub lz4: bool,
+}
+
+impl Scenario {
+    pub const fn plain(size: usize) -> Self {
+        Self { size, lz4: false }
+    }
+
+    /// `100 B`, `1 KB`, `1 KB lz4`.
+    pub fn label(self) -> String {
+        let size = if self.size == 1024 {
+            "1 KB".to_string()
+        } else {
+            format!("{} B", self.size)
+        };
+        if self.lz4 {
+            format!("{size} lz4")
+        } else {
+            size
+        }
+    }
+
+    /// Its name in `MIRRORFLOW_BENCH_SCENARIOS` and in its source topic: `1024-lz4`.
+    pub fn tag(self) -> String {
+        format!("{}{}", self.size, if self.lz4 { "-lz4" } else { "" })
+    }
+
+    /// librdkafka's `compression.type` of the producers.
+    pub fn compression(self) -> &'static str {
+        if self.lz4 {
+            "lz4"
+        } else {
+            "none"
+        }
+    }
+}
+
 /// What one contender run measured.
 #[derive(Debug, Clone)]
 pub struct Measured {
     pub contender: Contender,
-    pub size: usize,
+    pub scenario: Scenario,
+    pub partitions: i32,
     /// Round of the run (ratios pair contenders of the same round).
     pub round: usize,
     pub records: u64,
@@ -67,8 +110,9 @@ pub struct Measured {
 }
 
 impl Measured {
+    /// Megabytes copied (uncompressed record sizes).
     pub fn mb(&self) -> f64 {
-        self.records as f64 * self.size as f64 / 1e6
+        self.records as f64 * self.scenario.size as f64 / 1e6
     }
 
     pub fn end_to_end_rate(&self) -> f64 {
@@ -83,7 +127,7 @@ pub struct Run<'a> {
     pub topic: &'a str,
     pub partitions: i32,
     pub records: u64,
-    pub size: usize,
+    pub scenario: Scenario,
     pub round: usize,
     pub poll: Duration,
     pub timeout: Duration,
@@ -235,7 +279,8 @@ impl Run<'_> {
                     .unwrap_or(count);
                 return Ok(Measured {
                     contender: c,
-                    size: self.size,
+                    scenario: self.scenario,
+                    partitions: self.partitions,
                     round: self.round,
                     records: n,
                     wall: at,

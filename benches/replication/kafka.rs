@@ -27,13 +27,35 @@ fn value_of(i: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
-/// Produces `n` records of `size` bytes (12 B key + value) round-robin over `partitions`.
+/// A value that compresses like a typical JSON event (lz4 about 2:1): fixed field names around
+/// pseudo-random printable content (no tab, no newline: kcat's delimiters).
+fn event_value(i: u64, len: usize) -> Vec<u8> {
+    let mut x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut out = Vec::with_capacity(len);
+    while out.len() < len {
+        out.extend_from_slice(b"{\"field\":\"");
+        for _ in 0..24 {
+            // xorshift64: deterministic, cheap, enough entropy to defeat lz4's matcher.
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            out.push(b'0' + (x % 75) as u8);
+        }
+        out.extend_from_slice(b"\"},");
+    }
+    out.truncate(len);
+    out
+}
+
+/// Produces `n` records of `size` bytes (12 B key + value) round-robin over `partitions`,
+/// with producer compression `compression` (`none` or `lz4`).
 pub fn produce_source(
     bootstrap: &str,
     topic: &str,
     n: u64,
     partitions: i32,
     size: usize,
+    compression: &str,
 ) -> anyhow::Result<()> {
     let producer: BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
@@ -41,16 +63,22 @@ pub fn produce_source(
         .set("linger.ms", "10")
         .set("batch.size", "1000000")
         .set("queue.buffering.max.messages", "500000")
+        .set("compression.type", compression)
         .create()
         .context("creating the source producer")?;
     let value_len = size.saturating_sub(KEY_BYTES);
-    // A handful of distinct values is enough (no compression anywhere).
-    let values: Vec<Vec<u8>> = (0..26).map(|i| value_of(i, value_len)).collect();
+    // Uncompressed: a handful of distinct values is enough. Compressed: values that compress
+    // like real events, more distinct ones than lz4's 64 KiB window holds.
+    let values: Vec<Vec<u8>> = if compression == "none" {
+        (0..26).map(|i| value_of(i, value_len)).collect()
+    } else {
+        (0..4096).map(|i| event_value(i, value_len)).collect()
+    };
     for i in 0..n {
         let key = key_of(i);
         let mut record = BaseRecord::to(topic)
             .key(key.as_str())
-            .payload(values[(i % 26) as usize].as_slice())
+            .payload(values[(i % values.len() as u64) as usize].as_slice())
             .partition((i % partitions as u64) as i32);
         loop {
             match producer.send(record) {

@@ -31,7 +31,11 @@ pub fn spawn_pipe(run: &Run<'_>, target_topic: &str) -> anyhow::Result<Vec<Proc>
         .env("LD_LIBRARY_PATH", lib)
         .args(["-P", "-b", run.tgt, "-t", target_topic, "-K", "\t"])
         .args(["-X", "acks=all", "-X", "enable.idempotence=true"])
-        .args(["-X", "linger.ms=5"]);
+        .args(["-X", "linger.ms=5"])
+        .args([
+            "-X",
+            &format!("compression.type={}", run.scenario.compression()),
+        ]);
     let (log, file) = run.log_file("kcat-P")?;
     let child = produce
         .stdin(Stdio::from(pipe))

@@ -1,40 +1,70 @@
-//! The bench's report: the throughput table (median round of each contender), peak RSS
-//! with many partitions, and the targets with PASS/MISS.
+//! The bench's report: the throughput table (median round of each contender), the scale
+//! curve, peak RSS with many partitions, and the targets with PASS/MISS.
 
 use std::collections::BTreeMap;
 
 use mirrorflow::testkit::stats::{self, median};
 
-use crate::contender::{Contender, Measured};
+use crate::contender::{Contender, Measured, Scenario};
 use crate::procfs::mib;
 use crate::rounds::Outcome;
 use crate::worker::{in_flight_mib, lag_max};
 use crate::Config;
 
-/// The RSS target of the issue.
-const RSS_TARGET_MIB: f64 = 64.0;
+/// Throughput target: the worker's steady rate over the bare loop's (median of rounds).
+const RATE_TARGET: f64 = 0.95;
+/// CPU target: the worker's CPU per MB over the bare loop's (median of rounds).
+const CPU_TARGET: f64 = 1.05;
+/// Memory targets: peak RSS at 1,000 partitions ≤ the window (`workers.inFlightMiB`) plus
+/// this overhead; an idle worker; an idle worker reading a long offset-syncs history.
+const RSS_OVERHEAD_MIB: f64 = 32.0;
+const IDLE_TARGET_MIB: f64 = 24.0;
+const SYNC_HISTORY_TARGET_MIB: f64 = 32.0;
 
 /// Prints the whole report: throughput, peak RSS (if measured), targets.
 pub fn print(cfg: &Config, out: &Outcome) {
     let med = medians(&out.results);
     print_throughput(cfg, &out.results, &med);
+    if !out.scale.is_empty() {
+        print_scale(&out.scale);
+    }
     if !out.rss.is_empty() {
         print_rss(cfg, &out.rss, &out.idle_rss);
     }
-    print_targets(cfg, &out.results, &out.rss, &med, &out.failures);
+    print_targets(cfg, out, &med);
 }
 
-/// Steady-rate ratios `a / b` of the rounds where both ran at `size` (see
+/// Steady-rate ratios `a / b` of the rounds where both ran `scenario` (see
 /// [`stats::paired_ratios`]: the host's speed moves by ±15 % over minutes here).
-fn paired_ratios(results: &[Measured], size: usize, a: Contender, b: Contender) -> Vec<f64> {
-    let rates = |c: Contender| -> Vec<(usize, f64)> {
+fn paired_ratios(results: &[Measured], scenario: Scenario, a: Contender, b: Contender) -> Vec<f64> {
+    paired_by(results, scenario, a, b, |m| m.steady_rate)
+}
+
+/// CPU-per-MB ratios `a / b` of the rounds where both ran `scenario`.
+fn paired_cpu_ratios(
+    results: &[Measured],
+    scenario: Scenario,
+    a: Contender,
+    b: Contender,
+) -> Vec<f64> {
+    paired_by(results, scenario, a, b, |m| m.cpu / m.mb())
+}
+
+fn paired_by(
+    results: &[Measured],
+    scenario: Scenario,
+    a: Contender,
+    b: Contender,
+    figure: impl Fn(&Measured) -> f64,
+) -> Vec<f64> {
+    let of = |c: Contender| -> Vec<(usize, f64)> {
         results
             .iter()
-            .filter(|m| m.size == size && m.contender == c)
-            .map(|m| (m.round, m.steady_rate))
+            .filter(|m| m.scenario == scenario && m.contender == c)
+            .map(|m| (m.round, figure(m)))
             .collect()
     };
-    stats::paired_ratios(&rates(a), &rates(b))
+    stats::paired_ratios(&of(a), &of(b))
 }
 
 /// `median (min–max of n rounds)` of ratios, formatted with `fmt`.
@@ -50,11 +80,11 @@ fn spread(xs: &[f64], fmt: impl Fn(f64) -> String) -> String {
     }
 }
 
-/// The median run (by steady records/s) of each (size, contender).
-fn medians(results: &[Measured]) -> BTreeMap<(usize, Contender), Measured> {
-    let mut by: BTreeMap<(usize, Contender), Vec<&Measured>> = BTreeMap::new();
+/// The median run (by steady records/s) of each (scenario, contender).
+fn medians(results: &[Measured]) -> BTreeMap<(Scenario, Contender), Measured> {
+    let mut by: BTreeMap<(Scenario, Contender), Vec<&Measured>> = BTreeMap::new();
     for m in results {
-        by.entry((m.size, m.contender)).or_default().push(m);
+        by.entry((m.scenario, m.contender)).or_default().push(m);
     }
     by.into_iter()
         .map(|(k, mut v)| {
@@ -72,20 +102,11 @@ fn verdict(ok: bool) -> &'static str {
     }
 }
 
-/// `1 KB` for 1,024-byte records, `<size> B` otherwise.
-fn size_label(size: usize) -> String {
-    if size == 1024 {
-        "1 KB".to_string()
-    } else {
-        format!("{size} B")
-    }
-}
-
 /// The throughput table: the median run of each (size, contender), with its notes.
 fn print_throughput(
     cfg: &Config,
     results: &[Measured],
-    med: &BTreeMap<(usize, Contender), Measured>,
+    med: &BTreeMap<(Scenario, Contender), Measured>,
 ) {
     println!();
     println!(
@@ -104,9 +125,9 @@ fn print_throughput(
         in_flight_mib()
     );
     println!(
-        "{:<26} {:>6} {:>9} {:>7} {:>7} {:>10} {:>7} {:>9} {:>9} {:>8} {:>7} {:>7}",
+        "{:<26} {:>9} {:>9} {:>7} {:>7} {:>10} {:>7} {:>9} {:>9} {:>8} {:>7} {:>7}",
         "contender",
-        "size",
+        "scenario",
         "records",
         "wall s",
         "start s",
@@ -118,21 +139,21 @@ fn print_throughput(
         "vs bare",
         "vs kcat"
     );
-    for ((size, c), m) in med {
+    for ((scenario, c), m) in med {
         let ratio = |other: Contender| {
-            median(&paired_ratios(results, *size, *c, other))
+            median(&paired_ratios(results, *scenario, *c, other))
                 .map(|r| format!("{r:.2}×"))
                 .unwrap_or_else(|| "-".to_string())
         };
         println!(
-            "{:<26} {:>6} {:>9} {:>7.2} {:>7.2} {:>10.0} {:>7.1} {:>9.2} {:>9.2} {:>5.1} MiB {:>7} {:>7}",
+            "{:<26} {:>9} {:>9} {:>7.2} {:>7.2} {:>10.0} {:>7.1} {:>9.2} {:>9.2} {:>5.1} MiB {:>7} {:>7}",
             c.label(),
-            size_label(*size),
+            scenario.label(),
             m.records,
             m.wall,
             m.startup,
             m.steady_rate,
-            m.steady_rate * *size as f64 / 1e6,
+            m.steady_rate * scenario.size as f64 / 1e6,
             1000.0 * m.cpu / m.mb(),
             1000.0 * m.broker_cpu / m.mb(),
             mib(m.peak_rss_kib),
@@ -140,21 +161,17 @@ fn print_throughput(
             ratio(Contender::Kcat),
         );
     }
-    for ((size, c), m) in med {
+    for ((scenario, c), m) in med {
+        let what = format!("{} {}", c.label(), scenario.label());
         if m.extra > 0 {
-            println!(
-                "  {} {size} B: {} duplicate records on the target",
-                c.label(),
-                m.extra
-            );
+            println!("  {what}: {} duplicate records on the target", m.extra);
         }
         for note in &m.notes {
-            println!("  {} {size} B: {note}", c.label());
+            println!("  {what}: {note}");
         }
         if *c == Contender::Mirrorflow {
             println!(
-                "  {} {size} B: end-to-end (start-up included) {:.0} records/s",
-                c.label(),
+                "  {what}: end-to-end (start-up included) {:.0} records/s",
                 m.end_to_end_rate()
             );
         }
@@ -168,6 +185,71 @@ fn print_throughput(
     println!(
         "vs bare, vs kcat: median over rounds of the ratio within a round (the contenders' order turns each round)."
     );
+}
+
+/// The scale curve: per partition count, the median rate of the worker and the bare loop,
+/// the paired ratio, CPU per MB and the worst peak RSS of each.
+fn print_scale(scale: &[Measured]) {
+    println!();
+    println!("Scale curve — 1 KB records, the worker beside the bare loop (median of rounds; RSS: worst round)");
+    println!(
+        "{:>10} {:>9} {:>12} {:>12} {:>16} {:>16} {:>16}",
+        "partitions",
+        "records",
+        "worker rec/s",
+        "bare rec/s",
+        "worker/bare",
+        "CPU ms/MB w / b",
+        "peak RSS w / b"
+    );
+    let mut parts: Vec<i32> = Vec::new();
+    for m in scale {
+        if !parts.contains(&m.partitions) {
+            parts.push(m.partitions);
+        }
+    }
+    parts.sort_unstable();
+    for p in parts {
+        let of = |c: Contender| -> Vec<&Measured> {
+            scale
+                .iter()
+                .filter(|m| m.partitions == p && m.contender == c)
+                .collect()
+        };
+        let (w, b) = (of(Contender::Mirrorflow), of(Contender::Bare));
+        let med = |runs: &[&Measured], f: &dyn Fn(&Measured) -> f64| {
+            median(&runs.iter().map(|m| f(m)).collect::<Vec<_>>())
+        };
+        let fmt =
+            |x: Option<f64>, digits: usize| x.map_or("-".to_string(), |x| format!("{x:.digits$}"));
+        let peak = |runs: &[&Measured]| runs.iter().map(|m| m.peak_rss_kib).max();
+        let ratios = stats::paired_ratios(
+            &w.iter()
+                .map(|m| (m.round, m.steady_rate))
+                .collect::<Vec<_>>(),
+            &b.iter()
+                .map(|m| (m.round, m.steady_rate))
+                .collect::<Vec<_>>(),
+        );
+        println!(
+            "{:>10} {:>9} {:>12} {:>12} {:>16} {:>16} {:>16}",
+            p,
+            w.first().or(b.first()).map_or(0, |m| m.records),
+            fmt(med(&w, &|m| m.steady_rate), 0),
+            fmt(med(&b, &|m| m.steady_rate), 0),
+            spread(&ratios, |x| format!("{:.0} %", x * 100.0)),
+            format!(
+                "{} / {}",
+                fmt(med(&w, &|m| 1000.0 * m.cpu / m.mb()), 2),
+                fmt(med(&b, &|m| 1000.0 * m.cpu / m.mb()), 2)
+            ),
+            format!(
+                "{} / {} MiB",
+                fmt(peak(&w).map(mib), 1),
+                fmt(peak(&b).map(mib), 1)
+            ),
+        );
+    }
 }
 
 /// Peak RSS with many partitions: the worst run of each (load, contender), and the idle
@@ -222,71 +304,78 @@ fn print_rss(cfg: &Config, rss: &[Measured], idle_rss: &[(String, (u64, u64, u64
 }
 
 /// The targets of the issue, PASS/MISS, and what could not be measured.
-fn print_targets(
-    cfg: &Config,
-    results: &[Measured],
-    rss: &[Measured],
-    med: &BTreeMap<(usize, Contender), Measured>,
-    failures: &[String],
-) {
+fn print_targets(cfg: &Config, out: &Outcome, med: &BTreeMap<(Scenario, Contender), Measured>) {
+    let results = &out.results;
     println!();
-    println!("Targets");
-    for (size, _) in med.keys().filter(|(_, c)| *c == Contender::Mirrorflow) {
-        let label = size_label(*size);
-        let vs_bare = paired_ratios(results, *size, Contender::Mirrorflow, Contender::Bare);
+    println!("Targets (median of paired rounds; range in parentheses)");
+    let line = |what: String, figure: String, ok: bool, range: String| {
+        println!("  {what:<60} {figure:>10}   {}   {range}", verdict(ok));
+    };
+    for (scenario, _) in med.keys().filter(|(_, c)| *c == Contender::Mirrorflow) {
+        let label = scenario.label();
+        let vs_bare = paired_ratios(results, *scenario, Contender::Mirrorflow, Contender::Bare);
         match median(&vs_bare) {
-            Some(r) => println!(
-                "  {:<52} {:>8.1} %   {}   {}",
-                format!("mirrorflow ≥ 90 % of the bare loop, {label}"),
-                r * 100.0,
-                verdict(r >= 0.9),
-                spread(&vs_bare, |x| format!("{:.1} %", x * 100.0))
+            Some(r) => line(
+                format!("mirrorflow ≥ 95 % of the bare loop's rate, {label}"),
+                format!("{:.1} %", r * 100.0),
+                r >= RATE_TARGET,
+                spread(&vs_bare, |x| format!("{:.1} %", x * 100.0)),
             ),
             None => println!("  mirrorflow vs bare loop, {label}: bare loop not measured"),
         }
-        let vs_kcat = paired_ratios(results, *size, Contender::Mirrorflow, Contender::Kcat);
-        match median(&vs_kcat) {
-            Some(r) => println!(
-                "  {:<52} {:>8.2} ×   {}   {}",
-                format!("mirrorflow ≥ 2× the kcat pipe, {label}"),
-                r,
-                verdict(r >= 2.0),
-                spread(&vs_kcat, |x| format!("{x:.2}×"))
-            ),
-            None => println!("  mirrorflow vs kcat pipe, {label}: kcat not measured"),
+        let cpu = paired_cpu_ratios(results, *scenario, Contender::Mirrorflow, Contender::Bare);
+        if let Some(r) = median(&cpu) {
+            line(
+                format!("mirrorflow CPU ms/MB ≤ 1.05× the bare loop's, {label}"),
+                format!("{r:.2}×"),
+                r <= CPU_TARGET,
+                spread(&cpu, |x| format!("{x:.2}×")),
+            );
         }
-        if let Some(r) = median(&paired_ratios(
-            results,
-            *size,
-            Contender::Bare,
-            Contender::Kcat,
-        )) {
+        let vs_kcat = paired_ratios(results, *scenario, Contender::Mirrorflow, Contender::Kcat);
+        if let Some(r) = median(&vs_kcat) {
             println!(
-                "  {:<52} {:>8.2} ×   (reference: what the kcat target asks of a copy loop here)",
-                format!("bare loop vs the kcat pipe, {label}"),
-                r
+                "  {:<60} {:>10}   (reference, not a target)   {}",
+                format!("mirrorflow vs the kcat pipe, {label}"),
+                format!("{r:.2}×"),
+                spread(&vs_kcat, |x| format!("{x:.2}×"))
             );
         }
     }
+    let window = in_flight_mib() as f64;
     // Judged on the worst loaded run (the most records per partition).
-    let loaded = rss.iter().map(|m| m.records).max().unwrap_or(0);
-    if let Some(m) = rss
+    let loaded = out.rss.iter().map(|m| m.records).max().unwrap_or(0);
+    if let Some(m) = out
+        .rss
         .iter()
         .filter(|m| m.contender == Contender::Mirrorflow && m.records == loaded)
         .max_by_key(|m| m.peak_rss_kib)
     {
         let peak = mib(m.peak_rss_kib);
-        println!(
-            "  {:<52} {:>6.1} MiB   {}",
+        line(
             format!(
-                "worker peak RSS ≤ 64 MiB, {} partitions",
+                "worker peak RSS ≤ window {window:.0} + {RSS_OVERHEAD_MIB:.0} MiB, {} partitions",
                 cfg.rss_partitions
             ),
-            peak,
-            verdict(peak <= RSS_TARGET_MIB)
+            format!("{peak:.1} MiB"),
+            peak <= window + RSS_OVERHEAD_MIB,
+            format!("overhead {:.1} MiB", peak - window),
         );
     }
-    for f in failures {
+    for (i, (what, (hwm, _, _))) in out.idle_rss.iter().enumerate() {
+        let (target, name) = if i == 0 {
+            (IDLE_TARGET_MIB, "idle worker")
+        } else {
+            (SYNC_HISTORY_TARGET_MIB, "idle worker")
+        };
+        line(
+            format!("{name} peak RSS ≤ {target:.0} MiB, {what}"),
+            format!("{:.1} MiB", mib(*hwm)),
+            mib(*hwm) <= target,
+            String::new(),
+        );
+    }
+    for f in &out.failures {
         println!("  NOT MEASURED: {f}");
     }
 }

@@ -1,12 +1,13 @@
-//! The bench's rounds: throughput per record size (the contenders' order turning each
-//! round), peak RSS with many partitions, and the idle worker's baseline.
+//! The bench's rounds: throughput per scenario (the contenders' order turning each round),
+//! the scale curve over partition counts, peak RSS with many partitions, and the idle
+//! worker's baseline.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use mirrorflow::testkit::brokers;
 
-use crate::contender::{Contender, Measured, Run};
+use crate::contender::{Contender, Measured, Run, Scenario};
 use crate::kafka::{produce_source, produce_sync_history};
 use crate::Config;
 
@@ -18,6 +19,8 @@ const POLL: Duration = Duration::from_millis(50);
 pub struct Outcome {
     /// Throughput runs, every round.
     pub results: Vec<Measured>,
+    /// Scale-curve runs (1 KB records over 1 … 1,000 partitions), every round.
+    pub scale: Vec<Measured>,
     /// Peak RSS runs with many partitions, every round.
     pub rss: Vec<Measured>,
     /// Peak, heap and file-backed RSS (KiB) of idle workers, with what they read at start.
@@ -46,7 +49,7 @@ impl Bench<'_> {
             topic,
             partitions: self.cfg.partitions,
             records: 0,
-            size: 0,
+            scenario: Scenario::plain(1024),
             round: 0,
             poll: POLL,
             timeout: self.cfg.timeout,
@@ -59,64 +62,147 @@ impl Bench<'_> {
         }
     }
 
-    /// Produces a source topic per record size, then runs every contender on each, round
-    /// after round.
+    /// Produces a source topic per scenario, then runs every contender on each, round after
+    /// round.
     pub fn throughput(&self, out: &mut Outcome) -> anyhow::Result<()> {
         let cfg = self.cfg;
-        let sizes: Vec<(usize, u64)> = [(100usize, cfg.records_100), (1024, cfg.records_1k)]
-            .into_iter()
-            .filter(|(size, _)| cfg.wants(&size.to_string()))
-            .collect();
-        for (size, n) in &sizes {
-            let topic = format!("src-{size}");
-            self.rt
-                .block_on(brokers::create_topic(self.src, &topic, cfg.partitions, &[]))?;
-            let t = Instant::now();
-            produce_source(self.src, &topic, *n, cfg.partitions, *size)?;
-            println!(
-                "  produced {n} × {size} B records to {topic} ({} partitions) in {:.1} s",
-                cfg.partitions,
-                t.elapsed().as_secs_f64()
-            );
+        let scenarios: Vec<(Scenario, u64)> = [
+            (Scenario::plain(100), cfg.records_100),
+            (Scenario::plain(1024), cfg.records_1k),
+            (
+                Scenario {
+                    size: 1024,
+                    lz4: true,
+                },
+                cfg.records_1k,
+            ),
+        ]
+        .into_iter()
+        .filter(|(s, _)| cfg.wants(&s.tag()))
+        .collect();
+        for (scenario, n) in &scenarios {
+            let topic = format!("src-{}", scenario.tag());
+            self.produce(&topic, scenario, *n, cfg.partitions)?;
         }
         for round in 0..cfg.rounds {
-            for (size, n) in &sizes {
-                let topic = format!("src-{size}");
+            for (scenario, n) in &scenarios {
+                let topic = format!("src-{}", scenario.tag());
                 let run = Run {
                     records: *n,
-                    size: *size,
+                    scenario: *scenario,
                     round,
                     ..self.run(&topic)
                 };
-                // The order turns each round: a run right after another contender's target
-                // topic was deleted may share the broker with that clean-up, and no
-                // contender should always be the one that does.
-                let mut order = [Contender::Bare, Contender::Mirrorflow, Contender::Kcat];
-                order.rotate_left(round % 3);
-                for c in order {
-                    if c == Contender::Kcat && self.kcat_libdir.is_none() {
-                        continue;
-                    }
-                    match run.measure(c) {
-                        Ok(m) => {
-                            println!(
-                                "  round {round}: {:<26} {size:>5} B  {:>9.0} records/s  wall {:>6.2} s",
-                                c.label(),
-                                m.steady_rate,
-                                m.wall
-                            );
-                            out.results.push(m);
-                        }
-                        Err(e) => {
-                            let msg = format!("{} {size} B round {round}: {e:#}", c.label());
-                            eprintln!("  FAILED {msg}");
-                            out.failures.push(msg);
-                        }
-                    }
-                }
+                let contenders = [Contender::Bare, Contender::Mirrorflow, Contender::Kcat];
+                out.results
+                    .extend(self.round(&run, &contenders, &mut out.failures));
             }
         }
         Ok(())
+    }
+
+    /// The scale curve: 1 KB records over 1, 8, 100 and 1,000 partitions, the worker beside
+    /// the bare loop (rate, CPU and peak RSS per partition count).
+    pub fn scale(&self, out: &mut Outcome) -> anyhow::Result<()> {
+        let cfg = self.cfg;
+        let scenario = Scenario::plain(1024);
+        for &parts in &cfg.scale_partitions {
+            self.produce(
+                &format!("scale-{parts}"),
+                &scenario,
+                cfg.scale_records,
+                parts,
+            )?;
+        }
+        for round in 0..cfg.rounds {
+            for &parts in &cfg.scale_partitions {
+                let topic = format!("scale-{parts}");
+                let run = Run {
+                    partitions: parts,
+                    records: cfg.scale_records,
+                    scenario,
+                    round,
+                    poll: if parts >= 100 {
+                        Duration::from_millis(200)
+                    } else {
+                        POLL
+                    },
+                    ..self.run(&topic)
+                };
+                let contenders = [Contender::Bare, Contender::Mirrorflow];
+                out.scale
+                    .extend(self.round(&run, &contenders, &mut out.failures));
+            }
+        }
+        Ok(())
+    }
+
+    /// Creates source topic `topic` with `partitions` and fills it with `n` records of
+    /// `scenario`.
+    fn produce(
+        &self,
+        topic: &str,
+        scenario: &Scenario,
+        n: u64,
+        partitions: i32,
+    ) -> anyhow::Result<()> {
+        self.rt
+            .block_on(brokers::create_topic(self.src, topic, partitions, &[]))?;
+        let t = Instant::now();
+        produce_source(
+            self.src,
+            topic,
+            n,
+            partitions,
+            scenario.size,
+            scenario.compression(),
+        )?;
+        println!(
+            "  produced {n} × {} records to {topic} ({partitions} partitions) in {:.1} s",
+            scenario.label(),
+            t.elapsed().as_secs_f64()
+        );
+        Ok(())
+    }
+
+    /// One round of `run` for each of `contenders`, in an order that turns with the round: a
+    /// run right after another contender's target topic was deleted may share the broker with
+    /// that clean-up, and no contender should always be the one that does.
+    fn round(
+        &self,
+        run: &Run<'_>,
+        contenders: &[Contender],
+        failures: &mut Vec<String>,
+    ) -> Vec<Measured> {
+        let mut order = contenders.to_vec();
+        order.rotate_left(run.round % contenders.len());
+        let mut measured = Vec::new();
+        for c in order {
+            if c == Contender::Kcat && self.kcat_libdir.is_none() {
+                continue;
+            }
+            let what = format!(
+                "{} {} {} partitions round {}",
+                c.label(),
+                run.scenario.label(),
+                run.partitions,
+                run.round
+            );
+            match run.measure(c) {
+                Ok(m) => {
+                    println!(
+                        "  {what}: {:>9.0} records/s  wall {:>6.2} s",
+                        m.steady_rate, m.wall
+                    );
+                    measured.push(m);
+                }
+                Err(e) => {
+                    eprintln!("  FAILED {what}: {e:#}");
+                    failures.push(format!("{what}: {e:#}"));
+                }
+            }
+        }
+        measured
     }
 
     /// Peak RSS with many partitions: a light run (per-partition cost) and a loaded one.
@@ -148,7 +234,7 @@ impl Bench<'_> {
             }
             let created_in = t.elapsed().as_secs_f64();
             let t = Instant::now();
-            produce_source(self.src, topic, n, parts, 1024)?;
+            produce_source(self.src, topic, n, parts, 1024, "none")?;
             println!(
                 "  created {topic} ({parts} partitions) in {created_in:.1} s, produced {n} × 1 KB records in {:.1} s",
                 t.elapsed().as_secs_f64()
@@ -156,7 +242,6 @@ impl Bench<'_> {
             let run = Run {
                 partitions: parts,
                 records: n,
-                size: 1024,
                 poll: Duration::from_millis(200),
                 ..self.run(topic)
             };

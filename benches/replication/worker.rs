@@ -107,12 +107,14 @@ fn metric_sum(metrics: &str, prefix: &str) -> f64 {
         .sum()
 }
 
-/// `key=value,key=value` from `var`, as a YAML `config:` block (empty when unset).
-fn config_block(var: &str) -> String {
-    let entries: String = std::env::var(var)
-        .unwrap_or_default()
-        .split(',')
-        .filter_map(|kv| kv.split_once('='))
+/// `extra`, then `key=value,key=value` from `var`, as a YAML `config:` block (empty when
+/// there is none).
+fn config_block(var: &str, extra: &[(&str, &str)]) -> String {
+    let from_env = std::env::var(var).unwrap_or_default();
+    let entries: String = extra
+        .iter()
+        .copied()
+        .chain(from_env.split(',').filter_map(|kv| kv.split_once('=')))
         .map(|(k, v)| format!("\n      {}: \"{}\"", k.trim(), v.trim()))
         .collect();
     if entries.is_empty() {
@@ -139,8 +141,14 @@ fn flow_yaml(run: &Run<'_>, port: u16) -> String {
     // Tuning experiments: `MIRRORFLOW_BENCH_WORKER_SOURCE_CONFIG=key=value,key=value` lands
     // in `spec.source.config` (the worker's consumer), e.g. `queued.max.messages.kbytes=4096`;
     // `MIRRORFLOW_BENCH_WORKER_TARGET_CONFIG` in `spec.target.config` (its producer).
-    let source_config = config_block("MIRRORFLOW_BENCH_WORKER_SOURCE_CONFIG");
-    let target_config = config_block("MIRRORFLOW_BENCH_WORKER_TARGET_CONFIG");
+    let source_config = config_block("MIRRORFLOW_BENCH_WORKER_SOURCE_CONFIG", &[]);
+    // The compressed scenario: the worker writes lz4 like the bare loop and kcat.
+    let compression: &[(&str, &str)] = if run.scenario.lz4 {
+        &[("compression.type", "lz4")]
+    } else {
+        &[]
+    };
+    let target_config = config_block("MIRRORFLOW_BENCH_WORKER_TARGET_CONFIG", compression);
     format!(
         "apiVersion: mirrorflow.io/v1alpha1
 kind: MirrorFlow
