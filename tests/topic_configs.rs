@@ -252,3 +252,54 @@ async fn topic_configs_resync_only_on_topics_the_flow_created_nisshi() {
     assert_eq!(w.metrics.topics_unwritable.get(), 0);
     w.stop().await.unwrap();
 }
+
+/// A replication factor the target refuses is reported, naming the topic and the factor.
+/// nisshi 0.8.1 accepts 1..=64 on one broker (Kafka would refuse anything above its broker
+/// count with INVALID_REPLICATION_FACTOR); 65 is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn refused_replication_factor_is_reported_nisshi() {
+    let Some((source, target)) = broker_pair(BrokerKind::Nisshi).await else {
+        return;
+    };
+    let (sb, tb) = (source.bootstrap_servers(), target.bootstrap_servers());
+    create(&source, "orders", 1).await;
+    produce(&sb, "orders", &records("a", 1, 3)).await.unwrap();
+    let mut spec = flow_spec(&source, &target, Delivery::AtLeastOnce);
+    spec.target.replication_factor = Some(65);
+    let mut w = start_worker("rf", spec, 0, 1, test_tuning(50));
+    let s = w
+        .wait_status("the refused creation reported", |s| {
+            !s.unwritable_topics.is_empty()
+        })
+        .await;
+    let why = &s.unwritable_topics[0];
+    eprintln!("reported: {why}");
+    assert!(
+        why.contains("dc1.orders") && why.contains("replication factor 65"),
+        "{why}"
+    );
+    assert!(
+        w.metrics.topics_unwritable.get() == 1
+            && w.metrics.errors.with_label_values(&["topic_sync"]).get() >= 1
+    );
+    assert!(
+        !topic_configs_exist(&tb, "dc1.orders").await,
+        "nothing was created"
+    );
+    w.stop().await.unwrap();
+}
+
+/// Whether metadata lists `topic`.
+async fn topic_configs_exist(bootstrap: &str, topic: &str) -> bool {
+    let (b, t) = (bootstrap.to_string(), topic.to_string());
+    tokio::task::spawn_blocking(move || {
+        let c: BaseConsumer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", &b)
+            .create()
+            .unwrap();
+        let md = c.fetch_metadata(None, Duration::from_secs(10)).unwrap();
+        md.topics().iter().any(|x| x.name() == t)
+    })
+    .await
+    .unwrap()
+}

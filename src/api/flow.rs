@@ -606,8 +606,8 @@ pub struct MirrorFlowStatus {
     pub observed_generation: Option<i64>,
     /// `Ready` (summary), `Replicating`, `DataLoss`, `TopicReset`, `ConnectionFailed`
     /// (authentication or TLS verification fails, naming the cluster), `InsecureTls` (a
-    /// cluster has `tls.insecureSkipVerify`), `TopicUnwritable` (a target topic's replication
-    /// factor is below its `min.insync.replicas`), `InvalidSpec`.
+    /// cluster has `tls.insecureSkipVerify`), `TopicUnwritable` (a target topic cannot be created,
+    /// or its replication factor is below its `min.insync.replicas`), `InvalidSpec`.
     #[serde(default)]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
@@ -678,9 +678,10 @@ pub struct WorkerStatus {
     /// The topic ACL sync (`spec.syncTopicAcls`; only worker 0 runs it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topic_acls: Option<TopicAclSync>,
-    /// Target topics the flow created that can never take a write: their replication factor
-    /// is below their `min.insync.replicas` (the mirror writes with acks=all), each naming
-    /// the topic, its replication factor and its `min.insync.replicas`.
+    /// Target topics this worker cannot write to, each with why: the target refused to
+    /// create (or grow) it, e.g. a replication factor above its number of brokers; or a
+    /// topic the flow created has a replication factor below its `min.insync.replicas` (the
+    /// mirror writes with acks=all), naming both.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 20))]
     pub unwritable_topics: Vec<String>,

@@ -15,7 +15,7 @@
 //! | `paused` | — | 1 while `spec.paused` is set |
 //! | `ready` | — | 1 once replication runs |
 //! | `topic_config_changes_total` | op (set, delete) | config changes applied to target topics the flow created (`syncTopicConfigs`) |
-//! | `topics_unwritable` | — | target topics this worker checked whose replication factor is below their `min.insync.replicas` |
+//! | `topics_unwritable` | — | target topics this worker cannot write to: creation refused, or replication factor below `min.insync.replicas` |
 
 use prometheus::{
     Gauge, GaugeVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
@@ -160,7 +160,7 @@ impl WorkerMetrics {
         )?;
         let topics_unwritable = IntGauge::with_opts(opts(
             "topics_unwritable",
-            "Target topics this worker checked whose replication factor is below their min.insync.replicas",
+            "Target topics this worker cannot write to: creation refused, or replication factor below min.insync.replicas",
         ))?;
         registry.register(Box::new(records.clone()))?;
         registry.register(Box::new(bytes.clone()))?;

@@ -624,7 +624,7 @@ pub fn fold_flow_status(obs: &FlowObservation<'_>) -> MirrorFlowStatus {
             pc,
             TOPIC_UNWRITABLE,
             "True",
-            "ReplicationFactorBelowMinInsync",
+            "TargetTopicsUnwritable",
             list_some(&lines),
             gen,
             now,

@@ -1199,10 +1199,7 @@ fn unwritable_topics_condition() {
     };
     let st = fold(&c, t(100));
     let (s, r, m) = cond(&st).expect("condition");
-    assert_eq!(
-        (s.as_str(), r.as_str()),
-        ("True", "ReplicationFactorBelowMinInsync")
-    );
+    assert_eq!((s.as_str(), r.as_str()), ("True", "TargetTopicsUnwritable"));
     assert!(m.contains(why), "{m}");
     // Fixed: False once it was shown; never shown on a flow that never had it.
     let fixed = Case {

@@ -143,9 +143,10 @@ pub struct RefreshPlan {
     pub marks: BTreeMap<TopicPartitionRef, (i64, i64)>,
     /// Validation of every partition with a position.
     pub checks: Vec<Check>,
-    /// Target topics this worker checked (those it created, of the source topics whose
-    /// partition 0 it owns) that cannot take a write, with why; `None` when they could not
-    /// be checked (the last answer stands).
+    /// Target topics this worker cannot write to, with why: those it could not create or
+    /// grow, and those the flow created (of the source topics whose partition 0 it owns)
+    /// with fewer replicas than their `min.insync.replicas`; `None` when they could not be
+    /// checked (the last answer stands).
     pub unwritable: Option<BTreeMap<String, String>>,
     /// How long the refresh took.
     pub elapsed: Duration,
@@ -455,14 +456,32 @@ impl Discovery {
             .map(|(t, (n, _))| (t.clone(), *n))
             .collect();
         plan.targets_listed = true;
+        // Target topics that cannot be created or grown are reported with the ones that
+        // cannot take writes: either way no record reaches them.
+        let mut refused = BTreeMap::new();
         for (topic, t, n, action) in target_actions(&wanted, &target) {
-            if self.prepare_target(&topic, &t, n, action, &input).await {
-                plan.ready.insert(t);
+            match self.prepare_target(&topic, &t, n, action, &input).await {
+                Ok(()) => {
+                    plan.ready.insert(t);
+                }
+                Err(e) => {
+                    self.metrics.error(ErrorKind::TopicSync);
+                    warn!("target cluster {}: {e}", self.target_alias);
+                    refused.insert(t, format!("target cluster {}: {e}", self.target_alias));
+                }
             }
         }
-        plan.unwritable = self
+        plan.unwritable = match self
             .sync_created(&wanted, &target_rf, &plan.ready, &input)
-            .await;
+            .await
+        {
+            Some(mut m) => {
+                m.extend(refused);
+                Some(m)
+            }
+            None if !refused.is_empty() => Some(refused),
+            None => None,
+        };
         let owned = owned_partitions(&wanted, self.owner);
         let marks = match io::watermarks(
             &self.source_meta,
@@ -567,7 +586,7 @@ impl Discovery {
         }
     }
 
-    /// Creates or grows a target topic; true when it is ready.
+    /// Creates or grows a target topic: `Ok` when it is ready, else why not (reported).
     async fn prepare_target(
         &self,
         topic: &str,
@@ -575,38 +594,31 @@ impl Discovery {
         partitions: i32,
         action: TargetTopicAction,
         input: &RefreshInput,
-    ) -> bool {
+    ) -> Result<(), String> {
         let timeout = self.io_timeout;
-        let failed = |e: &str| {
-            self.metrics.error(ErrorKind::TopicSync);
-            warn!("{e}");
-            false
-        };
         match action {
-            TargetTopicAction::Ready => true,
+            TargetTopicAction::Ready => Ok(()),
             TargetTopicAction::Grow { from, to } => {
                 match io::add_partitions(&self.target_admin, target, to, timeout).await {
                     Ok(()) => {
                         info!(topic = %target, from, to, "grew target topic");
-                        true
+                        Ok(())
                     }
-                    Err(e) => failed(&e),
+                    Err(e) => Err(e),
                 }
             }
             TargetTopicAction::Create => {
                 let configs = if input.sync_topic_configs {
                     let exclusions = match &input.config_exclusions {
                         Ok(x) => x,
-                        Err(e) => {
-                            return failed(&format!("not creating target topic {target}: {e}"))
-                        }
+                        Err(e) => return Err(format!("not creating target topic {target}: {e}")),
                     };
                     match io::syncable_topic_configs(&self.source_admin, topic, exclusions, timeout)
                         .await
                     {
                         Ok(c) => c,
                         Err(e) => {
-                            return failed(&format!(
+                            return Err(format!(
                                 "not creating target topic {target} yet (spec.syncTopicConfigs is true): {e}"
                             ))
                         }
@@ -633,9 +645,9 @@ impl Discovery {
                                 warn!("target topic {target} was created but could not be recorded as the flow's ({e}); its configs are not re-synced");
                             }
                         }
-                        true
+                        Ok(())
                     }
-                    Err(e) => failed(&e),
+                    Err(e) => Err(e),
                 }
             }
         }

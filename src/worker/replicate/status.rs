@@ -128,7 +128,8 @@ pub struct WorkerSnapshot {
     /// The topic ACL sync (worker 0).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub topic_acls: Option<TopicAclSync>,
-    /// Target topics this worker checked that cannot take a write (why, naming each).
+    /// Target topics this worker cannot write to: creation refused, or a replication factor
+    /// below `min.insync.replicas` (why, naming each).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub unwritable_topics: Vec<String>,
     /// When this snapshot was taken.
