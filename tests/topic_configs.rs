@@ -303,3 +303,38 @@ async fn topic_configs_exist(bootstrap: &str, topic: &str) -> bool {
     .await
     .unwrap()
 }
+
+/// An internal topic with fewer replicas than its min.insync.replicas would fail every
+/// progress write: the worker does not start and says why, naming the topic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn unwritable_internal_topic_is_reported_nisshi() {
+    let Some((source, target)) = broker_pair(BrokerKind::Nisshi).await else {
+        return;
+    };
+    create(&source, "orders", 1).await;
+    let progress = progress_topic("test", "internal");
+    target
+        .create_topic(&progress, 1, &[("min.insync.replicas", "2")])
+        .await
+        .unwrap();
+    let spec = flow_spec(&source, &target, Delivery::AtLeastOnce);
+    let mut w = start_worker("internal", spec, 0, 1, test_tuning(50));
+    let s = w
+        .wait_status("the progress topic reported", |s| {
+            s.message
+                .as_deref()
+                .is_some_and(|m| m.contains("min.insync.replicas"))
+        })
+        .await;
+    let m = s.message.unwrap();
+    eprintln!("reported: {m}");
+    assert!(
+        m.contains(&progress)
+            && m.contains("replication factor 1")
+            && m.contains("min.insync.replicas=2"),
+        "{m}"
+    );
+    assert_eq!(s.state, mirrorflow::api::WorkerState::Starting);
+    assert!(s.partitions.iter().all(|p| p.position.is_none()));
+    w.stop().await.unwrap();
+}

@@ -783,15 +783,13 @@ impl Discovery {
             let Some(Ok(entries)) = target_configs.get(t) else {
                 continue;
             };
-            let min_insync = entries
-                .iter()
-                .find(|e| e.name == "min.insync.replicas")
-                .and_then(|e| e.value.as_deref()?.parse().ok());
+            let min_insync = io::min_insync_replicas(entries);
             let Some((_, rf)) = target_rf.get(t) else {
                 continue;
             };
             if let Some(why) = unwritable(t, *rf, min_insync) {
-                problems.insert(t.clone(), why);
+                let hint = "spec.target.replicationFactor sets it for new target topics";
+                problems.insert(t.clone(), format!("{why} ({hint})"));
             }
         }
         if input.sync_topic_configs {

@@ -17,7 +17,9 @@ use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Message, Offset, TopicPartitionList};
 
-use super::select::{syncable_configs, ConfigChange, ConfigEntry, ConfigExclusions, ConfigOrigin};
+use super::select::{
+    syncable_configs, unwritable, ConfigChange, ConfigEntry, ConfigExclusions, ConfigOrigin,
+};
 use crate::kafka::config::ClientProperties;
 use crate::kafka::context::LogContext;
 use crate::kafka::wire::Progress;
@@ -372,7 +374,8 @@ pub fn internal_topic_configs() -> Vec<(String, String)> {
 
 /// Creates the compacted one-partition `topics` missing on the cluster `alias` (internal
 /// topics: progress, offset syncs) with `replication_factor` (`spec.internalTopics`; `None`:
-/// the broker's default); the error says which one and why.
+/// the broker's default), and checks that each can take writes (replicas against its
+/// `min.insync.replicas`, [`unwritable`]); the error says which one and why.
 pub async fn ensure_compacted(
     meta: &MetaClient,
     admin: &Admin,
@@ -381,7 +384,7 @@ pub async fn ensure_compacted(
     replication_factor: Option<i32>,
     timeout: Duration,
 ) -> Result<(), String> {
-    let existing = list_topics(meta, timeout)
+    let existing = list_topics_with_replicas(meta, timeout)
         .await
         .map_err(|e| format!("target cluster {alias}: {e}"))?;
     for topic in topics.iter().filter(|t| !existing.contains_key(*t)) {
@@ -401,7 +404,42 @@ pub async fn ensure_compacted(
         }
         tracing::info!(topic, "created internal topic on the target");
     }
+    // Every write to them is acks=all: a topic with fewer replicas than its
+    // min.insync.replicas would fail each one (NOT_ENOUGH_REPLICAS) without saying why.
+    let replicas = list_topics_with_replicas(meta, timeout)
+        .await
+        .map_err(|e| format!("target cluster {alias}: {e}"))?;
+    // A broker that cannot describe configs (librdkafka's mock cluster) is not checked: the
+    // check explains a failure, it is not needed to replicate.
+    let configs = describe_topic_configs(admin, topics, timeout)
+        .await
+        .unwrap_or_else(|e| {
+            tracing::warn!("target cluster {alias}: not checking the internal topics' min.insync.replicas: {e}");
+            BTreeMap::new()
+        });
+    for topic in topics {
+        let Some(Ok(entries)) = configs.get(topic) else {
+            continue;
+        };
+        let min_insync = min_insync_replicas(entries);
+        if let Some((_, rf)) = replicas.get(topic) {
+            if let Some(why) = unwritable(topic, *rf, min_insync) {
+                return Err(format!(
+                    "internal topic on target cluster {alias}: {why} (spec.internalTopics.replicationFactor sets it for new internal topics)"
+                ));
+            }
+        }
+    }
     Ok(())
+}
+
+/// The `min.insync.replicas` a DescribeConfigs answer shows (the topic's own or the
+/// broker's), if any.
+pub fn min_insync_replicas(entries: &[ConfigEntry]) -> Option<i32> {
+    entries
+        .iter()
+        .find(|e| e.name == "min.insync.replicas")
+        .and_then(|e| e.value.as_deref()?.parse().ok())
 }
 
 /// Grows `topic` to `partitions` partitions.

@@ -270,8 +270,7 @@ pub fn unwritable(topic: &str, replicas: i32, min_insync: Option<i32>) -> Option
         format!(
             "topic {topic} has replication factor {replicas} but min.insync.replicas={min}: \
              every acks=all write fails with NOT_ENOUGH_REPLICAS; raise its replication \
-             factor (spec.target.replicationFactor for new topics, or kafka-reassign-partitions) \
-             or lower its min.insync.replicas"
+             factor (kafka-reassign-partitions) or lower its min.insync.replicas"
         )
     })
 }
