@@ -50,7 +50,10 @@ pub fn created_by_flow(recorded: Option<&CreatedTopic>, current: Option<&str>) -
 pub struct CreatedTopics {
     topic: String,
     tail: TopicTail,
-    producer: BaseProducer,
+    /// The target's client config; the producer is made on the first record (most workers
+    /// never write one).
+    config: ClientConfig,
+    producer: Option<BaseProducer>,
     timeout: Duration,
     known: BTreeMap<String, CreatedTopic>,
     /// The store topic is known to exist (so records may be written).
@@ -60,14 +63,11 @@ pub struct CreatedTopics {
 impl CreatedTopics {
     /// A store in `topic` with the target's client config.
     pub fn new(target: &ClientConfig, topic: &str, timeout: Duration) -> Result<Self, String> {
-        let mut c = target.clone();
-        c.set("acks", "all").set("enable.idempotence", "true");
         Ok(Self {
             topic: topic.to_string(),
             tail: TopicTail::new(target, topic, "target cluster")?,
-            producer: c
-                .create()
-                .map_err(|e| format!("target cluster: created-topics store producer: {e}"))?,
+            config: target.clone(),
+            producer: None,
             timeout,
             known: BTreeMap::new(),
             exists: false,
@@ -108,14 +108,23 @@ impl CreatedTopics {
     /// durably (acknowledged) before returning.
     pub fn record(&mut self, topic: &str, value: CreatedTopic) -> Result<(), String> {
         let payload = serde_json::to_vec(&value).map_err(|e| e.to_string())?;
-        self.producer
+        if self.producer.is_none() {
+            let mut c = self.config.clone();
+            c.set("acks", "all").set("enable.idempotence", "true");
+            let p = c
+                .create()
+                .map_err(|e| format!("target cluster: created-topics store producer: {e}"))?;
+            self.producer = Some(p);
+        }
+        let producer = self.producer.as_ref().expect("made above");
+        producer
             .send(
                 BaseRecord::<'_, [u8], [u8]>::to(&self.topic)
                     .key(topic.as_bytes())
                     .payload(&payload),
             )
             .map_err(|(e, _)| format!("write created-topics store {}: {e}", self.topic))?;
-        self.producer
+        producer
             .flush(self.timeout)
             .map_err(|e| format!("write created-topics store {}: {e}", self.topic))?;
         self.known.insert(topic.to_string(), value);
