@@ -71,6 +71,7 @@ use super::defaults;
 #[x_kube(validation = Rule::new("self.source.alias == oldSelf.source.alias").field_path(".source.alias").reason(Reason::FieldValueForbidden).message("spec.source.alias cannot change on an existing flow (its positions and offset syncs belong to the old source); create a new MirrorFlow instead"))]
 #[x_kube(validation = Rule::new("self.source.bootstrapServers == oldSelf.source.bootstrapServers").field_path(".source.bootstrapServers").reason(Reason::FieldValueForbidden).message("spec.source.bootstrapServers cannot change on an existing flow (positions of one cluster would be applied to another); create a new MirrorFlow instead"))]
 #[x_kube(validation = Rule::new("self.target.alias == oldSelf.target.alias").field_path(".target.alias").reason(Reason::FieldValueForbidden).message("spec.target.alias cannot change on an existing flow (it names the offset-syncs topic and cycle detection); create a new MirrorFlow instead"))]
+#[x_kube(validation = Rule::new("!has(self.source.replicationFactor)").field_path(".source.replicationFactor").reason(Reason::FieldValueForbidden).message("spec.source.replicationFactor is not used: mirrorflow creates no topics on the source; set spec.target.replicationFactor (target topics) or spec.internalTopics.replicationFactor"))]
 #[x_kube(validation = Rule::new("has(self.replicationPolicy) == has(oldSelf.replicationPolicy) && (!has(self.replicationPolicy) || self.replicationPolicy == oldSelf.replicationPolicy)").field_path(".replicationPolicy").reason(Reason::FieldValueForbidden).message("spec.replicationPolicy cannot change on an existing flow (target topic names and positions would no longer match); create a new MirrorFlow instead"))]
 #[serde(rename_all = "camelCase")]
 pub struct MirrorFlowSpec {
@@ -96,9 +97,22 @@ pub struct MirrorFlowSpec {
     /// Offset-sync emission (the upstream→downstream offset map used for checkpoints).
     #[serde(default)]
     pub offset_syncs: OffsetSyncs,
-    /// Copy topic configs (retention, cleanup.policy, ...) from source topics to target topics.
+    /// Copy topic configs (retention.ms, cleanup.policy, max.message.bytes, ...) from source
+    /// topics to target topics: when a target topic is created, and again on every refresh
+    /// (`topics.refreshIntervalSeconds`) for the target topics this flow created (never a
+    /// topic that existed before). Only configs set on the source topic itself travel (not
+    /// the source brokers' defaults); a config set on a target topic but no longer on its
+    /// source topic is deleted there, so the target's default applies. MirrorMaker 2's
+    /// cluster-specific exclusions always apply, plus `topicConfigs.exclude`.
     #[serde(default = "defaults::true_")]
     pub sync_topic_configs: bool,
+    /// Which topic configs `syncTopicConfigs` leaves alone.
+    #[serde(default, skip_serializing_if = "TopicConfigs::is_empty")]
+    pub topic_configs: TopicConfigs,
+    /// Mirrorflow's own topics on the target: progress, offset syncs, checkpoints, the ACL
+    /// and created-topics stores.
+    #[serde(default, skip_serializing_if = "InternalTopics::is_empty")]
+    pub internal_topics: InternalTopics,
     /// Copy the source's ALLOW ACLs on replicated topics to their target topics, as
     /// MirrorMaker 2's `sync.topic.acls`: literal and prefixed topic patterns renamed by the
     /// replication policy; READ, DESCRIBE and DESCRIBE_CONFIGS copied, ALL copied as READ (so
@@ -153,6 +167,14 @@ pub struct ClusterSpec {
     #[schemars(extend("maxProperties" = 100))]
     #[x_kube(validation = Rule::new("self.all(k, !(k.lowerAscii().startsWith('ssl.') || k.lowerAscii().startsWith('ssl_') || k.lowerAscii().startsWith('sasl.') || k.lowerAscii().startsWith('https.') || k.lowerAscii().startsWith('security.') || k.lowerAscii() in ['enable.ssl.certificate.verification', 'enable.sasl.oauthbearer.unsecure.jwt']))").message("config may not set security properties (security.*, ssl.*, sasl.*, https.*, enable.ssl.certificate.verification, enable.sasl.oauthbearer.unsecure.jwt): use the typed tls and sasl fields (tls.insecureSkipVerify for a test cluster)"))]
     pub config: BTreeMap<String, String>,
+    /// Target only: replication factor of the target topics the flow creates (at least 1).
+    /// Absent: the target brokers' `default.replication.factor` (CreateTopics with -1). A
+    /// replication factor below the topic's `min.insync.replicas` can never take a write
+    /// (acks=all): the flow reports such a topic (condition `TopicUnwritable`). Changing it
+    /// affects topics created afterwards only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 32767))]
+    pub replication_factor: Option<i32>,
 }
 
 impl ClusterSpec {
@@ -355,6 +377,43 @@ impl Default for TopicSelector {
     }
 }
 
+/// Topic config sync settings.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct TopicConfigs {
+    /// Config names never copied, set or deleted on target topics, as regular expressions
+    /// (full match, e.g. `retention\..*`), in addition to MirrorMaker 2's defaults
+    /// (`follower.replication.throttled.replicas`, `leader.replication.throttled.replicas`,
+    /// `message.timestamp.*`, `unclean.leader.election.enable`, `min.insync.replicas`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 100))]
+    pub exclude: Vec<String>,
+}
+
+impl TopicConfigs {
+    pub fn is_empty(&self) -> bool {
+        self.exclude.is_empty()
+    }
+}
+
+/// Mirrorflow's own topics on the target cluster.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct InternalTopics {
+    /// Replication factor of the internal topics the flow creates (progress, offset syncs,
+    /// checkpoints, heartbeats, the ACL and created-topics stores), at least 1. Absent: the
+    /// target brokers' `default.replication.factor`. Affects topics created afterwards only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 32767))]
+    pub replication_factor: Option<i32>,
+}
+
+impl InternalTopics {
+    pub fn is_empty(&self) -> bool {
+        self.replication_factor.is_none()
+    }
+}
+
 /// Target topic naming.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -547,7 +606,8 @@ pub struct MirrorFlowStatus {
     pub observed_generation: Option<i64>,
     /// `Ready` (summary), `Replicating`, `DataLoss`, `TopicReset`, `ConnectionFailed`
     /// (authentication or TLS verification fails, naming the cluster), `InsecureTls` (a
-    /// cluster has `tls.insecureSkipVerify`), `InvalidSpec`.
+    /// cluster has `tls.insecureSkipVerify`), `TopicUnwritable` (a target topic cannot be created,
+    /// or its replication factor is below its `min.insync.replicas`), `InvalidSpec`.
     #[serde(default)]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
@@ -618,6 +678,13 @@ pub struct WorkerStatus {
     /// The topic ACL sync (`spec.syncTopicAcls`; only worker 0 runs it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topic_acls: Option<TopicAclSync>,
+    /// Target topics this worker cannot write to, each with why: the target refused to
+    /// create (or grow) it, e.g. a replication factor above its number of brokers; or a
+    /// topic the flow created has a replication factor below its `min.insync.replicas` (the
+    /// mirror writes with acks=all), naming both.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 20))]
+    pub unwritable_topics: Vec<String>,
 }
 
 /// Which side of the flow a cluster is.

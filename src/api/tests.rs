@@ -649,6 +649,55 @@ fn flow_validation_table() {
             json!({"insecureSkipVerify": true}),
             None,
         ),
+        (
+            "topic config exclusion ok",
+            "/topicConfigs/exclude",
+            json!(["retention\\..*", "segment.bytes"]),
+            None,
+        ),
+        (
+            "topic config exclusion not a regex",
+            "/topicConfigs/exclude",
+            json!(["ok", "retention(.ms"]),
+            Some("spec.topicConfigs.exclude[1]"),
+        ),
+        ("target RF 3", "/target/replicationFactor", json!(3), None),
+        (
+            "target RF 0",
+            "/target/replicationFactor",
+            json!(0),
+            Some("spec.target.replicationFactor"),
+        ),
+        (
+            "target RF -1 (the default is spelled by leaving it out)",
+            "/target/replicationFactor",
+            json!(-1),
+            Some("spec.target.replicationFactor"),
+        ),
+        (
+            "target RF above Kafka's int16",
+            "/target/replicationFactor",
+            json!(40000),
+            Some("spec.target.replicationFactor"),
+        ),
+        (
+            "RF on the source",
+            "/source/replicationFactor",
+            json!(3),
+            Some("spec.source.replicationFactor"),
+        ),
+        (
+            "internal topics RF 2",
+            "/internalTopics/replicationFactor",
+            json!(2),
+            None,
+        ),
+        (
+            "internal topics RF 0",
+            "/internalTopics/replicationFactor",
+            json!(0),
+            Some("spec.internalTopics.replicationFactor"),
+        ),
     ];
     for (what, pointer, value, expected) in rows {
         let spec = with(minimal_flow_json(), pointer, value.clone());
@@ -854,6 +903,16 @@ fn cel_rules_match_validate() {
     same["target"]["alias"] = json!("dc1");
     let err = MirrorFlowSpec::validate_cel(&same, None).unwrap_err();
     assert!(format!("{err:?}").contains("must differ"), "{err:?}");
+    let mut source_rf = minimal_flow_json();
+    source_rf["source"]["replicationFactor"] = json!(3);
+    let err = MirrorFlowSpec::validate_cel(&source_rf, None).unwrap_err();
+    assert!(
+        format!("{err:?}").contains("spec.source.replicationFactor is not used"),
+        "{err:?}"
+    );
+    let mut target_rf = minimal_flow_json();
+    target_rf["target"]["replicationFactor"] = json!(3);
+    assert!(MirrorFlowSpec::validate_cel(&target_rf, None).is_ok());
 
     let cp = |sync: bool, emit: bool| {
         json!({"flowRef": {"name": "f"}, "groups": {"include": [".*"], "exclude": [], "refreshIntervalSeconds": 30},

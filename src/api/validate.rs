@@ -423,6 +423,36 @@ pub fn validate_flow(spec: &MirrorFlowSpec) -> Result<(), ValidationErrors> {
     }
     compile_patterns("spec.topics.include", &spec.topics.include, &mut errs);
     compile_patterns("spec.topics.exclude", &spec.topics.exclude, &mut errs);
+    compile_patterns(
+        "spec.topicConfigs.exclude",
+        &spec.topic_configs.exclude,
+        &mut errs,
+    );
+    if let Some(rf) = spec.source.replication_factor {
+        errs.push(
+            "spec.source.replicationFactor",
+            rf,
+            "is not used: mirrorflow creates no topics on the source; set spec.target.replicationFactor (target topics) or spec.internalTopics.replicationFactor",
+        );
+    }
+    for (field, rf) in [
+        (
+            "spec.target.replicationFactor",
+            spec.target.replication_factor,
+        ),
+        (
+            "spec.internalTopics.replicationFactor",
+            spec.internal_topics.replication_factor,
+        ),
+    ] {
+        if let Some(rf) = rf.filter(|rf| !(1..=i32::from(i16::MAX)).contains(rf)) {
+            errs.push(
+                field,
+                rf,
+                "must be at least 1 (leave it unset for the brokers' default.replication.factor)",
+            );
+        }
+    }
     let r = spec.topics.refresh_interval_seconds;
     if !(1..=3600).contains(&r) {
         errs.push(

@@ -5,7 +5,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use super::error::ErrorCategory;
 use crate::api::status::{
     APPLY_FAILED, CHILD_CONFLICT, CONNECTION_FAILED, DATA_LOSS, INSECURE_TLS, INVALID_SPEC,
-    PROGRESS_MISSING, READY, TOPIC_RESET,
+    PROGRESS_MISSING, READY, TOPIC_RESET, TOPIC_UNWRITABLE,
 };
 use crate::api::{MirrorFlowStatus, OffsetCheckpointStatus, ResetOutcome};
 
@@ -35,6 +35,8 @@ pub enum EventReason {
     Connection(crate::api::ConnectionProblemReason),
     /// A cluster's TLS is not verified (`tls.insecureSkipVerify`).
     InsecureTls,
+    /// `TopicUnwritable` turned True: a target topic cannot be created or take writes.
+    TopicUnwritable,
 }
 
 impl EventReason {
@@ -52,6 +54,7 @@ impl EventReason {
             Self::ApplyFailed => APPLY_FAILED,
             Self::Connection(r) => r.as_str(),
             Self::InsecureTls => "InsecureTls",
+            Self::TopicUnwritable => "TopicUnwritable",
         }
     }
 }
@@ -131,6 +134,9 @@ pub fn flow_events(prev: Option<&MirrorFlowStatus>, next: &MirrorFlowStatus) -> 
     }
     if let Some(c) = newly_true(&prev.conditions, &next.conditions, INSECURE_TLS) {
         out.push(warn(EventReason::InsecureTls, c));
+    }
+    if let Some(c) = newly_true(&prev.conditions, &next.conditions, TOPIC_UNWRITABLE) {
+        out.push(warn(EventReason::TopicUnwritable, c));
     }
     if let Some(r) = &next.last_applied_reset {
         // A new id, or a failed one that was retried to another outcome.
@@ -342,6 +348,15 @@ mod connection_tests {
                 None,
                 now,
             ),
+            condition(
+                &[],
+                TOPIC_UNWRITABLE,
+                "True",
+                "TargetTopicsUnwritable",
+                "topic dc1.orders has replication factor 1 but min.insync.replicas=2".into(),
+                None,
+                now,
+            ),
         ]);
         let ev: Vec<(EventSeverity, &str)> = flow_events(None, &failed)
             .iter()
@@ -351,7 +366,8 @@ mod connection_tests {
             ev,
             vec![
                 (EventSeverity::Warning, "AuthenticationFailed"),
-                (EventSeverity::Warning, "InsecureTls")
+                (EventSeverity::Warning, "InsecureTls"),
+                (EventSeverity::Warning, "TopicUnwritable")
             ]
         );
         assert!(flow_events(Some(&failed), &failed).is_empty(), "no repeat");

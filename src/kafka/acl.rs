@@ -254,7 +254,7 @@ fn cstring(what: &str, s: &str) -> Result<CString, String> {
 /// # Safety
 /// `rk` must be a live client handle; `submit` must enqueue exactly one request on the
 /// queue it is given, with the options it is given.
-unsafe fn request(
+pub(crate) unsafe fn request(
     rk: *mut rd::rd_kafka_t,
     op: rd::rd_kafka_admin_op_t,
     timeout: Duration,

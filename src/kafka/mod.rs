@@ -8,6 +8,7 @@ mod ffi;
 pub mod health;
 pub mod naming;
 pub mod secrets;
+pub mod topic_config;
 pub mod topic_id;
 pub mod wire;
 

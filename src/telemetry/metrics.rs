@@ -14,6 +14,8 @@
 //! | `partitions_failed` | — | owned partitions stopped by a failure |
 //! | `paused` | — | 1 while `spec.paused` is set |
 //! | `ready` | — | 1 once replication runs |
+//! | `topic_config_changes_total` | op (set, delete) | config changes applied to target topics the flow created (`syncTopicConfigs`) |
+//! | `topics_unwritable` | — | target topics this worker cannot write to: creation refused, or replication factor below `min.insync.replicas` |
 
 use prometheus::{
     Gauge, GaugeVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
@@ -93,6 +95,10 @@ pub struct WorkerMetrics {
     pub paused: IntGauge,
     /// `ready`.
     pub ready: Gauge,
+    /// `topic_config_changes_total{op}`.
+    pub topic_config_changes: IntCounterVec,
+    /// `topics_unwritable`.
+    pub topics_unwritable: IntGauge,
 }
 
 impl WorkerMetrics {
@@ -145,6 +151,17 @@ impl WorkerMetrics {
         ))?;
         let paused = IntGauge::with_opts(opts("paused", "1 while spec.paused is set"))?;
         let ready = Gauge::with_opts(opts("ready", "1 once replication runs"))?;
+        let topic_config_changes = IntCounterVec::new(
+            opts(
+                "topic_config_changes_total",
+                "Config changes applied to target topics the flow created, by operation (set, delete)",
+            ),
+            &["op"],
+        )?;
+        let topics_unwritable = IntGauge::with_opts(opts(
+            "topics_unwritable",
+            "Target topics this worker cannot write to: creation refused, or replication factor below min.insync.replicas",
+        ))?;
         registry.register(Box::new(records.clone()))?;
         registry.register(Box::new(bytes.clone()))?;
         registry.register(Box::new(lag_records.clone()))?;
@@ -157,6 +174,8 @@ impl WorkerMetrics {
         registry.register(Box::new(partitions_failed.clone()))?;
         registry.register(Box::new(paused.clone()))?;
         registry.register(Box::new(ready.clone()))?;
+        registry.register(Box::new(topic_config_changes.clone()))?;
+        registry.register(Box::new(topics_unwritable.clone()))?;
         // Zero series from the start, so rate() and alerts work before the first event.
         for kind in ErrorKind::ALL {
             errors.with_label_values(&[kind.as_str()]);
@@ -166,6 +185,9 @@ impl WorkerMetrics {
         }
         for outcome in ["committed", "retried"] {
             batches.with_label_values(&[outcome]);
+        }
+        for op in ["set", "delete"] {
+            topic_config_changes.with_label_values(&[op]);
         }
         Ok(Self {
             registry,
@@ -181,12 +203,19 @@ impl WorkerMetrics {
             partitions_failed,
             paused,
             ready,
+            topic_config_changes,
+            topics_unwritable,
         })
     }
 
     /// Counts an error.
     pub fn error(&self, kind: ErrorKind) {
         self.errors.with_label_values(&[kind.as_str()]).inc();
+    }
+
+    /// Counts a config change applied to a target topic (`op`: set, delete).
+    pub fn topic_config_change(&self, op: &str) {
+        self.topic_config_changes.with_label_values(&[op]).inc();
     }
 
     /// Drops the per-partition series of a partition this worker no longer owns.
@@ -229,6 +258,7 @@ mod tests {
             "mirrorflow_worker_errors_total{kind=\"record_rejected\"} 1",
             "mirrorflow_worker_errors_total{kind=\"fatal\"} 0",
             "mirrorflow_worker_transactions_total{outcome=\"abort\"} 0",
+            "mirrorflow_worker_topic_config_changes_total{op=\"delete\"} 0",
         ] {
             assert!(text.contains(needle), "missing {needle} in\n{text}");
         }

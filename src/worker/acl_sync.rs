@@ -250,6 +250,8 @@ pub struct KafkaStore {
     producer: BaseProducer,
     timeout: Duration,
     ensured: bool,
+    /// `spec.internalTopics.replicationFactor`.
+    pub replication_factor: Option<i32>,
 }
 
 impl KafkaStore {
@@ -266,6 +268,7 @@ impl KafkaStore {
             topic: topic.to_string(),
             timeout,
             ensured: false,
+            replication_factor: None,
         })
     }
 
@@ -275,6 +278,7 @@ impl KafkaStore {
             futures::executor::block_on(ensure_checkpoints_topic(
                 &self.config,
                 &self.topic,
+                self.replication_factor,
                 self.timeout,
             ))?;
             self.ensured = true;
@@ -466,6 +470,7 @@ impl AclSyncRunner {
             let r = (|| {
                 let clusters = KafkaClusters::new(&source, &target, &health, REQUEST_TIMEOUT)?;
                 let mut store = KafkaStore::new(&target, &topic, REQUEST_TIMEOUT)?;
+                store.replication_factor = spec.internal_topics.replication_factor;
                 sync_once(&spec, &clusters, &mut store, &mut taken)
             })();
             (r, taken)

@@ -610,6 +610,36 @@ pub fn fold_flow_status(obs: &FlowObservation<'_>) -> MirrorFlowStatus {
     {
         conditions.push(c);
     }
+    // Like ConnectionFailed: shown once it was True. Only fresh entries count.
+    let unwritable: BTreeSet<&String> = workers
+        .iter()
+        .zip(&health)
+        .filter(|(_, (_, h))| matches!(h, WorkerHealth::Fresh(_)))
+        .filter_map(|((_, e), _)| *e)
+        .flat_map(|e| e.unwritable_topics.iter())
+        .collect();
+    if !unwritable.is_empty() {
+        let lines: Vec<String> = unwritable.into_iter().cloned().collect();
+        conditions.push(condition(
+            pc,
+            TOPIC_UNWRITABLE,
+            "True",
+            "TargetTopicsUnwritable",
+            list_some(&lines),
+            gen,
+            now,
+        ));
+    } else if had(TOPIC_UNWRITABLE) {
+        conditions.push(condition(
+            pc,
+            TOPIC_UNWRITABLE,
+            "False",
+            "TopicsWritable",
+            String::new(),
+            gen,
+            now,
+        ));
+    }
     // Worker 0 runs the ACL sync; its entry reports it.
     let topic_acls = workers
         .first()

@@ -35,6 +35,9 @@ pub const INVALID_SPEC: &str = "InvalidSpec";
 pub const CONNECTION_FAILED: &str = "ConnectionFailed";
 /// True while a cluster has `tls.insecureSkipVerify` (a warning: test clusters only).
 pub const INSECURE_TLS: &str = "InsecureTls";
+/// True while a worker cannot write to a target topic: the target refused to create it, or
+/// it has fewer replicas than its `min.insync.replicas` (no acks=all write can succeed).
+pub const TOPIC_UNWRITABLE: &str = "TopicUnwritable";
 /// Extra condition type of an OffsetCheckpoint.
 pub const STALE: &str = "Stale";
 

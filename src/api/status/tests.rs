@@ -39,6 +39,7 @@ fn worker(i: i32, state: WorkerState, heartbeat: i64) -> WorkerStatus {
         checkpoints: vec![],
         connection_problems: vec![],
         topic_acls: None,
+        unwritable_topics: vec![],
     }
 }
 
@@ -1173,4 +1174,55 @@ fn retired_workers_table() {
             "{ids:?} with {count} workers"
         );
     }
+}
+
+#[test]
+fn unwritable_topics_condition() {
+    let cond = |st: &MirrorFlowStatus| {
+        st.conditions
+            .iter()
+            .find(|c| c.type_ == TOPIC_UNWRITABLE)
+            .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+    };
+    let why = "topic dc1.orders has replication factor 1 but min.insync.replicas=2: ...";
+    let mut w0 = worker(0, WorkerState::Degraded, 95);
+    w0.unwritable_topics = vec![why.into()];
+    let c = Case {
+        name: "unwritable",
+        flow: with_workers(flow(1), vec![w0.clone()]),
+        invalid: None,
+        sts: Some(sts(1, 1)),
+        draining: None,
+        want: want(("False", "x"), ("False", "x")),
+        summary: "",
+        failed: 0,
+    };
+    let st = fold(&c, t(100));
+    let (s, r, m) = cond(&st).expect("condition");
+    assert_eq!((s.as_str(), r.as_str()), ("True", "TargetTopicsUnwritable"));
+    assert!(m.contains(why), "{m}");
+    // Fixed: False once it was shown; never shown on a flow that never had it.
+    let fixed = Case {
+        flow: {
+            let mut f = with_workers(flow(1), vec![worker(0, WorkerState::Running, 95)]);
+            f.status.as_mut().unwrap().conditions = st.conditions.clone();
+            f
+        },
+        ..c
+    };
+    let after = fold(&fixed, t(100));
+    assert_eq!(cond(&after).map(|c| c.1).as_deref(), Some("TopicsWritable"));
+    let never = Case {
+        flow: with_workers(flow(1), vec![worker(0, WorkerState::Running, 95)]),
+        ..fixed
+    };
+    assert_eq!(cond(&fold(&never, t(100))), None);
+    // A stale entry's report does not count.
+    let mut stale = w0;
+    stale.last_heartbeat_time = Some(Time(t(0)));
+    let c = Case {
+        flow: with_workers(flow(1), vec![stale]),
+        ..never
+    };
+    assert_eq!(cond(&fold(&c, t(100))), None);
 }

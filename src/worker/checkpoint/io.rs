@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
@@ -17,6 +17,7 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 
 use crate::kafka::wire;
+use crate::worker::replicate::io::replication;
 
 /// How often a tail re-reads metadata to find new partitions of its topic.
 const METADATA_REFRESH: Duration = Duration::from_secs(60);
@@ -179,18 +180,20 @@ pub fn header<'a>(msg: &'a BorrowedMessage<'_>, name: &str) -> Option<&'a [u8]> 
         .and_then(|h| h.value)
 }
 
-/// Creates the checkpoints topic (1 partition, compacted, the broker's default replication
-/// factor) unless it exists. Returns whether it was created.
+/// Creates the checkpoints topic (1 partition, compacted) with `replication_factor`
+/// (`spec.internalTopics.replicationFactor`; `None`: the broker's default) unless it exists.
+/// Returns whether it was created.
 pub async fn ensure_checkpoints_topic(
     config: &ClientConfig,
     topic: &str,
+    replication_factor: Option<i32>,
     timeout: Duration,
 ) -> Result<bool, String> {
     let admin: AdminClient<DefaultClientContext> = config
         .create()
         .map_err(|e| format!("target cluster: create admin client: {e}"))?;
     let new_topic =
-        NewTopic::new(topic, 1, TopicReplication::Fixed(-1)).set("cleanup.policy", "compact");
+        NewTopic::new(topic, 1, replication(replication_factor)).set("cleanup.policy", "compact");
     let options = AdminOptions::new()
         .request_timeout(Some(timeout))
         .operation_timeout(Some(timeout));
@@ -201,7 +204,12 @@ pub async fn ensure_checkpoints_topic(
     match results.into_iter().next() {
         Some(Ok(_)) => Ok(true),
         Some(Err((_, RDKafkaErrorCode::TopicAlreadyExists))) => Ok(false),
-        Some(Err((name, code))) => Err(format!("target cluster: create topic {name}: {code}")),
+        Some(Err((name, code))) => {
+            let rf = replication_factor.map_or("the brokers' default".into(), |rf| rf.to_string());
+            Err(format!(
+                "target cluster: create topic {name} (replication factor {rf}): {code}"
+            ))
+        }
         None => Err(format!("target cluster: create topic {topic}: no answer")),
     }
 }

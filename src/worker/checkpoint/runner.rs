@@ -396,7 +396,10 @@ impl CheckpointRunner {
             REQUEST_TIMEOUT,
         )?);
         let checkpoints_topic = checkpoints_topic(&self.flow);
-        if io::ensure_checkpoints_topic(&self.target, &checkpoints_topic, REQUEST_TIMEOUT).await? {
+        let rf = self.flow.internal_topics.replication_factor;
+        if io::ensure_checkpoints_topic(&self.target, &checkpoints_topic, rf, REQUEST_TIMEOUT)
+            .await?
+        {
             tracing::info!(topic = %checkpoints_topic, "created the checkpoints topic");
         }
         let in_force = reload(&self.target, &checkpoints_topic).await?;

@@ -17,9 +17,13 @@ use tracing::{debug, info, warn};
 
 use super::assign::is_owned;
 use super::clients::Clients;
+use super::created::{created_by_flow, created_topics_store, CreatedTopic, CreatedTopics};
 use super::io::{self, Admin, MetaClient};
 use super::partitions::{start_position, Partition, PartitionTable, Start, Taken};
-use super::select::{target_topic_action, TargetTopicAction, TopicDecision, TopicFilter};
+use super::select::{
+    config_changes, target_topic_action, unwritable, ConfigExclusions, TargetTopicAction,
+    TopicDecision, TopicFilter,
+};
 use super::settings::EngineSettings;
 use super::status::PartitionState;
 use super::validate::{check_observation, confirm_with_fetch, CheckOutcome, TopicIds};
@@ -58,6 +62,13 @@ pub struct RefreshInput {
     pub filter: TopicFilter,
     /// `spec.syncTopicConfigs`.
     pub sync_topic_configs: bool,
+    /// MM2's config exclusions plus `spec.topicConfigs.exclude` (an error for a pattern
+    /// that does not compile, which a validated spec never has).
+    pub config_exclusions: Result<ConfigExclusions, String>,
+    /// `spec.target.replicationFactor`.
+    pub replication_factor: Option<i32>,
+    /// `spec.internalTopics.replicationFactor`.
+    pub internal_replication_factor: Option<i32>,
     /// `spec.startFrom`.
     pub start_from: StartFrom,
     /// `spec.offsetValidation.enabled`.
@@ -82,6 +93,9 @@ pub fn snapshot(
         first: !table.refreshed_once(),
         filter: filter.clone(),
         sync_topic_configs: spec.sync_topic_configs,
+        config_exclusions: ConfigExclusions::new(spec),
+        replication_factor: spec.target.replication_factor,
+        internal_replication_factor: spec.internal_topics.replication_factor,
         start_from: spec.start_from,
         validation: spec.offset_validation.enabled,
     }
@@ -129,6 +143,11 @@ pub struct RefreshPlan {
     pub marks: BTreeMap<TopicPartitionRef, (i64, i64)>,
     /// Validation of every partition with a position.
     pub checks: Vec<Check>,
+    /// Target topics this worker cannot write to, with why: those it could not create or
+    /// grow, and those the flow created (of the source topics whose partition 0 it owns)
+    /// with fewer replicas than their `min.insync.replicas`; `None` when they could not be
+    /// checked (the last answer stands).
+    pub unwritable: Option<BTreeMap<String, String>>,
     /// How long the refresh took.
     pub elapsed: Duration,
 }
@@ -369,6 +388,12 @@ pub struct Discovery {
     pub stored: Arc<HashMap<(String, i32), Progress>>,
     pub topic_ids: TopicIds,
     pub metrics: WorkerMetrics,
+    /// The target's client config (for the created-topics store).
+    pub target_config: rdkafka::ClientConfig,
+    /// The created-topics store's topic, and the store once opened (taken by the refresh
+    /// that uses it; refreshes never overlap).
+    pub store_topic: String,
+    pub created: Arc<std::sync::Mutex<Option<CreatedTopics>>>,
 }
 
 impl Discovery {
@@ -399,6 +424,9 @@ impl Discovery {
             stored: Arc::default(),
             topic_ids,
             metrics: metrics.clone(),
+            target_config: clients.target_props.to_client_config(),
+            store_topic: created_topics_store(&settings.namespace, &settings.flow_name),
+            created: Arc::default(),
         }
     }
 
@@ -415,18 +443,45 @@ impl Discovery {
         };
         let wanted = wanted_topics(&source, &input.filter, self.owner);
         plan.wanted = Some(wanted.clone());
-        let Some(target) = self
-            .list(&self.target_meta, "target", &self.target_alias)
-            .await
-        else {
-            return plan;
+        let target_rf = match io::list_topics_with_replicas(&self.target_meta, timeout).await {
+            Ok(t) => t,
+            Err(e) => {
+                self.metrics.error(ErrorKind::TopicSync);
+                warn!("target cluster {}: {e}", self.target_alias);
+                return plan;
+            }
         };
+        let target = target_rf
+            .iter()
+            .map(|(t, (n, _))| (t.clone(), *n))
+            .collect();
         plan.targets_listed = true;
+        // Target topics that cannot be created or grown are reported with the ones that
+        // cannot take writes: either way no record reaches them.
+        let mut refused = BTreeMap::new();
         for (topic, t, n, action) in target_actions(&wanted, &target) {
-            if self.prepare_target(&topic, &t, n, action, &input).await {
-                plan.ready.insert(t);
+            match self.prepare_target(&topic, &t, n, action, &input).await {
+                Ok(()) => {
+                    plan.ready.insert(t);
+                }
+                Err(e) => {
+                    self.metrics.error(ErrorKind::TopicSync);
+                    warn!("target cluster {}: {e}", self.target_alias);
+                    refused.insert(t, format!("target cluster {}: {e}", self.target_alias));
+                }
             }
         }
+        plan.unwritable = match self
+            .sync_created(&wanted, &target_rf, &plan.ready, &input)
+            .await
+        {
+            Some(mut m) => {
+                m.extend(refused);
+                Some(m)
+            }
+            None if !refused.is_empty() => Some(refused),
+            None => None,
+        };
         let owned = owned_partitions(&wanted, self.owner);
         let marks = match io::watermarks(
             &self.source_meta,
@@ -531,7 +586,7 @@ impl Discovery {
         }
     }
 
-    /// Creates or grows a target topic; true when it is ready.
+    /// Creates or grows a target topic: `Ok` when it is ready, else why not (reported).
     async fn prepare_target(
         &self,
         topic: &str,
@@ -539,30 +594,31 @@ impl Discovery {
         partitions: i32,
         action: TargetTopicAction,
         input: &RefreshInput,
-    ) -> bool {
+    ) -> Result<(), String> {
         let timeout = self.io_timeout;
-        let failed = |e: &str| {
-            self.metrics.error(ErrorKind::TopicSync);
-            warn!("{e}");
-            false
-        };
         match action {
-            TargetTopicAction::Ready => true,
+            TargetTopicAction::Ready => Ok(()),
             TargetTopicAction::Grow { from, to } => {
                 match io::add_partitions(&self.target_admin, target, to, timeout).await {
                     Ok(()) => {
                         info!(topic = %target, from, to, "grew target topic");
-                        true
+                        Ok(())
                     }
-                    Err(e) => failed(&e),
+                    Err(e) => Err(e),
                 }
             }
             TargetTopicAction::Create => {
                 let configs = if input.sync_topic_configs {
-                    match io::syncable_topic_configs(&self.source_admin, topic, timeout).await {
+                    let exclusions = match &input.config_exclusions {
+                        Ok(x) => x,
+                        Err(e) => return Err(format!("not creating target topic {target}: {e}")),
+                    };
+                    match io::syncable_topic_configs(&self.source_admin, topic, exclusions, timeout)
+                        .await
+                    {
                         Ok(c) => c,
                         Err(e) => {
-                            return failed(&format!(
+                            return Err(format!(
                                 "not creating target topic {target} yet (spec.syncTopicConfigs is true): {e}"
                             ))
                         }
@@ -570,16 +626,243 @@ impl Discovery {
                 } else {
                     Vec::new()
                 };
-                match io::create_topic(&self.target_admin, target, partitions, &configs, timeout)
-                    .await
+                let rf = input.replication_factor;
+                match io::create_topic(
+                    &self.target_admin,
+                    target,
+                    partitions,
+                    rf,
+                    &configs,
+                    timeout,
+                )
+                .await
                 {
                     Ok(created) => {
                         if created {
-                            info!(topic = %target, partitions, ?configs, "created target topic");
+                            info!(topic = %target, partitions, replication_factor = ?rf, ?configs, "created target topic");
+                            if let Err(e) = self.record_created(target, input).await {
+                                self.metrics.error(ErrorKind::TopicSync);
+                                warn!("target topic {target} was created but could not be recorded as the flow's ({e}); its configs are not re-synced");
+                            }
                         }
-                        true
+                        Ok(())
                     }
-                    Err(e) => failed(&e),
+                    Err(e) => Err(e),
+                }
+            }
+        }
+    }
+
+    /// Records that the flow created `target` in the created-topics store (creating the
+    /// store first), with the topic's id. Without an id answer nothing is recorded: a
+    /// record without one would match any topic of that name.
+    async fn record_created(&self, target: &str, input: &RefreshInput) -> Result<(), String> {
+        let timeout = self.io_timeout;
+        let mut ids = io::topic_ids(&self.target_admin, vec![target.to_string()], timeout).await?;
+        let topic_id = ids
+            .remove(target)
+            .unwrap_or_else(|| Err("no answer".to_string()))
+            .map_err(|e| format!("topic id of {target}: {e}"))?;
+        let mut store = self.take_store()?;
+        if !store.exists {
+            let existing = io::list_topics(&self.target_meta, timeout).await;
+            if !existing?.contains_key(&self.store_topic) {
+                let configs = io::internal_topic_configs();
+                let rf = input.internal_replication_factor;
+                let store_topic = &self.store_topic;
+                // Created or created meanwhile by another worker: either way it exists.
+                io::create_topic(&self.target_admin, store_topic, 1, rf, &configs, timeout)
+                    .await
+                    .map_err(|e| format!("cannot create internal topic {store_topic}: {e}"))?;
+            }
+            store.exists = true;
+        }
+        let target = target.to_string();
+        let (store, r) = crate::kafka::blocking(move || {
+            let r = store.record(&target, CreatedTopic { topic_id });
+            (store, r)
+        })
+        .await?;
+        self.put_store(store);
+        r
+    }
+
+    /// The store, opened on first use.
+    fn take_store(&self) -> Result<CreatedTopics, String> {
+        let taken = self.created.lock().map_err(|e| e.to_string())?.take();
+        match taken {
+            Some(s) => Ok(s),
+            None => CreatedTopics::new(&self.target_config, &self.store_topic, self.io_timeout),
+        }
+    }
+
+    fn put_store(&self, store: CreatedTopics) {
+        if let Ok(mut g) = self.created.lock() {
+            *g = Some(store);
+        }
+    }
+
+    /// What the store holds now (read on from where the last refresh stopped).
+    async fn created_topics(&self) -> Result<BTreeMap<String, CreatedTopic>, String> {
+        let store = self.take_store()?;
+        let (store, r) = crate::kafka::blocking(move || {
+            let mut store = store;
+            let r = store.catch_up().cloned();
+            (store, r)
+        })
+        .await?;
+        self.put_store(store);
+        r
+    }
+
+    /// For the ready target topics this flow created, of the source topics whose partition
+    /// 0 this worker owns (one worker per topic): re-syncs their configs from the source
+    /// (`syncTopicConfigs`), and checks that they can take writes. Returns the topics that
+    /// cannot; `None` when the check could not run.
+    async fn sync_created(
+        &self,
+        wanted: &BTreeMap<String, (i32, String)>,
+        target_rf: &BTreeMap<String, (i32, i32)>,
+        ready: &BTreeSet<String>,
+        input: &RefreshInput,
+    ) -> Option<BTreeMap<String, String>> {
+        let timeout = self.io_timeout;
+        let fail = |e: String| {
+            self.metrics.error(ErrorKind::TopicSync);
+            warn!("target cluster {}: {e}", self.target_alias);
+            None
+        };
+        let mine: Vec<(&String, &String)> = wanted
+            .iter()
+            .filter(|(s, (_, t))| self.owner.owns(s, 0) && ready.contains(t))
+            .map(|(s, (_, t))| (s, t))
+            .collect();
+        if mine.is_empty() {
+            return Some(BTreeMap::new());
+        }
+        let known = match self.created_topics().await {
+            Ok(k) => k,
+            Err(e) => return fail(e),
+        };
+        let recorded: Vec<(&String, &String)> = mine
+            .into_iter()
+            .filter(|(_, t)| known.contains_key(*t))
+            .collect();
+        let with_id: Vec<String> = recorded
+            .iter()
+            .filter(|(_, t)| known.get(*t).is_some_and(|c| c.topic_id.is_some()))
+            .map(|(_, t)| (*t).clone())
+            .collect();
+        let ids = if with_id.is_empty() {
+            BTreeMap::new()
+        } else {
+            match io::topic_ids(&self.target_admin, with_id, timeout).await {
+                Ok(ids) => ids,
+                Err(e) => return fail(format!("topic ids: {e}")),
+            }
+        };
+        let ours: Vec<(String, String)> = recorded
+            .into_iter()
+            .filter(|(_, t)| {
+                let now = ids.get(*t).and_then(|r| r.as_ref().ok()).cloned().flatten();
+                created_by_flow(known.get(*t), now.as_deref())
+            })
+            .map(|(s, t)| (s.clone(), t.clone()))
+            .collect();
+        if ours.is_empty() {
+            return Some(BTreeMap::new());
+        }
+        let targets: Vec<String> = ours.iter().map(|(_, t)| t.clone()).collect();
+        let target_configs =
+            match io::describe_topic_configs(&self.target_admin, &targets, timeout).await {
+                Ok(c) => c,
+                Err(e) => return fail(e),
+            };
+        let mut problems = BTreeMap::new();
+        for t in &targets {
+            let Some(Ok(entries)) = target_configs.get(t) else {
+                continue;
+            };
+            let min_insync = io::min_insync_replicas(entries);
+            let Some((_, rf)) = target_rf.get(t) else {
+                continue;
+            };
+            if let Some(why) = unwritable(t, *rf, min_insync) {
+                let hint = "spec.target.replicationFactor sets it for new target topics";
+                problems.insert(t.clone(), format!("{why} ({hint})"));
+            }
+        }
+        if input.sync_topic_configs {
+            self.resync_configs(&ours, &target_configs, input).await;
+        }
+        Some(problems)
+    }
+
+    /// Makes the configs of the target topics `ours` (`(source, target)`) match their
+    /// source topics' ([`config_changes`]); counts each change applied.
+    async fn resync_configs(
+        &self,
+        ours: &[(String, String)],
+        target_configs: &BTreeMap<String, Result<Vec<super::select::ConfigEntry>, String>>,
+        input: &RefreshInput,
+    ) {
+        let timeout = self.io_timeout;
+        let exclusions = match &input.config_exclusions {
+            Ok(x) => x,
+            Err(e) => {
+                warn!("topic configs not synced: {e}");
+                return;
+            }
+        };
+        let sources: Vec<String> = ours.iter().map(|(s, _)| s.clone()).collect();
+        let source_configs =
+            match io::describe_topic_configs(&self.source_admin, &sources, timeout).await {
+                Ok(c) => c,
+                Err(e) => {
+                    self.metrics.error(ErrorKind::TopicSync);
+                    warn!("source cluster {}: {e}", self.source_alias);
+                    return;
+                }
+            };
+        let mut changes = Vec::new();
+        for (s, t) in ours {
+            match (source_configs.get(s), target_configs.get(t)) {
+                (Some(Ok(src)), Some(Ok(dst))) => {
+                    let c = config_changes(src, dst, exclusions);
+                    if !c.is_empty() {
+                        changes.push((t.clone(), c));
+                    }
+                }
+                (Some(Err(e)), _) | (_, Some(Err(e))) => {
+                    self.metrics.error(ErrorKind::TopicSync);
+                    warn!("{e}");
+                }
+                _ => {}
+            }
+        }
+        if changes.is_empty() {
+            return;
+        }
+        let results =
+            match io::alter_topic_configs(&self.target_admin, changes.clone(), timeout).await {
+                Ok(r) => r,
+                Err(e) => {
+                    self.metrics.error(ErrorKind::TopicSync);
+                    warn!("target cluster {}: {e}", self.target_alias);
+                    return;
+                }
+            };
+        for ((t, c), r) in changes.iter().zip(results) {
+            match r {
+                Ok(()) => {
+                    for change in c {
+                        self.metrics.topic_config_change(change.op());
+                    }
+                    info!(topic = %t, changes = ?c, "synced target topic configs");
+                }
+                Err(e) => {
+                    self.metrics.error(ErrorKind::TopicSync);
+                    warn!("target cluster {}: {e}", self.target_alias);
                 }
             }
         }

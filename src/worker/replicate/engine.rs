@@ -89,6 +89,8 @@ pub struct Engine {
     waiting: Option<Instant>,
     /// Why the worker is stalled, once `waiting` passed `Tuning::stall_after`.
     stalled: Option<String>,
+    /// Target topics that cannot take a write (from the last refresh that could check).
+    unwritable: Vec<String>,
     /// Rotation versions of the clusters' mounted Secrets (see [`Engine::watch_secrets`]).
     secrets: Option<FlowSecrets>,
 }
@@ -147,6 +149,7 @@ impl Engine {
             failures_total,
             waiting: None,
             stalled: None,
+            unwritable: Vec::new(),
             secrets: None,
             settings,
         })
@@ -395,8 +398,15 @@ impl Engine {
             ];
             let c = &self.clients;
             let alias = &self.spec.target.alias;
-            let r =
-                io::ensure_compacted(&c.target_meta, &c.target_admin, &internal, alias, timeout);
+            let rf = self.spec.internal_topics.replication_factor;
+            let r = io::ensure_compacted(
+                &c.target_meta,
+                &c.target_admin,
+                &internal,
+                alias,
+                rf,
+                timeout,
+            );
             if let Err(e) = r.await {
                 self.start_problem(e);
                 return Ok(false);

@@ -17,7 +17,9 @@ use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Message, Offset, TopicPartitionList};
 
-use super::select::{should_sync_config, ConfigOrigin};
+use super::select::{
+    syncable_configs, unwritable, ConfigChange, ConfigEntry, ConfigExclusions, ConfigOrigin,
+};
 use crate::kafka::config::ClientProperties;
 use crate::kafka::context::LogContext;
 use crate::kafka::wire::Progress;
@@ -60,19 +62,34 @@ pub async fn list_topics(
     client: &MetaClient,
     timeout: Duration,
 ) -> Result<BTreeMap<String, i32>, String> {
+    Ok(list_topics_with_replicas(client, timeout)
+        .await?
+        .into_iter()
+        .map(|(t, (n, _))| (t, n))
+        .collect())
+}
+
+/// Topic name → (partition count, replication factor: the fewest replicas any partition
+/// lists), as metadata lists them (topics in error are left out).
+pub async fn list_topics_with_replicas(
+    client: &MetaClient,
+    timeout: Duration,
+) -> Result<BTreeMap<String, (i32, i32)>, String> {
     let client = client.clone();
     blocking(move || {
         let md = client
             .fetch_metadata(None, timeout)
             .map_err(|e| format!("fetch metadata: {e}"))?;
+        let n = |v: usize| i32::try_from(v).unwrap_or(i32::MAX);
         Ok(md
             .topics()
             .iter()
             .filter(|t| t.error().is_none())
             .map(|t| {
+                let rf = t.partitions().iter().map(|p| n(p.replicas().len())).min();
                 (
                     t.name().to_string(),
-                    i32::try_from(t.partitions().len()).unwrap_or(i32::MAX),
+                    (n(t.partitions().len()), rf.unwrap_or(0)),
                 )
             })
             .collect())
@@ -236,47 +253,91 @@ pub async fn topic_ids(
     blocking(move || crate::kafka::topic_id::describe_topic_ids(&admin, &topics, timeout)).await
 }
 
-/// Non-default, syncable configs of a source topic (see [`should_sync_config`]).
-pub async fn syncable_topic_configs(
+/// The configs of `topics` (one DescribeConfigs request): per topic its entries or the
+/// broker's error. The outer error means the request failed as a whole.
+pub async fn describe_topic_configs(
     admin: &Admin,
-    topic: &str,
+    topics: &[String],
     timeout: Duration,
-) -> Result<Vec<(String, String)>, String> {
-    let results = admin
-        .describe_configs([&ResourceSpecifier::Topic(topic)], &admin_options(timeout))
-        .await
-        .map_err(|e| format!("describe configs of topic {topic}: {e}"))?;
-    let mut out = Vec::new();
-    for r in results {
-        let resource = r.map_err(|code| format!("describe configs of topic {topic}: {code}"))?;
-        for e in resource.entries {
-            let origin = match e.source {
-                ConfigSource::DynamicTopic => ConfigOrigin::TopicOverride,
-                ConfigSource::Unknown => ConfigOrigin::Unknown,
-                _ => ConfigOrigin::Default,
-            };
-            if let Some(value) = e.value {
-                if should_sync_config(&e.name, origin, e.is_default, e.is_sensitive) {
-                    out.push((e.name, value));
-                }
-            }
-        }
+) -> Result<BTreeMap<String, Result<Vec<ConfigEntry>, String>>, String> {
+    if topics.is_empty() {
+        return Ok(BTreeMap::new());
     }
-    out.sort();
+    let specs: Vec<ResourceSpecifier<'_>> =
+        topics.iter().map(|t| ResourceSpecifier::Topic(t)).collect();
+    let results = admin
+        .describe_configs(&specs, &admin_options(timeout))
+        .await
+        .map_err(|e| format!("describe configs of {} topic(s): {e}", topics.len()))?;
+    let mut out = BTreeMap::new();
+    for (topic, r) in topics.iter().zip(results) {
+        let entries = r
+            .map_err(|code| format!("describe configs of topic {topic}: {code}"))
+            .map(|resource| {
+                resource
+                    .entries
+                    .into_iter()
+                    .map(|e| ConfigEntry {
+                        origin: match e.source {
+                            ConfigSource::DynamicTopic => ConfigOrigin::TopicOverride,
+                            ConfigSource::Unknown => ConfigOrigin::Unknown,
+                            _ => ConfigOrigin::Default,
+                        },
+                        name: e.name,
+                        value: e.value,
+                        is_default: e.is_default,
+                        is_sensitive: e.is_sensitive,
+                    })
+                    .collect()
+            });
+        out.insert(topic.clone(), entries);
+    }
     Ok(out)
 }
 
-/// Creates `topic` with `partitions` partitions, the broker's default replication factor
-/// and `configs`: `Ok(true)` if created, `Ok(false)` if it already existed (another worker
-/// may have won, or the metadata that said it was missing was stale).
+/// The syncable configs of a source topic (see [`syncable_configs`]).
+pub async fn syncable_topic_configs(
+    admin: &Admin,
+    topic: &str,
+    exclusions: &ConfigExclusions,
+    timeout: Duration,
+) -> Result<Vec<(String, String)>, String> {
+    let mut all = describe_topic_configs(admin, &[topic.to_string()], timeout).await?;
+    let entries = all
+        .remove(topic)
+        .unwrap_or_else(|| Err(format!("describe configs of topic {topic}: no answer")))?;
+    Ok(syncable_configs(&entries, exclusions))
+}
+
+/// Applies config changes to target topics (IncrementalAlterConfigs); one result per topic.
+pub async fn alter_topic_configs(
+    admin: &Arc<Admin>,
+    changes: Vec<(String, Vec<ConfigChange>)>,
+    timeout: Duration,
+) -> Result<Vec<Result<(), String>>, String> {
+    let admin = admin.clone();
+    blocking(move || crate::kafka::topic_config::alter_topic_configs(&admin, &changes, timeout))
+        .await
+}
+
+/// The replication factor to ask CreateTopics for: the spec's, or -1 (the brokers'
+/// `default.replication.factor`).
+pub fn replication(factor: Option<i32>) -> TopicReplication<'static> {
+    TopicReplication::Fixed(factor.unwrap_or(-1))
+}
+
+/// Creates `topic` with `partitions` partitions, `replication_factor` (`None`: the broker's
+/// default) and `configs`: `Ok(true)` if created, `Ok(false)` if it already existed (another
+/// worker may have won, or the metadata that said it was missing was stale).
 pub async fn create_topic(
     admin: &Admin,
     topic: &str,
     partitions: i32,
+    replication_factor: Option<i32>,
     configs: &[(String, String)],
     timeout: Duration,
 ) -> Result<bool, String> {
-    let mut new_topic = NewTopic::new(topic, partitions, TopicReplication::Fixed(-1));
+    let mut new_topic = NewTopic::new(topic, partitions, replication(replication_factor));
     for (k, v) in configs {
         new_topic = new_topic.set(k, v);
     }
@@ -290,9 +351,11 @@ pub async fn create_topic(
             Ok(_) => {}
             Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => created = false,
             Err((name, code)) => {
+                let rf = replication_factor
+                    .map_or("the brokers' default".to_string(), |rf| rf.to_string());
                 return Err(format!(
-                    "create topic {name} ({partitions} partitions, configs {configs:?}): {code}"
-                ))
+                    "create topic {name} ({partitions} partitions, replication factor {rf}, configs {configs:?}): {code}"
+                ));
             }
         }
     }
@@ -310,19 +373,23 @@ pub fn internal_topic_configs() -> Vec<(String, String)> {
 }
 
 /// Creates the compacted one-partition `topics` missing on the cluster `alias` (internal
-/// topics: progress, offset syncs); the error says which one and why.
+/// topics: progress, offset syncs) with `replication_factor` (`spec.internalTopics`; `None`:
+/// the broker's default), and checks that each can take writes (replicas against its
+/// `min.insync.replicas`, [`unwritable`]); the error says which one and why.
 pub async fn ensure_compacted(
     meta: &MetaClient,
     admin: &Admin,
     topics: &[String],
     alias: &str,
+    replication_factor: Option<i32>,
     timeout: Duration,
 ) -> Result<(), String> {
-    let existing = list_topics(meta, timeout)
+    let existing = list_topics_with_replicas(meta, timeout)
         .await
         .map_err(|e| format!("target cluster {alias}: {e}"))?;
     for topic in topics.iter().filter(|t| !existing.contains_key(*t)) {
-        let created = create_topic(admin, topic, 1, &internal_topic_configs(), timeout)
+        let configs = internal_topic_configs();
+        let created = create_topic(admin, topic, 1, replication_factor, &configs, timeout)
             .await
             .map_err(|e| {
                 format!("cannot create internal topic {topic} on target cluster {alias}: {e}")
@@ -337,7 +404,42 @@ pub async fn ensure_compacted(
         }
         tracing::info!(topic, "created internal topic on the target");
     }
+    // Every write to them is acks=all: a topic with fewer replicas than its
+    // min.insync.replicas would fail each one (NOT_ENOUGH_REPLICAS) without saying why.
+    let replicas = list_topics_with_replicas(meta, timeout)
+        .await
+        .map_err(|e| format!("target cluster {alias}: {e}"))?;
+    // A broker that cannot describe configs (librdkafka's mock cluster) is not checked: the
+    // check explains a failure, it is not needed to replicate.
+    let configs = describe_topic_configs(admin, topics, timeout)
+        .await
+        .unwrap_or_else(|e| {
+            tracing::warn!("target cluster {alias}: not checking the internal topics' min.insync.replicas: {e}");
+            BTreeMap::new()
+        });
+    for topic in topics {
+        let Some(Ok(entries)) = configs.get(topic) else {
+            continue;
+        };
+        let min_insync = min_insync_replicas(entries);
+        if let Some((_, rf)) = replicas.get(topic) {
+            if let Some(why) = unwritable(topic, *rf, min_insync) {
+                return Err(format!(
+                    "internal topic on target cluster {alias}: {why} (spec.internalTopics.replicationFactor sets it for new internal topics)"
+                ));
+            }
+        }
+    }
     Ok(())
+}
+
+/// The `min.insync.replicas` a DescribeConfigs answer shows (the topic's own or the
+/// broker's), if any.
+pub fn min_insync_replicas(entries: &[ConfigEntry]) -> Option<i32> {
+    entries
+        .iter()
+        .find(|e| e.name == "min.insync.replicas")
+        .and_then(|e| e.value.as_deref()?.parse().ok())
 }
 
 /// Grows `topic` to `partitions` partitions.

@@ -85,6 +85,7 @@
 pub mod assign;
 pub mod batch;
 pub mod clients;
+pub mod created;
 pub mod delivery;
 pub mod discovery;
 pub mod engine;

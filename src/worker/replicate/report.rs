@@ -29,6 +29,8 @@ pub struct Lifecycle<'a> {
     /// Degraded meanwhile).
     pub stalled: Option<&'a str>,
     pub last_applied_reset: Option<&'a AppliedReset>,
+    /// Target topics that cannot take a write, why (the worker is Degraded meanwhile).
+    pub unwritable: &'a [String],
 }
 
 /// The status snapshot of the owned partitions (sorted by topic and partition).
@@ -59,6 +61,11 @@ pub fn snapshot(table: &PartitionTable, life: &Lifecycle<'_>) -> WorkerSnapshot 
         snap.state = WorkerState::Degraded;
         snap.message = Some(why.to_string());
     }
+    if let (WorkerState::Running, Some(why)) = (snap.state, life.unwritable.first()) {
+        snap.state = WorkerState::Degraded;
+        snap.message = Some(why.clone());
+    }
+    snap.unwritable_topics = life.unwritable.to_vec();
     snap.message = snap.message.or(message).or_else(|| {
         (state == WorkerState::Starting)
             .then(|| life.not_ready.map(str::to_string))
@@ -162,6 +169,7 @@ mod tests {
             not_ready,
             stalled: None,
             last_applied_reset: None,
+            unwritable: &[],
         }
     }
 
@@ -228,6 +236,25 @@ mod tests {
         assert_eq!(
             (fatal.state, fatal.message.as_deref()),
             (WorkerState::Failed, Some("fenced"))
+        );
+        let why =
+            ["topic dc1.orders has replication factor 1 but min.insync.replicas=2".to_string()];
+        let unwritable = snapshot(
+            &t,
+            &Lifecycle {
+                unwritable: &why,
+                ..life(None, true, None)
+            },
+        );
+        assert_eq!(
+            (unwritable.state, unwritable.message.as_deref()),
+            (WorkerState::Degraded, Some(why[0].as_str()))
+        );
+        assert_eq!(unwritable.unwritable_topics, why);
+        assert_eq!(
+            unwritable.to_worker_status(None).unwritable_topics,
+            why,
+            "in the status entry"
         );
         t.fail(
             &TopicPartitionRef {

@@ -106,17 +106,57 @@ pub fn target_topic_action(
     }
 }
 
-/// Topic configs never copied to the target: broker- or cluster-specific ones, as MM2's
-/// `DefaultConfigPropertyFilter` (`config.properties.exclude` default), widened to every
-/// `message.timestamp.*` property (newer brokers split the difference into before/after).
+/// Topic configs never copied to, set on or deleted from target topics: broker- or
+/// cluster-specific ones, MirrorMaker 2's `DefaultConfigPropertyFilter` default
+/// (`config.properties.exclude`), as full-match regexes. `message.timestamp.*` widens MM2's
+/// `message.timestamp.type` and `message.timestamp.difference.max.ms` to the
+/// `before.max.ms`/`after.max.ms` pair newer brokers split the difference into: copied, they
+/// would make the target refuse (or restamp) the old records a mirror writes.
 pub const EXCLUDED_TOPIC_CONFIGS: &[&str] = &[
-    "follower.replication.throttled.replicas",
-    "leader.replication.throttled.replicas",
-    "unclean.leader.election.enable",
-    "min.insync.replicas",
+    r"follower\.replication\.throttled\.replicas",
+    r"leader\.replication\.throttled\.replicas",
+    r"message\.timestamp\..*",
+    r"unclean\.leader\.election\.enable",
+    r"min\.insync\.replicas",
 ];
 
-/// Where a source topic config value comes from (a subset of Kafka's ConfigSource).
+/// The compiled config exclusions of a flow: [`EXCLUDED_TOPIC_CONFIGS`] plus
+/// `spec.topicConfigs.exclude`.
+#[derive(Debug, Clone)]
+pub struct ConfigExclusions(Vec<Regex>);
+
+impl Default for ConfigExclusions {
+    fn default() -> Self {
+        Self(
+            EXCLUDED_TOPIC_CONFIGS
+                .iter()
+                .map(|p| full_match_regex(p).expect("built-in pattern"))
+                .collect(),
+        )
+    }
+}
+
+impl ConfigExclusions {
+    /// The defaults plus the spec's patterns; the error names the field and pattern (specs
+    /// that passed `validate_flow` always compile).
+    pub fn new(spec: &MirrorFlowSpec) -> Result<Self, String> {
+        let mut out = Self::default();
+        for (i, p) in spec.topic_configs.exclude.iter().enumerate() {
+            out.0.push(
+                full_match_regex(p)
+                    .map_err(|e| format!("spec.topicConfigs.exclude[{i}] {p:?}: {e}"))?,
+            );
+        }
+        Ok(out)
+    }
+
+    /// Whether config `name` is left alone.
+    pub fn excludes(&self, name: &str) -> bool {
+        self.0.iter().any(|r| r.is_match(name))
+    }
+}
+
+/// Where a topic config value comes from (a subset of Kafka's ConfigSource).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConfigOrigin {
     /// Set on the topic itself.
@@ -127,24 +167,112 @@ pub enum ConfigOrigin {
     Unknown,
 }
 
+/// One entry of a topic's DescribeConfigs answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigEntry {
+    pub name: String,
+    /// `None` for sensitive values.
+    pub value: Option<String>,
+    pub origin: ConfigOrigin,
+    pub is_default: bool,
+    pub is_sensitive: bool,
+}
+
+impl ConfigEntry {
+    /// Set on the topic itself (not inherited from the broker or Kafka's defaults).
+    pub fn set_on_topic(&self) -> bool {
+        match self.origin {
+            ConfigOrigin::TopicOverride => true,
+            ConfigOrigin::Default => false,
+            ConfigOrigin::Unknown => !self.is_default,
+        }
+    }
+}
+
 /// Whether a source topic config entry is copied to the target topic: only values set on
-/// the topic (the target keeps its own defaults, MM2's `use.defaults.from=target`), never
-/// sensitive ones, never the excluded broker-specific ones.
-pub fn should_sync_config(
-    name: &str,
-    origin: ConfigOrigin,
-    is_default: bool,
-    is_sensitive: bool,
-) -> bool {
-    let set_on_topic = match origin {
-        ConfigOrigin::TopicOverride => true,
-        ConfigOrigin::Default => false,
-        ConfigOrigin::Unknown => !is_default,
-    };
-    set_on_topic
-        && !is_sensitive
-        && !EXCLUDED_TOPIC_CONFIGS.contains(&name)
-        && !name.starts_with("message.timestamp.")
+/// the topic (MM2 also copies the source *brokers'* settings, as its `isDefault` is only
+/// Kafka's built-in default; a broker setting describes that cluster, not the topic), never
+/// sensitive ones, never excluded ones.
+pub fn should_sync_config(e: &ConfigEntry, exclusions: &ConfigExclusions) -> bool {
+    e.set_on_topic() && !e.is_sensitive && e.value.is_some() && !exclusions.excludes(&e.name)
+}
+
+/// The syncable `(name, value)` configs of a source topic, sorted.
+pub fn syncable_configs(
+    source: &[ConfigEntry],
+    exclusions: &ConfigExclusions,
+) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = source
+        .iter()
+        .filter(|e| should_sync_config(e, exclusions))
+        .filter_map(|e| Some((e.name.clone(), e.value.clone()?)))
+        .collect();
+    out.sort();
+    out
+}
+
+/// One IncrementalAlterConfigs operation on a target topic.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ConfigChange {
+    /// SET `name` to `value` on the topic.
+    Set(String, String),
+    /// DELETE the topic's own value of `name` (the target's default applies again).
+    Delete(String),
+}
+
+impl ConfigChange {
+    /// The `op` label of `mirrorflow_worker_topic_config_changes_total`.
+    pub fn op(&self) -> &'static str {
+        match self {
+            ConfigChange::Set(..) => "set",
+            ConfigChange::Delete(_) => "delete",
+        }
+    }
+}
+
+/// What makes a target topic's configs match its source topic's (MM2's config sync with
+/// `use.defaults.from=target`): every syncable source value set on the target topic where
+/// the target differs or only inherits it; every value set on the target topic that the
+/// source topic no longer sets deleted. Excluded and sensitive configs are never touched.
+/// Sorted; empty when they match.
+pub fn config_changes(
+    source: &[ConfigEntry],
+    target: &[ConfigEntry],
+    exclusions: &ConfigExclusions,
+) -> Vec<ConfigChange> {
+    let wanted = syncable_configs(source, exclusions);
+    let mut out = Vec::new();
+    for (name, value) in &wanted {
+        let same = target
+            .iter()
+            .any(|t| &t.name == name && t.set_on_topic() && t.value.as_ref() == Some(value));
+        if !same {
+            out.push(ConfigChange::Set(name.clone(), value.clone()));
+        }
+    }
+    for t in target {
+        let ours = t.set_on_topic() && !t.is_sensitive && !exclusions.excludes(&t.name);
+        if ours && !wanted.iter().any(|(n, _)| n == &t.name) {
+            out.push(ConfigChange::Delete(t.name.clone()));
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Why a target topic can never take a write from the mirror (which produces with
+/// acks=all): fewer replicas than its `min.insync.replicas`. `None` when it can, or when
+/// `min.insync.replicas` is unknown (a broker that does not report it).
+pub fn unwritable(topic: &str, replicas: i32, min_insync: Option<i32>) -> Option<String> {
+    let min = min_insync?;
+    (replicas < min).then(|| {
+        format!(
+            "topic {topic} has replication factor {replicas} but min.insync.replicas={min}: \
+             every acks=all write fails with NOT_ENOUGH_REPLICAS; raise its replication \
+             factor (kafka-reassign-partitions) or lower its min.insync.replicas"
+        )
+    })
 }
 
 #[cfg(test)]
@@ -296,9 +424,20 @@ mod tests {
         }
     }
 
+    fn entry(name: &str, value: &str, origin: ConfigOrigin) -> ConfigEntry {
+        ConfigEntry {
+            name: name.into(),
+            value: Some(value.into()),
+            origin,
+            is_default: origin == ConfigOrigin::Default,
+            is_sensitive: false,
+        }
+    }
+
     #[test]
     fn config_sync_table() {
         use ConfigOrigin::*;
+        let d = ConfigExclusions::default();
         let cases = [
             ("retention.ms", TopicOverride, false, false, true),
             ("cleanup.policy", TopicOverride, false, false, true),
@@ -342,15 +481,147 @@ mod tests {
                 false,
                 false,
             ),
+            // Full match: a longer name is not excluded by a shorter pattern.
+            ("min.insync.replicas.x", TopicOverride, false, false, true),
             ("max.message.bytes", TopicOverride, false, false, true),
             ("some.password", TopicOverride, false, true, false),
         ];
-        for (name, origin, is_default, sensitive, want) in cases {
-            assert_eq!(
-                should_sync_config(name, origin, is_default, sensitive),
-                want,
-                "{name} {origin:?}"
-            );
+        for (name, origin, is_default, is_sensitive, want) in cases {
+            let e = ConfigEntry {
+                is_default,
+                is_sensitive,
+                ..entry(name, "v", origin)
+            };
+            assert_eq!(should_sync_config(&e, &d), want, "{name} {origin:?}");
+        }
+    }
+
+    #[test]
+    fn spec_exclusions_add_to_the_defaults() {
+        let mut s = spec(&[".*"], &[], ReplicationPolicyType::Prefix);
+        s.topic_configs.exclude = vec![r"retention\..*".into()];
+        let x = ConfigExclusions::new(&s).unwrap();
+        assert!(x.excludes("retention.ms") && x.excludes("retention.bytes"));
+        assert!(x.excludes("min.insync.replicas"), "defaults stay");
+        assert!(!x.excludes("cleanup.policy"));
+        s.topic_configs.exclude = vec!["ok".into(), "(".into()];
+        let err = ConfigExclusions::new(&s).unwrap_err();
+        assert!(err.contains("spec.topicConfigs.exclude[1]"), "{err}");
+    }
+
+    #[test]
+    fn config_changes_table() {
+        use ConfigChange::*;
+        use ConfigOrigin::*;
+        let mut s = spec(&[".*"], &[], ReplicationPolicyType::Prefix);
+        s.topic_configs.exclude = vec!["segment\\.bytes".into()];
+        let x = ConfigExclusions::new(&s).unwrap();
+        let set = |n: &str, v: &str| Set(n.into(), v.into());
+        let del = |n: &str| Delete(n.into());
+        let o = |n: &str, v: &str| entry(n, v, TopicOverride);
+        let dflt = |n: &str, v: &str| entry(n, v, Default);
+        type Case = (
+            &'static str,
+            Vec<ConfigEntry>,
+            Vec<ConfigEntry>,
+            Vec<ConfigChange>,
+        );
+        let cases: Vec<Case> = vec![
+            (
+                "in sync",
+                vec![o("retention.ms", "1")],
+                vec![o("retention.ms", "1")],
+                vec![],
+            ),
+            (
+                "changed on the source",
+                vec![o("retention.ms", "2")],
+                vec![o("retention.ms", "1")],
+                vec![set("retention.ms", "2")],
+            ),
+            (
+                "new on the source; the target only inherits the same value",
+                vec![o("cleanup.policy", "delete")],
+                vec![dflt("cleanup.policy", "delete")],
+                vec![set("cleanup.policy", "delete")],
+            ),
+            (
+                "no longer set on the source: the target's default applies",
+                vec![dflt("retention.ms", "604800000")],
+                vec![o("retention.ms", "1")],
+                vec![del("retention.ms")],
+            ),
+            (
+                "source broker defaults never travel",
+                vec![dflt("max.message.bytes", "1048588")],
+                vec![dflt("max.message.bytes", "2000000")],
+                vec![],
+            ),
+            (
+                "MM2's exclusions: neither set nor deleted",
+                vec![
+                    o("min.insync.replicas", "2"),
+                    o("message.timestamp.type", "LogAppendTime"),
+                ],
+                vec![o("unclean.leader.election.enable", "true")],
+                vec![],
+            ),
+            (
+                "the spec's exclusions: neither set nor deleted",
+                vec![o("segment.bytes", "1000")],
+                vec![o("segment.bytes", "5000")],
+                vec![],
+            ),
+            (
+                "sensitive values are left alone on both sides",
+                vec![ConfigEntry {
+                    value: None,
+                    is_sensitive: true,
+                    ..o("x.password", "")
+                }],
+                vec![ConfigEntry {
+                    value: None,
+                    is_sensitive: true,
+                    ..o("y.password", "")
+                }],
+                vec![],
+            ),
+            (
+                "several at once, sorted",
+                vec![o("retention.ms", "5"), o("cleanup.policy", "compact")],
+                vec![o("retention.ms", "1"), o("max.message.bytes", "9")],
+                vec![
+                    set("cleanup.policy", "compact"),
+                    set("retention.ms", "5"),
+                    del("max.message.bytes"),
+                ],
+            ),
+        ];
+        for (what, source, target, want) in cases {
+            assert_eq!(config_changes(&source, &target, &x), want, "{what}");
+        }
+    }
+
+    #[test]
+    fn unwritable_table() {
+        let cases = [
+            (1, Some(2), true),
+            (2, Some(2), false),
+            (3, Some(2), false),
+            (1, Some(1), false),
+            (1, None, false),
+        ];
+        for (rf, min, want) in cases {
+            let got = unwritable("dc1.orders", rf, min);
+            assert_eq!(got.is_some(), want, "rf {rf} min {min:?}");
+            if let Some(m) = got {
+                assert!(
+                    m.contains("dc1.orders")
+                        && m.contains(&format!("replication factor {rf}"))
+                        && m.contains(&format!("min.insync.replicas={}", min.unwrap())),
+                    "{m}"
+                );
+            }
         }
     }
 }

@@ -128,6 +128,10 @@ pub struct WorkerSnapshot {
     /// The topic ACL sync (worker 0).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub topic_acls: Option<TopicAclSync>,
+    /// Target topics this worker cannot write to: creation refused, or a replication factor
+    /// below `min.insync.replicas` (why, naming each).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unwritable_topics: Vec<String>,
     /// When this snapshot was taken.
     pub time: Time,
 }
@@ -156,6 +160,7 @@ impl WorkerSnapshot {
             replication_lag: ReplicationLag::default(),
             connection_problems: Vec::new(),
             topic_acls: None,
+            unwritable_topics: Vec::new(),
             time: Time(jiff::Timestamp::now()),
         }
     }
@@ -184,6 +189,7 @@ impl WorkerSnapshot {
             checkpoints: Vec::new(),
             connection_problems: self.connection_problems.clone(),
             topic_acls: self.topic_acls.clone(),
+            unwritable_topics: self.unwritable_topics.iter().take(20).cloned().collect(),
         }
     }
 }

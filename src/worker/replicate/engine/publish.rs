@@ -55,6 +55,7 @@ impl Engine {
                 not_ready: not_ready.as_deref(),
                 stalled: self.stalled.as_deref(),
                 last_applied_reset: self.resets.last_applied.as_ref(),
+                unwritable: &self.unwritable,
             },
         );
         self.out.sink.publish(&snap);

@@ -108,6 +108,19 @@ impl Engine {
         let paused = self.spec.paused;
         let owner = self.owner();
         let a = apply_plan(&mut self.table, &plan, owner, paused, fresh_epoch);
+        if let Some(u) = &plan.unwritable {
+            let now: Vec<String> = u.values().cloned().collect();
+            if now != self.unwritable {
+                for why in now.iter().filter(|w| !self.unwritable.contains(w)) {
+                    warn!("{why}");
+                }
+                self.unwritable = now;
+            }
+            self.out
+                .metrics
+                .topics_unwritable
+                .set(self.unwritable.len() as i64);
+        }
         discovery::log_applied(&a, &self.table);
         for tp in &a.gone {
             self.out.metrics.forget_partition(&tp.topic, tp.partition);
