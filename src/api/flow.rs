@@ -775,8 +775,8 @@ pub struct PartitionFailure {
     pub records_lost: Option<i64>,
     /// When the failure was detected.
     pub detected_at: Time,
-    /// `RecordRejected`: the target's reason, as the client reported it (e.g. `Broker:
-    /// Message size too large (MessageSizeTooLarge)`).
+    /// `RecordRejected`: the target's reason, as the client reported it (e.g.
+    /// `MessageSizeTooLarge (Broker: Message size too large)`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// What happened and how to clear it.

@@ -114,7 +114,8 @@ pub fn classify_error(err: &KafkaError) -> ErrorClass {
 pub fn describe_error(err: &KafkaError) -> String {
     match err {
         KafkaError::Transaction(e) => format!("{} ({})", e.string(), e.name()),
-        KafkaError::MessageProduction(code) => format!("{code} ({code:?})"),
+        // Displays as `MessageSizeTooLarge (Broker: Message size too large)`.
+        KafkaError::MessageProduction(code) => code.to_string(),
         other => other.to_string(),
     }
 }
