@@ -1005,6 +1005,67 @@ async fn rejected_record_stops_its_partition_until_skip_record_nisshi() {
     );
 }
 
+/// `RetryRecord` sends the rejected record again (nothing skipped): while the target still
+/// refuses it (nisshi answers AlterConfigs with UNSUPPORTED_FEATURE, so the topic cannot be
+/// fixed in place here) the partition stops again at the same offset, with a new detection,
+/// and nothing after it is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn retry_record_sends_the_rejected_record_again_nisshi() {
+    let Some(kafka) = broker_or_skip(BrokerKind::Nisshi).await else {
+        return;
+    };
+    let bs = kafka.bootstrap_servers();
+    create(&kafka, "orders", 1).await;
+    kafka
+        .create_topic("dc1.orders", 1, &[("max.message.bytes", "5000")])
+        .await
+        .unwrap();
+    let mut p0 = recs("a", 0, 3);
+    p0.push(ProduceRecord::new("big", vec![b'y'; 20_000]).partition(0));
+    p0.extend(recs("b", 0, 3));
+    produce(&bs, "orders", &p0).await.unwrap();
+    let spec = spec_on(&kafka, &["orders"]);
+    let mut w = start_worker("retry", spec.clone(), 0, 1, test_tuning(50));
+    let (_, f) = wait_failure(&mut w, "orders", 0).await;
+    assert_eq!(
+        (f.type_, f.requested_offset),
+        (FailureType::RecordRejected, 3)
+    );
+    let refused_before = metric(&w, &failures_total("RecordRejected"));
+    // Detection times are whole seconds: let the retry's be a later one.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+
+    let retry = with_reset(&spec, "retry-1", ResetStrategy::RetryRecord, &[]);
+    w.spec.send(retry).unwrap();
+    let s = wait_reset(&mut w, "retry-1", |s| {
+        failure(s, "orders", 0).is_some_and(|g| g.detected_at != f.detected_at)
+    })
+    .await;
+    let again = failure(&s, "orders", 0).unwrap();
+    assert_eq!(
+        (again.type_, again.requested_offset),
+        (FailureType::RecordRejected, 3),
+        "sent again and refused again at the same record"
+    );
+    assert_eq!(position(&s, "orders", 0), Some(3));
+    let r = s.last_applied_reset.clone().unwrap();
+    assert_eq!(r.outcome, ResetOutcome::Applied, "{r:?}");
+    assert!(r.skipped_records.is_empty(), "RetryRecord skips nothing");
+    assert_contains(
+        r.message.as_deref().unwrap(),
+        &["resumes at offset 3, sending the rejected record again"],
+    );
+    assert!(metric(&w, &failures_total("RecordRejected")) > refused_before);
+    w.stop().await.unwrap();
+    let dst = read_idle(&bs, "dc1.orders", Duration::from_secs(2)).await;
+    let (seen, repeats) = first_seen(&dst, 0);
+    assert_eq!(seen, keys("a", 0, 3), "nothing at or after the record");
+    println!(
+        "FAULT record-retried: RetryRecord re-sent offset 3, refused again there (target still \
+         at max.message.bytes 5,000); 3 records before it ({repeats} repeats), 0 after"
+    );
+}
+
 // ---------------------------------------------------------------------------------------
 // Several workers, standalone mode, validation disabled
 
