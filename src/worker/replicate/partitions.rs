@@ -546,7 +546,8 @@ impl PartitionTable {
         let Some(p) = self.get_mut(tp) else {
             return false;
         };
-        if p.position.is_some_and(|pos| pos < failed.offset) && p.replicating() {
+        // Also when paused or stopped otherwise: the failure must name the position.
+        if p.position.is_some_and(|pos| pos < failed.offset) {
             p.stop_at = Some(failed);
             p.fetched = None;
             return true;
