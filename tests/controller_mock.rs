@@ -403,6 +403,94 @@ async fn a_refused_apply_is_a_condition_and_an_event_once() {
     assert_eq!(s.api.events(), vec![]);
 }
 
+/// A record the target rejected, as worker 0 reports it: the flow's `RecordRejected`
+/// condition, `status.failures` and `failedPartitions`, and one Warning Event (like
+/// DataLoss), not repeated while nothing changes; the `SkipRecord` reset that clears it is
+/// a Normal Event naming the record it skipped.
+#[tokio::test]
+async fn a_rejected_record_is_a_condition_and_an_event() {
+    let s = reconciled(flow_json(spec(1))).await;
+    let now = Timestamp::now().to_string();
+    let rejected = json!({
+        "type": "RecordRejected", "topic": "orders", "partition": 0, "requestedOffset": 5,
+        "detectedAt": "2026-01-01T00:00:00Z",
+        "reason": "MessageSizeTooLarge (Broker: Message size too large)",
+        "message": "RecordRejected on source topic \"orders\" partition 0: ..."
+    });
+    let path = format!("{FLOWS}/orders");
+    let worker = |failures: Value, reset: Value| {
+        json!({"id": "orders-worker-0", "state": "Degraded", "partitions": 2,
+               "lastHeartbeatTime": now, "failures": failures, "lastAppliedReset": reset})
+    };
+    s.api.edit(&path, |f| {
+        f["status"]["workers"] = json!([worker(json!([rejected]), Value::Null)])
+    });
+    let (ctx, _) = s.controller();
+    reconcile_flow(current_flow(&s.api), ctx.clone())
+        .await
+        .unwrap();
+    let st = s.api.patch_body(&status_path());
+    let (status, reason, message) = condition(&st["status"], "RecordRejected");
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("True", "TargetRefusedRecord")
+    );
+    assert!(
+        message.contains("orders/0 at offset 5") && message.contains("SkipRecord"),
+        "{message}"
+    );
+    assert_eq!(condition(&st["status"], "DataLoss").0, "False");
+    assert_eq!(st["status"]["failedPartitions"], 1);
+    assert_eq!(st["status"]["failures"][0]["type"], "RecordRejected");
+    assert_eq!(
+        st["status"]["failures"][0]["reason"],
+        "MessageSizeTooLarge (Broker: Message size too large)"
+    );
+    let ev = s.api.events();
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    assert_eq!(
+        (ev[0].0.as_str(), ev[0].1.as_str()),
+        ("Warning", "RecordRejected")
+    );
+    assert!(ev[0].2.contains("orders/0 at offset 5"), "{ev:?}");
+
+    // Nothing new: no new event.
+    s.api.clear_requests();
+    reconcile_flow(current_flow(&s.api), ctx.clone())
+        .await
+        .unwrap();
+    assert_eq!(s.api.events(), vec![]);
+
+    // The operator patches SkipRecord; the worker skipped offset 5 and cleared the failure.
+    s.api.edit(&path, |f| {
+        f["spec"]["reset"] = json!({"id": "skip-big", "strategy": "SkipRecord"});
+        f["status"]["workers"] = json!([worker(
+            json!([]),
+            json!({"id": "skip-big", "time": "2026-01-01T00:01:00Z", "outcome": "Applied",
+                   "partitions": [{"topic": "orders", "partition": 0}],
+                   "skippedRecords": [{"topic": "orders", "partition": 0, "offset": 5}]})
+        )]);
+    });
+    s.api.clear_requests();
+    reconcile_flow(current_flow(&s.api), ctx).await.unwrap();
+    let st = s.api.patch_body(&status_path());
+    assert_eq!(condition(&st["status"], "RecordRejected").0, "False");
+    assert_eq!(
+        st["status"]["lastAppliedReset"]["skippedRecords"],
+        json!([{"topic": "orders", "partition": 0, "offset": 5}])
+    );
+    let ev = s.api.events();
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    assert_eq!(
+        (ev[0].0.as_str(), ev[0].1.as_str()),
+        ("Normal", "ResetApplied")
+    );
+    assert!(
+        ev[0].2.contains("skipped record(s): orders/0 offset 5"),
+        "{ev:?}"
+    );
+}
+
 #[tokio::test]
 async fn read_errors_are_conditions_too() {
     // E.g. a chart without the pods rule: a resize cannot count the old workers.

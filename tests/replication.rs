@@ -7,7 +7,7 @@ mod replication_support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use mirrorflow::api::Delivery;
+use mirrorflow::api::{Delivery, MirrorFlowSpec};
 use mirrorflow::testkit::brokers::{broker_or_skip, produce, BrokerKind, ProduceRecord};
 use replication_support::*;
 
@@ -948,4 +948,141 @@ async fn a_full_producer_queue_keeps_order_and_loses_nothing_nisshi() {
         &read_idle(&tb, "mm2-offset-syncs.dc1.internal", Duration::from_secs(2)).await,
     );
     check_syncs("flood", &src, &dst, &syncs);
+}
+
+/// ExactlyOnce, a record the target refuses inside a transaction after records of the same
+/// partition were sent in it (librdkafka's mock target answers the third produce request
+/// with POLICY_VIOLATION; one record per request): the transaction is aborted, the records
+/// before the refused one are written again and committed, and the partition stops exactly
+/// at the refused record, nothing after it committed; SkipRecord then skips that one offset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rejected_record_inside_a_transaction_stops_at_it_mock_eos() {
+    use mirrorflow::testkit::brokers::ProduceRecord;
+    let (Some(source), Some(target)) = (
+        broker_or_skip(BrokerKind::Nisshi).await,
+        broker_or_skip(BrokerKind::Mock).await,
+    ) else {
+        return;
+    };
+    let sb = source.bootstrap_servers();
+    let tb = target.bootstrap_servers();
+    create(&source, "orders", 1).await;
+    // The mock has no CreateTopics: the worker finds these existing.
+    create(&target, "dc1.orders", 1).await;
+    create(&target, "mirrorflow-progress.test.txn-rejected.internal", 1).await;
+    create(&target, "mm2-offset-syncs.dc1.internal", 1).await;
+    let rec = |k: String| ProduceRecord::new(k, vec![b'x'; 100]).partition(0);
+    produce(
+        &sb,
+        "orders",
+        &(0..3).map(|i| rec(format!("a{i}"))).collect::<Vec<_>>(),
+    )
+    .await
+    .unwrap();
+    let mut spec = flow_spec(&source, &target, Delivery::ExactlyOnce);
+    // One record per produce request, so the injected error names one record.
+    spec.target
+        .config
+        .insert("batch.num.messages".into(), "1".into());
+    let mut w = start_worker("txn-rejected", spec.clone(), 0, 1, test_tuning(50));
+    w.wait_positions("orders", &[(0, 3)].into()).await;
+    target
+        .with_mock(|m| {
+            use rdkafka::types::RDKafkaRespErr as E;
+            m.request_errors(
+                rdkafka::types::RDKafkaApiKey::Produce,
+                &[
+                    E::RD_KAFKA_RESP_ERR_NO_ERROR,
+                    E::RD_KAFKA_RESP_ERR_NO_ERROR,
+                    E::RD_KAFKA_RESP_ERR_POLICY_VIOLATION,
+                ],
+            )
+        })
+        .unwrap();
+    // b0, b1 land in the first two requests, b2 (offset 5) is refused, b3..b5 follow it.
+    produce(
+        &sb,
+        "orders",
+        &(0..6).map(|i| rec(format!("b{i}"))).collect::<Vec<_>>(),
+    )
+    .await
+    .unwrap();
+    let s = w
+        .wait_status("orders/0 rejected", |s| {
+            s.failures
+                .iter()
+                .any(|f| f.topic == "orders" && f.partition == 0)
+        })
+        .await;
+    let f = s.failures[0].clone();
+    assert_eq!(
+        f.type_,
+        mirrorflow::api::FailureType::RecordRejected,
+        "{f:?}"
+    );
+    let at = f.requested_offset;
+    let pos = s.partitions[0].position;
+    assert_eq!(pos, Some(at), "stopped exactly at the refused record");
+    assert!(
+        f.reason
+            .as_deref()
+            .unwrap_or("")
+            .contains("PolicyViolation"),
+        "{f:?}"
+    );
+    assert!(
+        w.metrics.transactions.with_label_values(&["abort"]).get() >= 1,
+        "the poisoned transaction was aborted"
+    );
+    let skipped = format!("b{}", at - 3);
+    let first_seen = |records: &[mirrorflow::testkit::brokers::ConsumedRecord]| {
+        let mut seen: Vec<String> = Vec::new();
+        for r in records {
+            let k = String::from_utf8(r.key.clone().unwrap()).unwrap();
+            if !seen.contains(&k) {
+                seen.push(k);
+            }
+        }
+        (seen, records.len())
+    };
+    let (seen, copies) = first_seen(&read_idle(&tb, "dc1.orders", Duration::from_secs(2)).await);
+    let mut want: Vec<String> = (0..3).map(|i| format!("a{i}")).collect();
+    want.extend((0..(at - 3)).map(|i| format!("b{i}")));
+    let before = want.len();
+    assert_eq!(&seen[..before], &want[..], "everything before it, in order");
+    assert!(
+        !seen.contains(&skipped),
+        "the refused record never lands: {seen:?}"
+    );
+    let reset = MirrorFlowSpec {
+        reset: Some(mirrorflow::api::ResetRequest {
+            id: "skip".into(),
+            strategy: mirrorflow::api::ResetStrategy::SkipRecord,
+            partitions: vec![],
+        }),
+        ..spec.clone()
+    };
+    w.spec.send(reset).unwrap();
+    let s = w
+        .wait_status("skip applied, caught up", |s| {
+            s.failures.is_empty() && s.partitions[0].position == Some(9)
+        })
+        .await;
+    let r = s.last_applied_reset.unwrap();
+    assert_eq!(r.skipped_records.len(), 1, "{r:?}");
+    assert_eq!(r.skipped_records[0].offset, at);
+    w.stop().await.unwrap();
+    let (seen_after, copies_after) =
+        first_seen(&read_idle(&tb, "dc1.orders", Duration::from_secs(2)).await);
+    let mut want: Vec<String> = (0..3).map(|i| format!("a{i}")).collect();
+    want.extend((0..6).map(|i| format!("b{i}")).filter(|k| *k != skipped));
+    assert_eq!(seen_after, want, "only {skipped} skipped, order kept");
+    println!(
+        "FAULT record-rejected-eos: POLICY_VIOLATION on the third produce request of a \
+         transaction (mock target): aborted, stopped at offset {at} with the {before} records \
+         before it ({copies} copies visible on the mock, which shows aborted records), \
+         {skipped} never written; SkipRecord skipped offset {at} only ({} records, \
+         {copies_after} copies)",
+        want.len()
+    );
 }

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use mirrorflow::api::{
     Delivery, FailureType, MirrorFlowSpec, PartitionFailure, ResetOutcome, ResetRequest,
-    ResetStrategy, TopicPartitionRef, WorkerState,
+    ResetStrategy, SkippedRecord, TopicPartitionRef, WorkerState,
 };
 use mirrorflow::testkit::brokers::{
     broker_or_skip, delete_records_before, delete_topic, produce, topic_id, watermarks, BrokerKind,
@@ -863,6 +863,207 @@ async fn topic_id_unsupported(kafka: &LocalBroker) -> bool {
         eprintln!("SKIPPED: {} reports no topic ids", kafka.kind());
     }
     id.is_none()
+}
+
+// ---------------------------------------------------------------------------------------
+// RecordRejected
+
+/// Keys of `records` on `partition` in order of first appearance (AtLeastOnce may repeat a
+/// window), and how many were repeats.
+fn first_seen(records: &[ConsumedRecord], partition: i32) -> (Vec<String>, usize) {
+    let mut seen: Vec<String> = Vec::new();
+    let mut repeats = 0;
+    for k in keys_of(records, partition) {
+        if seen.contains(&k) {
+            repeats += 1;
+        } else {
+            seen.push(k);
+        }
+    }
+    (seen, repeats)
+}
+
+/// A record larger than the target topic's `max.message.bytes` (nisshi enforces it; the
+/// target topic is created in advance with 5,000 bytes, the record has 20,000): its
+/// partition stops at it with a RecordRejected failure naming the topic, partition, offset
+/// and the broker's reason; the records before it are replicated, none after it; the other
+/// partition keeps replicating; a restarted worker still has it stopped with the same
+/// failure; `SkipRecord` then skips exactly that offset and the records after it arrive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rejected_record_stops_its_partition_until_skip_record_nisshi() {
+    let Some(kafka) = broker_or_skip(BrokerKind::Nisshi).await else {
+        return;
+    };
+    let bs = kafka.bootstrap_servers();
+    create(&kafka, "orders", 2).await;
+    kafka
+        .create_topic("dc1.orders", 2, &[("max.message.bytes", "5000")])
+        .await
+        .unwrap();
+    // orders/0: a0-0..4 at offsets 0-4, the big record at 5, b0-0..4 at 6-10.
+    let mut p0 = recs("a0", 0, 5);
+    p0.push(ProduceRecord::new("big", vec![b'y'; 20_000]).partition(0));
+    p0.extend(recs("b0", 0, 5));
+    produce(&bs, "orders", &p0).await.unwrap();
+    produce(&bs, "orders", &recs("a1", 1, 20)).await.unwrap();
+    let spec = spec_on(&kafka, &["orders"]);
+    let mut w = start_worker("rejected", spec.clone(), 0, 1, test_tuning(50));
+    let s = w
+        .wait_status("orders/0 rejected, orders/1 caught up", |s| {
+            failure(s, "orders", 0).is_some() && position(s, "orders", 1) == Some(20)
+        })
+        .await;
+    let f = failure(&s, "orders", 0).unwrap().clone();
+    assert_eq!(
+        (f.type_, f.topic.as_str(), f.partition, f.requested_offset),
+        (FailureType::RecordRejected, "orders", 0, 5),
+        "{f:?}"
+    );
+    let reason = f.reason.clone().unwrap_or_default();
+    assert!(reason.to_lowercase().contains("too large"), "{reason}");
+    assert_contains(
+        f.message.as_deref().unwrap(),
+        &[
+            "RecordRejected on source topic \"orders\" partition 0",
+            "refused the record at offset 5",
+            "target topic \"dc1.orders\"",
+            &reason,
+            "resume at offset 6",
+            "\"strategy\":\"SkipRecord\"",
+            "RetryRecord",
+        ],
+    );
+    assert_eq!(position(&s, "orders", 0), Some(5), "stopped at the record");
+    assert_eq!(s.state, WorkerState::Degraded);
+    assert_eq!(s.failures.len(), 1, "{:?}", s.failures);
+    assert_eq!(metric(&w, &failures_total("RecordRejected")), 1.0);
+    // orders/1 goes on while orders/0 waits.
+    produce(&bs, "orders", &recs("c1", 1, 10)).await.unwrap();
+    w.wait_positions("orders", &[(0, 5), (1, 30)].into()).await;
+    w.stop().await.unwrap();
+
+    let dst = read_idle(&bs, "dc1.orders", Duration::from_secs(2)).await;
+    let (k0, repeats0) = first_seen(&dst, 0);
+    assert_eq!(
+        k0,
+        keys("a0", 0, 5),
+        "the records before it, nothing after it"
+    );
+    let mut want1 = keys("a1", 0, 20);
+    want1.extend(keys("c1", 0, 10));
+    let (k1, repeats1) = first_seen(&dst, 1);
+    assert_eq!(k1, want1);
+
+    // A restart keeps it stopped with the same failure (persisted with the progress).
+    let mut w = start_worker("rejected", spec.clone(), 0, 1, test_tuning(50));
+    let (s, f2) = wait_failure(&mut w, "orders", 0).await;
+    assert_eq!(f2, f, "the same failure, detection time included");
+    assert_eq!(position(&s, "orders", 0), Some(5));
+    a_few_refreshes().await;
+    let after_restart = read_idle(&bs, "dc1.orders", Duration::from_secs(2)).await;
+    assert_eq!(
+        keys_of(&after_restart, 0).len(),
+        keys_of(&dst, 0).len(),
+        "nothing written to orders/0 after the restart"
+    );
+
+    // SkipRecord: exactly offset 5 skipped, the records after it arrive.
+    let reset = with_reset(&spec, "skip-big", ResetStrategy::SkipRecord, &[]);
+    w.spec.send(reset).unwrap();
+    let s = wait_reset(&mut w, "skip-big", |s| {
+        position(s, "orders", 0) == Some(11) && s.failures.is_empty()
+    })
+    .await;
+    let r = s.last_applied_reset.unwrap();
+    assert_eq!(r.outcome, ResetOutcome::Applied, "{r:?}");
+    assert_eq!(r.partitions, vec![TopicPartitionRef::new("orders", 0)]);
+    assert_eq!(
+        r.skipped_records,
+        vec![SkippedRecord {
+            topic: "orders".into(),
+            partition: 0,
+            offset: 5
+        }]
+    );
+    assert_contains(
+        r.message.as_deref().unwrap(),
+        &["skips the record at offset 5 and resumes at offset 6"],
+    );
+    w.stop().await.unwrap();
+    let dst = read_idle(&bs, "dc1.orders", Duration::from_secs(2)).await;
+    let (k0, repeats_after) = first_seen(&dst, 0);
+    let mut want0 = keys("a0", 0, 5);
+    want0.extend(keys("b0", 0, 5));
+    assert_eq!(k0, want0, "everything but the big record, in order");
+    println!(
+        "FAULT record-rejected: a 20,000-byte record at orders/0 offset 5, target \
+         max.message.bytes 5,000 (nisshi): stopped at offset 5 ({reason}), 5 records before it \
+         replicated ({repeats0} repeats), 0 after it, orders/1 replicated 30 ({repeats1} \
+         repeats); still stopped after a restart; SkipRecord resumed at 6: 5 more records, \
+         {} repeats in all, only offset 5 skipped",
+        repeats_after
+    );
+}
+
+/// `RetryRecord` sends the rejected record again (nothing skipped): while the target still
+/// refuses it (nisshi answers AlterConfigs with UNSUPPORTED_FEATURE, so the topic cannot be
+/// fixed in place here) the partition stops again at the same offset, with a new detection,
+/// and nothing after it is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn retry_record_sends_the_rejected_record_again_nisshi() {
+    let Some(kafka) = broker_or_skip(BrokerKind::Nisshi).await else {
+        return;
+    };
+    let bs = kafka.bootstrap_servers();
+    create(&kafka, "orders", 1).await;
+    kafka
+        .create_topic("dc1.orders", 1, &[("max.message.bytes", "5000")])
+        .await
+        .unwrap();
+    let mut p0 = recs("a", 0, 3);
+    p0.push(ProduceRecord::new("big", vec![b'y'; 20_000]).partition(0));
+    p0.extend(recs("b", 0, 3));
+    produce(&bs, "orders", &p0).await.unwrap();
+    let spec = spec_on(&kafka, &["orders"]);
+    let mut w = start_worker("retry", spec.clone(), 0, 1, test_tuning(50));
+    let (_, f) = wait_failure(&mut w, "orders", 0).await;
+    assert_eq!(
+        (f.type_, f.requested_offset),
+        (FailureType::RecordRejected, 3)
+    );
+    let refused_before = metric(&w, &failures_total("RecordRejected"));
+    // Detection times are whole seconds: let the retry's be a later one.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+
+    let retry = with_reset(&spec, "retry-1", ResetStrategy::RetryRecord, &[]);
+    w.spec.send(retry).unwrap();
+    let s = wait_reset(&mut w, "retry-1", |s| {
+        failure(s, "orders", 0).is_some_and(|g| g.detected_at != f.detected_at)
+    })
+    .await;
+    let again = failure(&s, "orders", 0).unwrap();
+    assert_eq!(
+        (again.type_, again.requested_offset),
+        (FailureType::RecordRejected, 3),
+        "sent again and refused again at the same record"
+    );
+    assert_eq!(position(&s, "orders", 0), Some(3));
+    let r = s.last_applied_reset.clone().unwrap();
+    assert_eq!(r.outcome, ResetOutcome::Applied, "{r:?}");
+    assert!(r.skipped_records.is_empty(), "RetryRecord skips nothing");
+    assert_contains(
+        r.message.as_deref().unwrap(),
+        &["resumes at offset 3, sending the rejected record again"],
+    );
+    assert!(metric(&w, &failures_total("RecordRejected")) > refused_before);
+    w.stop().await.unwrap();
+    let dst = read_idle(&bs, "dc1.orders", Duration::from_secs(2)).await;
+    let (seen, repeats) = first_seen(&dst, 0);
+    assert_eq!(seen, keys("a", 0, 3), "nothing at or after the record");
+    println!(
+        "FAULT record-retried: RetryRecord re-sent offset 3, refused again there (target still \
+         at max.message.bytes 5,000); 3 records before it ({repeats} repeats), 0 after"
+    );
 }
 
 // ---------------------------------------------------------------------------------------

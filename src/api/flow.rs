@@ -571,6 +571,13 @@ pub enum ResetStrategy {
     /// offset after the last offset sync those records left. Never skips a record; re-sends
     /// at most `offsetSyncs.lagMax` of them.
     ResumeFromTarget,
+    /// Skip exactly the record the target rejected (RecordRejected): resume at the offset
+    /// after it. Everything before it is already replicated; nothing else is skipped. The
+    /// skipped record is named in `status.lastAppliedReset.skippedRecords`.
+    SkipRecord,
+    /// Send the rejected record again (RecordRejected), once the target accepts it (e.g.
+    /// its topic's `max.message.bytes` was raised). Nothing is skipped.
+    RetryRecord,
 }
 
 /// One partition of a source topic.
@@ -604,7 +611,8 @@ pub struct MirrorFlowStatus {
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// `Ready` (summary), `Replicating`, `DataLoss`, `TopicReset`, `ConnectionFailed`
+    /// `Ready` (summary), `Replicating`, `DataLoss`, `TopicReset`, `ProgressMissing`,
+    /// `RecordRejected`, `ConnectionFailed`
     /// (authentication or TLS verification fails, naming the cluster), `InsecureTls` (a
     /// cluster has `tls.insecureSkipVerify`), `TopicUnwritable` (a target topic cannot be created,
     /// or its replication factor is below its `min.insync.replicas`), `InvalidSpec`.
@@ -812,18 +820,19 @@ pub enum WorkerState {
     Stopped,
 }
 
-/// A partition stopped by offset validation.
+/// A stopped partition: by offset validation, or by a record the target rejected.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct PartitionFailure {
-    /// `DataLoss` or `TopicReset`.
+    /// `DataLoss`, `TopicReset`, `ProgressMissing` or `RecordRejected`.
     #[serde(rename = "type")]
     pub type_: FailureType,
     /// Source topic.
     pub topic: String,
     /// Source partition.
     pub partition: i32,
-    /// The position the worker asked for.
+    /// The position the worker asked for; for `RecordRejected`, the source offset of the
+    /// rejected record (the partition's position: every record before it is replicated).
     pub requested_offset: i64,
     /// The partition's log start offset when detected (absent if the lookup failed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -833,6 +842,10 @@ pub struct PartitionFailure {
     pub records_lost: Option<i64>,
     /// When the failure was detected.
     pub detected_at: Time,
+    /// `RecordRejected`: the target's reason, as the client reported it (e.g.
+    /// `MessageSizeTooLarge (Broker: Message size too large)`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     /// What happened and how to clear it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
@@ -849,6 +862,9 @@ pub enum FailureType {
     /// records (the progress topic was deleted, or the target rebuilt): where to resume is
     /// not guessed.
     ProgressMissing,
+    /// The target refused a record for good (too large, invalid, policy violation): the
+    /// partition stops at it, every record before it replicated, none after it written.
+    RecordRejected,
 }
 
 /// Outcome of a reset request.
@@ -867,6 +883,22 @@ pub struct AppliedReset {
     /// Partitions that were reset.
     #[serde(default)]
     pub partitions: Vec<TopicPartitionRef>,
+    /// Records skipped by `SkipRecord`: exactly one per partition, never replicated.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 100))]
+    pub skipped_records: Vec<SkippedRecord>,
+}
+
+/// A source record a reset skipped.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "camelCase")]
+pub struct SkippedRecord {
+    /// Source topic.
+    pub topic: String,
+    /// Source partition.
+    pub partition: i32,
+    /// Source offset of the skipped record.
+    pub offset: i64,
 }
 
 /// Reset outcomes.

@@ -5,7 +5,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use super::error::ErrorCategory;
 use crate::api::status::{
     APPLY_FAILED, CHILD_CONFLICT, CONNECTION_FAILED, DATA_LOSS, INSECURE_TLS, INVALID_SPEC,
-    PROGRESS_MISSING, READY, TOPIC_RESET, TOPIC_UNWRITABLE,
+    PROGRESS_MISSING, READY, RECORD_REJECTED, TOPIC_RESET, TOPIC_UNWRITABLE,
 };
 use crate::api::{MirrorFlowStatus, OffsetCheckpointStatus, ResetOutcome};
 
@@ -24,6 +24,8 @@ pub enum EventReason {
     DataLoss,
     TopicReset,
     ProgressMissing,
+    /// A partition stopped at a record the target refused for good.
+    RecordRejected,
     ResetApplied,
     ResetRefused,
     ResetFailed,
@@ -47,6 +49,7 @@ impl EventReason {
             Self::DataLoss => "DataLoss",
             Self::TopicReset => "TopicReset",
             Self::ProgressMissing => "ProgressMissing",
+            Self::RecordRejected => "RecordRejected",
             Self::ResetApplied => "ResetApplied",
             Self::ResetRefused => "ResetRefused",
             Self::ResetFailed => "ResetFailed",
@@ -85,8 +88,7 @@ fn newly_true<'a>(prev: &[Condition], next: &'a [Condition], type_: &str) -> Opt
 }
 
 /// Events implied by a flow status change: invalid spec, DataLoss / TopicReset /
-/// ProgressMissing detected, a
-/// reset's outcome.
+/// ProgressMissing / RecordRejected detected, a reset's outcome.
 pub fn flow_events(prev: Option<&MirrorFlowStatus>, next: &MirrorFlowStatus) -> Vec<StatusEvent> {
     let empty = MirrorFlowStatus::default();
     let prev = prev.unwrap_or(&empty);
@@ -107,6 +109,9 @@ pub fn flow_events(prev: Option<&MirrorFlowStatus>, next: &MirrorFlowStatus) -> 
     }
     if let Some(c) = newly_true(&prev.conditions, &next.conditions, PROGRESS_MISSING) {
         out.push(warn(EventReason::ProgressMissing, c));
+    }
+    if let Some(c) = newly_true(&prev.conditions, &next.conditions, RECORD_REJECTED) {
+        out.push(warn(EventReason::RecordRejected, c));
     }
     // A child that cannot be applied: once per distinct problem.
     let ready_now = next.conditions.iter().find(|c| c.type_ == READY);
@@ -159,6 +164,14 @@ pub fn flow_events(prev: Option<&MirrorFlowStatus>, next: &MirrorFlowStatus) -> 
                 r.outcome,
                 r.partitions.len()
             );
+            if !r.skipped_records.is_empty() {
+                let skipped: Vec<String> = r
+                    .skipped_records
+                    .iter()
+                    .map(|k| format!("{}/{} offset {}", k.topic, k.partition, k.offset))
+                    .collect();
+                note.push_str(&format!(", skipped record(s): {}", skipped.join(", ")));
+            }
             if let Some(m) = &r.message {
                 note.push_str(": ");
                 note.push_str(m);

@@ -549,6 +549,7 @@ mod tests {
             detected_at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
                 jiff::Timestamp::from_second(7).unwrap() + jiff::SignedDuration::from_millis(250),
             ),
+            reason: None,
             message: Some("DataLoss on source topic ... run: kubectl patch ...".into()),
         };
         let part = |p: i32, state: PartitionState| PartitionSnapshot {

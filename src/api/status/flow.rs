@@ -10,7 +10,7 @@ use kube::ResourceExt;
 use super::*;
 use crate::api::{
     AppliedReset, ConnectionProblem, ConnectionProblemReason, FailureType, MirrorFlow,
-    MirrorFlowStatus, PartitionFailure, ReplicationLag, ResetOutcome, ResetRequest,
+    MirrorFlowStatus, PartitionFailure, ReplicationLag, ResetOutcome, ResetRequest, SkippedRecord,
     TopicPartitionRef, ValidationErrors, WorkerState, WorkerStatus,
 };
 
@@ -240,6 +240,11 @@ pub fn fold_reset(
         .iter()
         .flat_map(|(_, r)| r.partitions.clone())
         .collect();
+    // Each worker skipped records of its own partitions only: the union is the flow's.
+    let skipped: BTreeSet<SkippedRecord> = reports
+        .iter()
+        .flat_map(|(_, r)| r.skipped_records.clone())
+        .collect();
     // The workers that decided the outcome explain it first.
     let mut notes: Vec<String> = reports
         .iter()
@@ -258,6 +263,7 @@ pub fn fold_reset(
         outcome,
         message: (!notes.is_empty()).then(|| notes.join("; ")),
         partitions: partitions.into_iter().collect(),
+        skipped_records: skipped.into_iter().collect(),
     })
 }
 
@@ -287,11 +293,26 @@ fn failure_condition(
             "ProgressKnown",
             "no progress is recorded but the target topic already holds records; patch spec.reset (strategy ResumeFromTarget, RestartFromEarliest or SkipToLatest) to choose where to resume",
         ),
+        FailureType::RecordRejected => (
+            RECORD_REJECTED,
+            "TargetRefusedRecord",
+            "NoRecordRejected",
+            "the target refused a record for good (too large, invalid, policy); fix the target topic and patch spec.reset (strategy RetryRecord), or skip exactly that record (strategy SkipRecord)",
+        ),
     };
     let hits: Vec<String> = failures
         .iter()
         .filter(|f| f.type_ == type_)
-        .map(|f| format!("{}/{}", f.topic, f.partition))
+        .map(|f| match f.type_ {
+            // The offset names the record to skip or retry.
+            FailureType::RecordRejected => {
+                format!(
+                    "{}/{} at offset {}",
+                    f.topic, f.partition, f.requested_offset
+                )
+            }
+            _ => format!("{}/{}", f.topic, f.partition),
+        })
         .collect();
     if hits.is_empty() {
         condition(prev, ctype, "False", false_reason, String::new(), gen, now)
@@ -566,6 +587,7 @@ pub fn fold_flow_status(obs: &FlowObservation<'_>) -> MirrorFlowStatus {
         failure_condition(pc, &all_failures, FailureType::DataLoss, gen, now),
         failure_condition(pc, &all_failures, FailureType::TopicReset, gen, now),
         failure_condition(pc, &all_failures, FailureType::ProgressMissing, gen, now),
+        failure_condition(pc, &all_failures, FailureType::RecordRejected, gen, now),
         match obs.invalid {
             Some(errs) => condition(
                 pc,

@@ -30,6 +30,8 @@ pub const REPLICATING: &str = "Replicating";
 pub const DATA_LOSS: &str = "DataLoss";
 pub const TOPIC_RESET: &str = "TopicReset";
 pub const PROGRESS_MISSING: &str = "ProgressMissing";
+/// True while a partition is stopped at a record the target refused for good.
+pub const RECORD_REJECTED: &str = "RecordRejected";
 pub const INVALID_SPEC: &str = "InvalidSpec";
 /// True while a worker cannot authenticate to a cluster or verify its TLS certificates.
 pub const CONNECTION_FAILED: &str = "ConnectionFailed";

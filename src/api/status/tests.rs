@@ -52,7 +52,18 @@ fn failure(type_: FailureType, topic: &str, partition: i32) -> PartitionFailure 
         log_start_offset: Some(50),
         records_lost: Some(40),
         detected_at: Time(t(0)),
+        reason: None,
         message: None,
+    }
+}
+
+fn rejected(topic: &str, partition: i32, offset: i64) -> PartitionFailure {
+    PartitionFailure {
+        requested_offset: offset,
+        log_start_offset: None,
+        records_lost: None,
+        reason: Some("Broker: Message size too large (MessageSizeTooLarge)".into()),
+        ..failure(FailureType::RecordRejected, topic, partition)
     }
 }
 
@@ -75,6 +86,7 @@ fn applied(
                 partition: *partition,
             })
             .collect(),
+        skipped_records: vec![],
     }
 }
 
@@ -284,6 +296,20 @@ pub(crate) fn cases() -> Vec<Case> {
             failed: 1,
         },
         Case {
+            name: "RecordRejected on a partition",
+            flow: with_workers(flow(2), degraded_with(rejected("orders", 0, 2))),
+            invalid: None,
+            sts: Some(sts(2, 2)),
+            draining: None,
+            // DataLoss and TopicReset stay False: the RecordRejected condition says it.
+            want: want(
+                ("False", "PartitionsFailed"),
+                ("True", "PartiallyReplicating"),
+            ),
+            summary: "1/2",
+            failed: 1,
+        },
+        Case {
             name: "reset in progress",
             flow: in_progress,
             invalid: None,
@@ -445,6 +471,18 @@ fn condition_table() {
             "{}",
             c.name
         );
+        let rr = st.conditions.iter().find(|k| k.type_ == RECORD_REJECTED);
+        let want_rr = if c.name == "RecordRejected on a partition" {
+            ("True", "TargetRefusedRecord")
+        } else {
+            ("False", "NoRecordRejected")
+        };
+        assert_eq!(
+            rr.map(|k| (k.status.as_str(), k.reason.as_str())),
+            Some(want_rr),
+            "{}",
+            c.name
+        );
         let want: Vec<(String, String, String)> = types
             .iter()
             .zip(c.want)
@@ -518,6 +556,76 @@ fn messages_name_what_is_wrong() {
         "{}",
         ready_message(&st)
     );
+}
+
+#[test]
+fn a_rejected_record_is_folded_like_dataloss() {
+    let c = cases()
+        .into_iter()
+        .find(|c| c.name == "RecordRejected on a partition")
+        .unwrap();
+    let st = fold(&c, t(100));
+    let k = cond(&st, RECORD_REJECTED);
+    assert!(
+        k.message
+            .starts_with("1 partition(s) stopped: orders/0 at offset 2;"),
+        "names the record: {}",
+        k.message
+    );
+    assert!(
+        k.message.contains("SkipRecord") && k.message.contains("RetryRecord"),
+        "{}",
+        k.message
+    );
+    assert_eq!(st.failed_partitions, 1);
+    assert_eq!(
+        st.failures,
+        vec![rejected("orders", 0, 2)],
+        "with its reason"
+    );
+    // Like DataLoss: the message changes with the record, so a new rejection is a new event.
+    let mut again = c.flow.clone();
+    again.status = Some(st.clone());
+    again.status.as_mut().unwrap().workers[1].failures = vec![rejected("orders", 0, 9)];
+    let c2 = Case { flow: again, ..c };
+    let st2 = fold(&c2, t(200));
+    assert!(cond(&st2, RECORD_REJECTED)
+        .message
+        .contains("orders/0 at offset 9"));
+    assert_eq!(
+        cond(&st2, RECORD_REJECTED).last_transition_time,
+        Time(t(100)),
+        "still True: the transition time stays"
+    );
+}
+
+#[test]
+fn skipped_records_of_every_worker_are_folded() {
+    let mut req_flow = reset_flow("skip");
+    req_flow.spec.reset.as_mut().unwrap().strategy = crate::api::ResetStrategy::SkipRecord;
+    let req = req_flow.spec.reset.clone().unwrap();
+    let skipped = |p: i32, offset: i64| crate::api::SkippedRecord {
+        topic: "orders".into(),
+        partition: p,
+        offset,
+    };
+    let mut w0 = worker(0, WorkerState::Running, 95);
+    let mut a0 = applied("skip", ResetOutcome::Applied, 90, &[("orders", 0)], None);
+    a0.skipped_records = vec![skipped(0, 2)];
+    w0.last_applied_reset = Some(a0);
+    let mut w1 = worker(1, WorkerState::Running, 95);
+    let mut a1 = applied("skip", ResetOutcome::Applied, 91, &[("orders", 1)], None);
+    a1.skipped_records = vec![skipped(1, 7)];
+    w1.last_applied_reset = Some(a1);
+    let ws = vec![
+        ("w-0".to_string(), Some(&w0)),
+        ("w-1".to_string(), Some(&w1)),
+    ];
+    let ResetProgress::Done(r) = fold_reset(Some(&req), None, &ws) else {
+        panic!("both answered")
+    };
+    assert_eq!(r.outcome, ResetOutcome::Applied);
+    assert_eq!(r.skipped_records, vec![skipped(0, 2), skipped(1, 7)]);
 }
 
 #[test]

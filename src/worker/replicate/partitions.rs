@@ -53,6 +53,11 @@ pub struct Partition {
     /// A record was refused outright in a batch not finished yet: later records are not taken
     /// (they would land past the refused one) until the consumer is re-assigned.
     halted: bool,
+    /// The target rejected the record at `offset` of this failure while the committed
+    /// position was still before it (its batch was retried or its transaction aborted): the
+    /// records before it are replicated again, none from it on is taken, and the partition
+    /// fails once its position reaches it ([`PartitionTable::fail_at`]).
+    stop_at: Option<PartitionFailed>,
     /// The position (or topic id) is not persisted yet.
     pending: bool,
     parked: bool,
@@ -77,6 +82,7 @@ impl Partition {
             careful: false,
             version: 0,
             halted: false,
+            stop_at: None,
             pending: false,
             parked: false,
         }
@@ -117,7 +123,8 @@ impl Partition {
         matches!(self.state, PartitionState::Replicating)
     }
 
-    /// Its progress record at `position` (with its failure, if it is stopped).
+    /// Its progress record at `position` (with its failure, if it is stopped, or stops at
+    /// `position`: a commit that reaches a rejected record persists the failure with it).
     pub fn progress(&self, tp: &TopicPartitionRef, position: i64) -> Progress {
         Progress {
             topic: tp.topic.clone(),
@@ -125,11 +132,17 @@ impl Partition {
             next_offset: position,
             topic_id: self.topic_id.clone(),
             reset_id: self.reset_id.clone(),
-            failure: match &self.state {
-                PartitionState::Failed(f) => persisted_failure(f),
+            failure: match (&self.state, &self.stop_at) {
+                (PartitionState::Failed(f), _) => persisted_failure(f),
+                (_, Some(f)) if f.offset <= position => persisted_failure(f),
                 _ => String::new(),
             },
         }
+    }
+
+    /// The offset from which no record of it may be taken (a rejected record not yet reached).
+    pub fn stops_at(&self) -> Option<i64> {
+        self.stop_at.as_ref().map(|f| f.offset)
     }
 
     fn resume_state(&self, paused: bool) -> PartitionState {
@@ -145,8 +158,9 @@ impl Partition {
 const MAX_PERSISTED_FAILURE: usize = 8 * 1024;
 
 /// A failure as its progress record carries it (JSON), its message shortened if needed.
-/// Only offset-validation failures persist: a record the target refused is retried after a
-/// restart (the usual fix is on the target topic).
+/// Every failure with a status entry persists (DataLoss, TopicReset, ProgressMissing, and a
+/// record the target rejected): a restart keeps the partition stopped until a reset clears
+/// it (`RetryRecord` once the target topic is fixed, or `SkipRecord`).
 pub fn persisted_failure(f: &PartitionFailed) -> String {
     if f.failure.is_none() {
         return String::new();
@@ -322,6 +336,10 @@ impl PartitionTable {
             return false;
         };
         if p.parked || p.halted || !p.replicating() {
+            return false;
+        }
+        if p.stop_at.as_ref().is_some_and(|f| offset >= f.offset) {
+            // The rejected record and what follows wait for the operator's reset.
             return false;
         }
         if p.fetched.is_some_and(|f| offset < f) {
@@ -520,6 +538,23 @@ impl PartitionTable {
         true
     }
 
+    /// Stops `tp` at the rejected record of `failed` (`failed.offset`): at once if its
+    /// position is there; otherwise the records before it are replicated first (a retried
+    /// batch or an aborted transaction left them uncommitted) and it fails when its position
+    /// reaches it ([`PartitionTable::apply_commit`]). True if it is owned.
+    pub fn fail_at(&mut self, tp: &TopicPartitionRef, failed: PartitionFailed) -> bool {
+        let Some(p) = self.get_mut(tp) else {
+            return false;
+        };
+        // Also when paused or stopped otherwise: the failure must name the position.
+        if p.position.is_some_and(|pos| pos < failed.offset) {
+            p.stop_at = Some(failed);
+            p.fetched = None;
+            return true;
+        }
+        self.fail(tp, failed)
+    }
+
     /// Applies a reset to `tp`: the new position and reset id, a fresh emitter, the current
     /// log as the validation baseline (an unknown topic id is learned at the next check
     /// rather than compared with the old topic's), replicating or paused, pending.
@@ -539,6 +574,7 @@ impl PartitionTable {
         };
         p.position = Some(position);
         p.fetched = None;
+        p.stop_at = None;
         p.reset_id = reset_id.to_string();
         p.emitter = SyncEmitter::new(epoch);
         p.topic_id = topic_id.unwrap_or_default();
@@ -604,11 +640,18 @@ impl PartitionTable {
         acked_at_ms: i64,
     ) -> bool {
         let mut refetch = false;
+        let mut reached = Vec::new();
         for (slot, (o, emitter)) in outcomes.iter().zip(emitters).enumerate() {
             let Some(p) = self.get_mut(&slots[slot].tp) else {
                 continue;
             };
             p.position = Some(o.next_offset);
+            if p.stop_at
+                .as_ref()
+                .is_some_and(|f| f.offset <= o.next_offset)
+            {
+                reached.push(slot);
+            }
             if let Some(e) = emitter {
                 p.emitter = e;
             }
@@ -625,6 +668,19 @@ impl PartitionTable {
         }
         for s in slots {
             self.clear_pending(&s.tp);
+        }
+        // The rejected record is reached: stopped (the commit persisted the failure, see
+        // `Partition::progress`).
+        for slot in reached {
+            let tp = &slots[slot].tp;
+            if let Some(f) = self.get_mut(tp).and_then(|p| p.stop_at.take()) {
+                if let Some(p) = self.get_mut(tp) {
+                    p.state = PartitionState::Failed(f);
+                    p.fetched = None;
+                    p.version += 1;
+                }
+                refetch = true;
+            }
         }
         refetch
     }

@@ -17,8 +17,8 @@ use crate::kafka::config::ClientProperties;
 use crate::kafka::wire::Progress;
 use crate::worker::replicate::assign::is_owned;
 use crate::worker::validation::reset::{
-    describe_tp, failed_status, plan_reset, strategy_name, PartitionResetAction, ResetDecision,
-    SeekTarget,
+    describe_tp, failed_status, plan_reset, record_seek, strategy_name, PartitionResetAction,
+    ResetDecision, SeekTarget,
 };
 
 /// What a reset needs from both clusters, and who this worker is.
@@ -159,6 +159,14 @@ async fn resolve(
                 }
                 to
             }
+            // The records after it may since have been deleted on the source (position
+            // below `low`): offset validation then reports that gap as DataLoss.
+            SeekTarget::AfterRecord | SeekTarget::AtRecord => record_seek(
+                a.target,
+                a.previous_failure.requested_offset,
+                table.get(&a.tp).and_then(|p| p.position),
+            )
+            .map_err(|e| format!("{}/{}: {e}", a.tp.topic, a.tp.partition))?,
         };
         resolved.push((a.tp.clone(), to, (low, high)));
     }
@@ -296,6 +304,7 @@ pub fn nothing_here_status(req: &ResetRequest, message: String, time: Time) -> A
         outcome: ResetOutcome::NotOwned,
         message: Some(message),
         partitions: Vec::new(),
+        skipped_records: Vec::new(),
     }
 }
 
@@ -370,6 +379,7 @@ mod tests {
             log_start_offset: Some(20),
             records_lost: Some(10),
             detected_at: Time(jiff::Timestamp::from_second(1_700_000_000).unwrap()),
+            reason: None,
             message: None,
         }
     }

@@ -17,8 +17,8 @@ use crate::api::{
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum FailureKind {
     /// The target refused a record for good (too large, invalid, policy violation). The
-    /// partition stays stopped at that record until the worker restarts (fix the target
-    /// topic's limits first, e.g. `max.message.bytes`).
+    /// partition stays stopped at that record, across restarts, until a reset: `RetryRecord`
+    /// once the target topic is fixed (e.g. `max.message.bytes`), or `SkipRecord`.
     RecordRejected,
     /// Records were deleted on the source before they were replicated (offset validation).
     DataLoss,
@@ -39,7 +39,8 @@ pub struct PartitionFailed {
     pub offset: i64,
     /// What happened and how to clear it, with the broker's message.
     pub message: String,
-    /// For DataLoss / TopicReset: the entry for `status.failures`.
+    /// The entry for `status.failures` (absent only for a persisted failure this build
+    /// cannot read).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failure: Option<PartitionFailure>,
 }
@@ -115,7 +116,8 @@ pub struct WorkerSnapshot {
     pub message: Option<String>,
     /// Owned partitions, sorted by topic and partition.
     pub partitions: Vec<PartitionSnapshot>,
-    /// DataLoss / TopicReset failures (for `status.failures`).
+    /// DataLoss / TopicReset / ProgressMissing / RecordRejected failures (for
+    /// `status.failures`).
     pub failures: Vec<PartitionFailure>,
     /// The last reset request handled.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -256,8 +258,8 @@ pub fn total_lag(partitions: &[PartitionSnapshot]) -> ReplicationLag {
     }
 }
 
-/// DataLoss / TopicReset / ProgressMissing failures among the partitions, for
-/// `status.failures`.
+/// DataLoss / TopicReset / ProgressMissing / RecordRejected failures among the partitions,
+/// for `status.failures`.
 pub fn validation_failures(partitions: &[PartitionSnapshot]) -> Vec<PartitionFailure> {
     partitions
         .iter()

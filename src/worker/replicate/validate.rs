@@ -423,6 +423,7 @@ pub fn kind_of(t: FailureType) -> FailureKind {
         FailureType::DataLoss => FailureKind::DataLoss,
         FailureType::TopicReset => FailureKind::TopicReset,
         FailureType::ProgressMissing => FailureKind::ProgressMissing,
+        FailureType::RecordRejected => FailureKind::RecordRejected,
     }
 }
 

@@ -56,6 +56,22 @@ pub enum ErrorClass {
 }
 
 /// Classifies an error code from a delivery report or a transactional call.
+///
+/// `Rejected` is what the target refuses about one record (or its produce batch) whatever
+/// the retries, so the partition stops at that record (RecordRejected) instead of
+/// retrying forever. librdkafka treats them as permanent (`rd_kafka_handle_Produce_error`
+/// does not retry them; INVALID_MSG it retries itself, and reports it only once those
+/// retries are spent):
+/// - MSG_SIZE_TOO_LARGE (broker `max.message.bytes`, or the producer's own
+///   `message.max.bytes` at enqueue), RECORD_LIST_TOO_LARGE (`MessageBatchTooLarge`);
+/// - INVALID_MSG (corrupt, or a null key on a compacted topic with older brokers),
+///   INVALID_RECORD (a null key on a compacted topic, a broker-side record check);
+/// - INVALID_TIMESTAMP (outside `message.timestamp.*.ms` of the target topic);
+/// - POLICY_VIOLATION (a broker's create/alter policy refusing the write);
+/// - UNSUPPORTED_FOR_MESSAGE_FORMAT (headers on a topic kept in message format v0/v1).
+///
+/// Not here: TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_OR_PART and the like concern the
+/// topic, not a record; they are retried until fixed, and skipping a record would not help.
 pub fn classify_code(code: RDKafkaErrorCode, fatal: bool) -> ErrorClass {
     use RDKafkaErrorCode as C;
     match code {
@@ -70,7 +86,8 @@ pub fn classify_code(code: RDKafkaErrorCode, fatal: bool) -> ErrorClass {
         | C::InvalidRecord
         | C::InvalidMessage
         | C::InvalidTimestamp
-        | C::PolicyViolation => ErrorClass::Rejected,
+        | C::PolicyViolation
+        | C::UnsupportedForMessageFormat => ErrorClass::Rejected,
         C::UnsupportedFeature | C::UnsupportedVersion | C::NotImplemented => {
             ErrorClass::Unsupported
         }
@@ -97,7 +114,8 @@ pub fn classify_error(err: &KafkaError) -> ErrorClass {
 pub fn describe_error(err: &KafkaError) -> String {
     match err {
         KafkaError::Transaction(e) => format!("{} ({})", e.string(), e.name()),
-        KafkaError::MessageProduction(code) => format!("{code} ({code:?})"),
+        // Displays as `MessageSizeTooLarge (Broker: Message size too large)`.
+        KafkaError::MessageProduction(code) => code.to_string(),
         other => other.to_string(),
     }
 }
@@ -285,6 +303,12 @@ mod tests {
             (C::InvalidRecord, false, ErrorClass::Rejected),
             (C::InvalidTimestamp, false, ErrorClass::Rejected),
             (C::PolicyViolation, false, ErrorClass::Rejected),
+            (C::InvalidMessage, false, ErrorClass::Rejected),
+            (C::UnsupportedForMessageFormat, false, ErrorClass::Rejected),
+            // Not about the record: retried until the topic or permissions are fixed.
+            (C::TopicAuthorizationFailed, false, ErrorClass::Retriable),
+            (C::RequestTimedOut, false, ErrorClass::Retriable),
+            (C::NotLeaderForPartition, false, ErrorClass::Retriable),
             (C::ProducerFenced, true, ErrorClass::Fenced),
             (C::Fenced, true, ErrorClass::Fenced),
             (C::InvalidProducerEpoch, false, ErrorClass::Retriable),

@@ -152,6 +152,13 @@ pub enum Signal {
         /// Its partition's end offset.
         end: i64,
     },
+    /// The target refused the record at our position for good (RecordRejected).
+    TargetRejected {
+        /// The target topic.
+        target_topic: String,
+        /// The target's reason, as the client reported it.
+        reason: String,
+    },
 }
 
 impl Signal {
@@ -209,18 +216,26 @@ impl Signal {
                  partition, and no progress says which source records they are",
                 end - 1
             ),
+            Signal::TargetRejected {
+                target_topic,
+                reason,
+            } => format!(
+                "target topic \"{target_topic}\" refused the record at source offset \
+                 {position}: {reason}"
+            ),
         }
     }
 }
 
-/// A DataLoss or TopicReset found on one partition.
+/// A DataLoss, TopicReset, ProgressMissing or RecordRejected found on one partition.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Detection {
     /// The source partition.
     pub tp: TopicPartitionRef,
-    /// DataLoss or TopicReset.
+    /// What kind of failure.
     pub type_: FailureType,
-    /// Our position: the next offset replication needed.
+    /// Our position: the next offset replication needed (RecordRejected: the rejected
+    /// record's offset).
     pub requested_offset: i64,
     /// The log start offset when known.
     pub log_start: Option<i64>,
@@ -483,6 +498,7 @@ impl Detection {
             FailureType::DataLoss => "dataloss",
             FailureType::TopicReset => "topicreset",
             FailureType::ProgressMissing => "progressmissing",
+            FailureType::RecordRejected => "recordrejected",
         };
         const MAX_TOPIC: usize = 64;
         let topic = if self.tp.topic.len() <= MAX_TOPIC {
@@ -513,6 +529,11 @@ impl Detection {
                  partition already holds records. Starting per startFrom (offset {pos}) would \
                  replay records already on the target or skip records never replicated, so \
                  mirrorflow does not guess."
+            ),
+            FailureType::RecordRejected => format!(
+                "RecordRejected on source {tp}: the target refused the record at offset {pos} \
+                 for good. Every record before it is replicated; none after it is written, so \
+                 nothing is skipped until you decide."
             ),
         };
         let evidence: Vec<String> = self.signals.iter().map(|s| s.describe(pos)).collect();
@@ -556,6 +577,15 @@ impl Detection {
                      last offset sync they left: no record is skipped, at most offsetSyncs.lagMax \
                      are sent again; refused if no sync exists). RestartFromEarliest replicates \
                      the partition again from its log start (duplicates)."
+                );
+            }
+            FailureType::RecordRejected => {
+                let _ = write!(
+                    m,
+                    " To skip exactly this record and resume at offset {}, run: {cmd}. To send \
+                     it again once the target accepts it (e.g. after raising the target topic's \
+                     max.message.bytes), use strategy RetryRecord instead.",
+                    pos + 1
                 );
             }
         }
@@ -629,9 +659,35 @@ impl Detection {
             requested_offset: self.requested_offset,
             log_start_offset: self.log_start,
             records_lost: self.records_lost_exact(),
+            reason: self.signals.iter().find_map(|s| match s {
+                Signal::TargetRejected { reason, .. } => Some(reason.clone()),
+                _ => None,
+            }),
             message: Some(self.message(flow, &detected_at)),
             detected_at,
         }
+    }
+}
+
+/// The detection of a record the target refused for good at source offset `offset` of `tp`
+/// (written to `target_topic`), with the target's `reason`.
+pub fn record_rejected(
+    tp: TopicPartitionRef,
+    offset: i64,
+    target_topic: &str,
+    reason: &str,
+) -> Detection {
+    Detection {
+        tp,
+        type_: FailureType::RecordRejected,
+        requested_offset: offset,
+        log_start: None,
+        high_watermark: None,
+        records_lost: RecordsLost::Unknown,
+        signals: vec![Signal::TargetRejected {
+            target_topic: target_topic.to_string(),
+            reason: reason.to_string(),
+        }],
     }
 }
 
@@ -878,6 +934,31 @@ mod tests {
             "may have been deleted",
             "how many is unknown",
             "ResumeFromLogStart",
+        ] {
+            assert!(m.contains(want), "missing {want:?} in {m}");
+        }
+    }
+
+    #[test]
+    fn a_rejected_record_names_the_offset_the_reason_and_the_skip_command() {
+        let reason = "Broker: Message size too large (MessageSizeTooLarge)";
+        let f = record_rejected(tp("orders", 3), 41, "dc1.orders", reason).to_failure(FLOW, t0());
+        assert_eq!(
+            (f.type_, f.requested_offset, f.reason.as_deref()),
+            (FailureType::RecordRejected, 41, Some(reason))
+        );
+        assert_eq!((f.log_start_offset, f.records_lost), (None, None));
+        let m = f.message.unwrap();
+        for want in [
+            "RecordRejected on source topic \"orders\" partition 3",
+            "refused the record at offset 41",
+            "target topic \"dc1.orders\" refused the record at source offset 41: Broker: Message size too large",
+            "none after it is written",
+            "To skip exactly this record and resume at offset 42, run: kubectl -n kafka patch mirrorflow dc1-to-dc2",
+            "\"strategy\":\"SkipRecord\",\"partitions\":[{\"topic\":\"orders\",\"partition\":3}]",
+            "\"id\":\"recordrejected-orders-3-",
+            "use strategy RetryRecord",
+            "Allowed strategies for RecordRejected: SkipRecord, RetryRecord, SkipToLatest",
         ] {
             assert!(m.contains(want), "missing {want:?} in {m}");
         }

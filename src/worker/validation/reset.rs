@@ -26,7 +26,17 @@
 //!     the recreated topic's records land after the old topic's records already on the target,
 //!     and the operator must choose that knowingly (`RestartFromEarliest`) rather than "resume"
 //!     a topic that no longer exists.
-//!   - `SkipToLatest` works for both.
+//!   - ProgressMissing: `ResumeFromTarget`, `RestartFromEarliest` or `SkipToLatest`.
+//!   - RecordRejected (the target refused one record for good; everything before it is
+//!     replicated, nothing after it written): `SkipRecord` (skip exactly that offset, resume
+//!     at offset + 1; the status names the skipped record), `RetryRecord` (send it again once
+//!     the target accepts it) or `SkipToLatest`. `ResumeFromLogStart` and
+//!     `RestartFromEarliest` are refused: nothing was lost or recreated, and both would send
+//!     again every record already replicated before the rejected one. `ResumeFromTarget` is
+//!     refused: the position is known.
+//!   - `SkipRecord` and `RetryRecord` clear nothing else: their offset comes from the
+//!     rejected record, which only a RecordRejected failure has.
+//!   - `SkipToLatest` works for every type.
 //! - **What applies is applied.** Partitions that are healthy or incompatible with the strategy
 //!   are left alone and named in the outcome ([`ResetDecision::ApplySome`]), so a follow-up
 //!   request (new id, other strategy) can target exactly them; only a request of which nothing
@@ -39,7 +49,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::api::{
     AppliedReset, FailureType, PartitionFailure, ResetOutcome, ResetRequest, ResetStrategy,
-    TopicPartitionRef,
+    SkippedRecord, TopicPartitionRef,
 };
 
 /// Where a reset partition resumes; the engine resolves the actual offset on the source.
@@ -52,6 +62,12 @@ pub enum SeekTarget {
     /// After the records already on the target: the source offset following the last offset
     /// sync on the target (ProgressMissing).
     AfterTarget,
+    /// The offset after the rejected record (the failure's `requested_offset` + 1): that one
+    /// record is skipped (RecordRejected).
+    AfterRecord,
+    /// The rejected record itself (the failure's `requested_offset`): it is sent again
+    /// (RecordRejected).
+    AtRecord,
 }
 
 /// One partition to move and why it was stopped.
@@ -108,28 +124,58 @@ pub fn allowed_strategies(failure: FailureType) -> &'static [ResetStrategy] {
             ResetStrategy::RestartFromEarliest,
             ResetStrategy::SkipToLatest,
         ],
+        FailureType::RecordRejected => &[
+            ResetStrategy::SkipRecord,
+            ResetStrategy::RetryRecord,
+            ResetStrategy::SkipToLatest,
+        ],
     }
 }
 
 /// Where a partition with this failure resumes under this strategy, or `None` if the strategy
 /// is not allowed for the failure (see the module docs).
 pub fn seek_target(failure: FailureType, strategy: ResetStrategy) -> Option<SeekTarget> {
+    use FailureType as F;
+    use ResetStrategy as S;
+    // Spelled out pair by pair: a new type or strategy must be decided here, not defaulted.
     match (failure, strategy) {
-        (_, ResetStrategy::SkipToLatest) => Some(SeekTarget::End),
-        (FailureType::DataLoss, ResetStrategy::ResumeFromLogStart) => Some(SeekTarget::LogStart),
-        (FailureType::TopicReset, ResetStrategy::RestartFromEarliest) => Some(SeekTarget::LogStart),
-        (FailureType::ProgressMissing, ResetStrategy::RestartFromEarliest) => {
-            Some(SeekTarget::LogStart)
-        }
-        (FailureType::ProgressMissing, ResetStrategy::ResumeFromTarget) => {
-            Some(SeekTarget::AfterTarget)
-        }
-        (FailureType::DataLoss, ResetStrategy::RestartFromEarliest)
-        | (FailureType::TopicReset, ResetStrategy::ResumeFromLogStart)
-        | (FailureType::ProgressMissing, ResetStrategy::ResumeFromLogStart)
-        | (FailureType::DataLoss | FailureType::TopicReset, ResetStrategy::ResumeFromTarget) => {
+        (_, S::SkipToLatest) => Some(SeekTarget::End),
+        (F::DataLoss, S::ResumeFromLogStart) => Some(SeekTarget::LogStart),
+        (F::TopicReset, S::RestartFromEarliest) => Some(SeekTarget::LogStart),
+        (F::ProgressMissing, S::RestartFromEarliest) => Some(SeekTarget::LogStart),
+        (F::ProgressMissing, S::ResumeFromTarget) => Some(SeekTarget::AfterTarget),
+        (F::RecordRejected, S::SkipRecord) => Some(SeekTarget::AfterRecord),
+        (F::RecordRejected, S::RetryRecord) => Some(SeekTarget::AtRecord),
+        (F::DataLoss, S::RestartFromEarliest)
+        | (F::TopicReset | F::ProgressMissing | F::RecordRejected, S::ResumeFromLogStart)
+        | (F::RecordRejected, S::RestartFromEarliest)
+        | (F::DataLoss | F::TopicReset | F::RecordRejected, S::ResumeFromTarget)
+        | (F::DataLoss | F::TopicReset | F::ProgressMissing, S::SkipRecord | S::RetryRecord) => {
             None
         }
+    }
+}
+
+/// Where a RecordRejected partition resumes (`AfterRecord`: skip it; `AtRecord`: send it
+/// again), given the failure's offset and the partition's position now. The two must agree
+/// (the position stops at the rejected record); otherwise nothing moves: skipping from
+/// another position would skip, or replay, records nobody chose.
+pub fn record_seek(
+    target: SeekTarget,
+    rejected_offset: i64,
+    position: Option<i64>,
+) -> Result<i64, String> {
+    if position != Some(rejected_offset) {
+        let at = position.map_or_else(|| "unknown".to_string(), |p| p.to_string());
+        return Err(format!(
+            "the partition's position is {at}, not the rejected record's offset \
+             {rejected_offset}; nothing was moved"
+        ));
+    }
+    match target {
+        SeekTarget::AfterRecord => Ok(rejected_offset + 1),
+        SeekTarget::AtRecord => Ok(rejected_offset),
+        other => Err(format!("{other:?} is not a record seek")),
     }
 }
 
@@ -140,6 +186,8 @@ pub fn strategy_name(strategy: ResetStrategy) -> &'static str {
         ResetStrategy::RestartFromEarliest => "RestartFromEarliest",
         ResetStrategy::SkipToLatest => "SkipToLatest",
         ResetStrategy::ResumeFromTarget => "ResumeFromTarget",
+        ResetStrategy::SkipRecord => "SkipRecord",
+        ResetStrategy::RetryRecord => "RetryRecord",
     }
 }
 
@@ -149,6 +197,7 @@ pub fn failure_type_name(failure: FailureType) -> &'static str {
         FailureType::DataLoss => "DataLoss",
         FailureType::TopicReset => "TopicReset",
         FailureType::ProgressMissing => "ProgressMissing",
+        FailureType::RecordRejected => "RecordRejected",
     }
 }
 
@@ -236,8 +285,8 @@ pub fn plan_reset(
     for f in &incompatible {
         let _ = write!(msg, " {}", incompatibility(f, req.strategy));
     }
-    let types: Vec<FailureType> = by_tp.values().map(|f| f.type_).collect();
-    if types.contains(&FailureType::DataLoss) && types.contains(&FailureType::TopicReset) {
+    let first = by_tp.values().map(|f| f.type_).next();
+    if by_tp.values().any(|f| Some(f.type_) != first) {
         let _ = write!(
             msg,
             " Failed partitions have different types: send one request per strategy, listing \
@@ -265,31 +314,57 @@ fn incompatibility(f: &PartitionFailure, strategy: ResetStrategy) -> String {
         partition: f.partition,
     };
     let what = failure_summary(f);
-    // Only called for pairs `seek_target` refused, so the type alone says which pair it is.
-    let why = match (f.type_, strategy) {
-        (FailureType::DataLoss | FailureType::TopicReset, ResetStrategy::ResumeFromTarget) => {
+    // Only called for pairs `seek_target` refused.
+    let purpose = match strategy {
+        ResetStrategy::ResumeFromLogStart => "ResumeFromLogStart is for DataLoss",
+        ResetStrategy::RestartFromEarliest => {
+            "RestartFromEarliest is for TopicReset and ProgressMissing"
+        }
+        ResetStrategy::ResumeFromTarget => {
             "ResumeFromTarget is for ProgressMissing (a partition without progress whose target \
-             topic already holds records)."
+             topic already holds records)"
         }
-        (FailureType::ProgressMissing, _) => {
-            "ResumeFromLogStart is for DataLoss. No progress is recorded: use ResumeFromTarget to \
-             resume after the records already on the target, RestartFromEarliest to replicate \
-             the partition again from its log start, or SkipToLatest."
+        ResetStrategy::SkipRecord | ResetStrategy::RetryRecord => {
+            "SkipRecord and RetryRecord are for RecordRejected (a record the target refused for \
+             good), the only failure that names one record"
         }
-        (FailureType::TopicReset, _) => {
-            "ResumeFromLogStart is for DataLoss. The topic was recreated: use RestartFromEarliest \
-             to replicate the new topic from its beginning (its records are appended on the \
-             target after the records already mirrored from the old topic), or SkipToLatest to \
-             replicate only records written from now on."
+        ResetStrategy::SkipToLatest => "SkipToLatest clears every failure",
+    };
+    let consequence = match (f.type_, strategy) {
+        (FailureType::DataLoss, ResetStrategy::RestartFromEarliest) => {
+            "; here it would skip the deleted records without saying so"
         }
-        (FailureType::DataLoss, _) => {
-            "RestartFromEarliest is for TopicReset; here it would skip the deleted records \
-             without saying so. Use ResumeFromLogStart to accept the gap and resume at the log \
-             start, or SkipToLatest to replicate only records written from now on."
+        (FailureType::RecordRejected, ResetStrategy::ResumeFromLogStart)
+        | (FailureType::RecordRejected, ResetStrategy::RestartFromEarliest) => {
+            "; here nothing was lost or recreated, and it would send again every record \
+             already replicated before the rejected one"
+        }
+        _ => "",
+    };
+    let remedy = match f.type_ {
+        FailureType::DataLoss => {
+            "Use ResumeFromLogStart to accept the gap and resume at the log start, or \
+             SkipToLatest to replicate only records written from now on."
+        }
+        FailureType::TopicReset => {
+            "The topic was recreated: use RestartFromEarliest to replicate the new topic from \
+             its beginning (its records are appended on the target after the records already \
+             mirrored from the old topic), or SkipToLatest to replicate only records written \
+             from now on."
+        }
+        FailureType::ProgressMissing => {
+            "No progress is recorded: use ResumeFromTarget to resume after the records already \
+             on the target, RestartFromEarliest to replicate the partition again from its log \
+             start, or SkipToLatest."
+        }
+        FailureType::RecordRejected => {
+            "Use SkipRecord to skip exactly the rejected record, RetryRecord to send it again \
+             once the target accepts it (e.g. after raising the target topic's \
+             max.message.bytes), or SkipToLatest."
         }
     };
     format!(
-        "Incompatible: {} is {} ({what}), which {} cannot clear: {why}",
+        "Incompatible: {} is {} ({what}), which {} cannot clear: {purpose}{consequence}. {remedy}",
         describe_tp(&tp),
         failure_type_name(f.type_),
         strategy_name(strategy)
@@ -298,6 +373,13 @@ fn incompatibility(f: &PartitionFailure, strategy: ResetStrategy) -> String {
 
 /// `requested offset 120, log start 500, 380 records lost`.
 fn failure_summary(f: &PartitionFailure) -> String {
+    if f.type_ == FailureType::RecordRejected {
+        return format!(
+            "record at offset {} rejected by the target: {}",
+            f.requested_offset,
+            f.reason.as_deref().unwrap_or("reason unknown")
+        );
+    }
     let mut s = format!("requested offset {}", f.requested_offset);
     match f.log_start_offset {
         Some(ls) => {
@@ -328,6 +410,7 @@ impl ResetDecision {
                 outcome: ResetOutcome::Refused,
                 message: Some(reason.clone()),
                 partitions: Vec::new(),
+                skipped_records: Vec::new(),
             }),
             ResetDecision::Apply(_) | ResetDecision::ApplySome { .. } => {
                 let actions = self.actions();
@@ -340,12 +423,21 @@ impl ResetDecision {
                 let parts: Vec<String> = actions
                     .iter()
                     .map(|a| {
-                        let to = match a.target {
-                            SeekTarget::LogStart => "resumes at the log start",
-                            SeekTarget::End => "resumes at the end",
+                        let to: String = match a.target {
+                            SeekTarget::LogStart => "resumes at the log start".into(),
+                            SeekTarget::End => "resumes at the end".into(),
                             SeekTarget::AfterTarget => {
-                                "resumes after the records already on the target"
+                                "resumes after the records already on the target".into()
                             }
+                            SeekTarget::AfterRecord => format!(
+                                "skips the record at offset {} and resumes at offset {}",
+                                a.previous_failure.requested_offset,
+                                a.previous_failure.requested_offset + 1
+                            ),
+                            SeekTarget::AtRecord => format!(
+                                "resumes at offset {}, sending the rejected record again",
+                                a.previous_failure.requested_offset
+                            ),
                         };
                         format!(
                             " {} ({}, {}) {to}",
@@ -366,6 +458,7 @@ impl ResetDecision {
                     outcome: ResetOutcome::Applied,
                     message: Some(msg),
                     partitions: actions.iter().map(|a| a.tp.clone()).collect(),
+                    skipped_records: skipped_records(actions),
                 })
             }
         }
@@ -394,7 +487,21 @@ pub fn failed_status(
             list_tps(&tps)
         )),
         partitions: Vec::new(),
+        skipped_records: Vec::new(),
     }
+}
+
+/// The records `SkipRecord` actions skip (for `status.lastAppliedReset.skippedRecords`).
+pub fn skipped_records(actions: &[PartitionResetAction]) -> Vec<SkippedRecord> {
+    actions
+        .iter()
+        .filter(|a| a.target == SeekTarget::AfterRecord)
+        .map(|a| SkippedRecord {
+            topic: a.tp.topic.clone(),
+            partition: a.tp.partition,
+            offset: a.previous_failure.requested_offset,
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -419,6 +526,7 @@ mod tests {
             log_start_offset: Some(500),
             records_lost: Some(380),
             detected_at: t0(),
+            reason: None,
             message: None,
         }
     }
@@ -432,6 +540,21 @@ mod tests {
             log_start_offset: Some(0),
             records_lost: None,
             detected_at: t0(),
+            reason: None,
+            message: None,
+        }
+    }
+
+    fn rejected(topic: &str, partition: i32) -> PartitionFailure {
+        PartitionFailure {
+            type_: FailureType::RecordRejected,
+            topic: topic.into(),
+            partition,
+            requested_offset: 42,
+            log_start_offset: None,
+            records_lost: None,
+            detected_at: t0(),
+            reason: Some("Broker: Message size too large (MessageSizeTooLarge)".into()),
             message: None,
         }
     }
@@ -444,19 +567,43 @@ mod tests {
         }
     }
 
-    use FailureType::{DataLoss, TopicReset};
-    use ResetStrategy::{RestartFromEarliest, ResumeFromLogStart, SkipToLatest};
+    use FailureType::{DataLoss, ProgressMissing, RecordRejected, TopicReset};
+    use ResetStrategy::{
+        RestartFromEarliest, ResumeFromLogStart, ResumeFromTarget, RetryRecord, SkipRecord,
+        SkipToLatest,
+    };
 
     #[test]
     fn strategy_table() {
-        // Every (type, strategy) pair.
+        use SeekTarget::{AfterRecord, AfterTarget, AtRecord, End, LogStart};
+        // Every (type, strategy) pair: 4 types x 6 strategies.
         let rows = [
-            (DataLoss, ResumeFromLogStart, Some(SeekTarget::LogStart)),
+            (DataLoss, ResumeFromLogStart, Some(LogStart)),
             (DataLoss, RestartFromEarliest, None),
-            (DataLoss, SkipToLatest, Some(SeekTarget::End)),
+            (DataLoss, SkipToLatest, Some(End)),
+            (DataLoss, ResumeFromTarget, None),
+            (DataLoss, SkipRecord, None),
+            (DataLoss, RetryRecord, None),
             (TopicReset, ResumeFromLogStart, None),
-            (TopicReset, RestartFromEarliest, Some(SeekTarget::LogStart)),
-            (TopicReset, SkipToLatest, Some(SeekTarget::End)),
+            (TopicReset, RestartFromEarliest, Some(LogStart)),
+            (TopicReset, SkipToLatest, Some(End)),
+            (TopicReset, ResumeFromTarget, None),
+            (TopicReset, SkipRecord, None),
+            (TopicReset, RetryRecord, None),
+            (ProgressMissing, ResumeFromLogStart, None),
+            (ProgressMissing, RestartFromEarliest, Some(LogStart)),
+            (ProgressMissing, SkipToLatest, Some(End)),
+            (ProgressMissing, ResumeFromTarget, Some(AfterTarget)),
+            (ProgressMissing, SkipRecord, None),
+            (ProgressMissing, RetryRecord, None),
+            // A rejected record: nothing was lost or recreated, so the log start means
+            // re-sending what is replicated; the position is known, so no ResumeFromTarget.
+            (RecordRejected, ResumeFromLogStart, None),
+            (RecordRejected, RestartFromEarliest, None),
+            (RecordRejected, SkipToLatest, Some(End)),
+            (RecordRejected, ResumeFromTarget, None),
+            (RecordRejected, SkipRecord, Some(AfterRecord)),
+            (RecordRejected, RetryRecord, Some(AtRecord)),
         ];
         for (t, s, want) in rows {
             assert_eq!(seek_target(t, s), want, "{t:?} {s:?}");
@@ -476,7 +623,8 @@ mod tests {
             ResetStrategy,
             Result<SeekTarget, &'static [&'static str]>,
         );
-        let rows: Vec<Row> = vec![
+        let rows: Vec<Row> =
+            vec![
             (
                 dataloss("orders", 3),
                 ResumeFromLogStart,
@@ -512,6 +660,60 @@ mod tests {
                     "new id",
                 ]),
             ),
+            (rejected("orders", 3), SkipRecord, Ok(SeekTarget::AfterRecord)),
+            (rejected("orders", 3), RetryRecord, Ok(SeekTarget::AtRecord)),
+            (rejected("orders", 3), SkipToLatest, Ok(SeekTarget::End)),
+            (
+                rejected("orders", 3),
+                ResumeFromLogStart,
+                Err(&[
+                    "topic \"orders\" partition 3 is RecordRejected",
+                    "record at offset 42 rejected by the target: Broker: Message size too large",
+                    "would send again every record already replicated",
+                    "Use SkipRecord to skip exactly the rejected record",
+                    "RetryRecord",
+                    "new id",
+                ]),
+            ),
+            (
+                rejected("orders", 3),
+                RestartFromEarliest,
+                Err(&[
+                    "is RecordRejected",
+                    "would send again every record already replicated",
+                    "Use SkipRecord",
+                ]),
+            ),
+            (
+                rejected("orders", 3),
+                ResumeFromTarget,
+                Err(&["is RecordRejected", "ResumeFromTarget is for ProgressMissing"]),
+            ),
+            // SkipRecord is refused, clearly, for every failure that is not a rejected record.
+            (
+                dataloss("orders", 3),
+                SkipRecord,
+                Err(&[
+                    "topic \"orders\" partition 3 is DataLoss",
+                    "which SkipRecord cannot clear",
+                    "SkipRecord and RetryRecord are for RecordRejected",
+                    "Use ResumeFromLogStart",
+                ]),
+            ),
+            (
+                topicreset("orders", 3),
+                SkipRecord,
+                Err(&[
+                    "is TopicReset",
+                    "which SkipRecord cannot clear",
+                    "use RestartFromEarliest",
+                ]),
+            ),
+            (
+                topicreset("orders", 3),
+                RetryRecord,
+                Err(&["is TopicReset", "which RetryRecord cannot clear"]),
+            ),
         ];
         for (failure, strategy, want) in rows {
             for named in [vec![], vec![tp("orders", 3)]] {
@@ -536,6 +738,108 @@ mod tests {
                         panic!("{failure:?} {strategy:?} {named:?}: want {want:?}, got {got:?}")
                     }
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn skip_record_status_names_exactly_the_skipped_record() {
+        let failed = [
+            rejected("orders", 3),
+            rejected("orders", 5),
+            dataloss("pay", 0),
+        ];
+        // Every failed partition: the rejected ones apply, the DataLoss one is named.
+        let r = req("skip-1", SkipRecord, vec![]);
+        let d = plan_reset(&r, &failed, None);
+        let ResetDecision::ApplySome { actions, skipped } = &d else {
+            panic!("{d:?}")
+        };
+        assert_eq!(actions.len(), 2);
+        assert!(
+            skipped.contains("topic \"pay\" partition 0 is DataLoss"),
+            "{skipped}"
+        );
+        assert!(skipped.contains("one request per strategy"), "{skipped}");
+        let rec = d.status(&r, t0()).unwrap();
+        assert_eq!(rec.outcome, ResetOutcome::Applied);
+        assert_eq!(rec.partitions, vec![tp("orders", 3), tp("orders", 5)]);
+        assert_eq!(
+            rec.skipped_records,
+            vec![
+                SkippedRecord {
+                    topic: "orders".into(),
+                    partition: 3,
+                    offset: 42
+                },
+                SkippedRecord {
+                    topic: "orders".into(),
+                    partition: 5,
+                    offset: 42
+                },
+            ]
+        );
+        let msg = rec.message.unwrap();
+        assert!(
+            msg.contains("topic \"orders\" partition 3 (RecordRejected, record at offset 42 rejected by the target: Broker: Message size too large (MessageSizeTooLarge)) skips the record at offset 42 and resumes at offset 43"),
+            "{msg}"
+        );
+        // RetryRecord and SkipToLatest skip no single record: nothing listed.
+        for s in [RetryRecord, SkipToLatest] {
+            let r = req("r", s, vec![tp("orders", 3)]);
+            let rec = plan_reset(&r, &failed, None).status(&r, t0()).unwrap();
+            assert_eq!(rec.outcome, ResetOutcome::Applied, "{s:?}");
+            assert!(rec.skipped_records.is_empty(), "{s:?}");
+        }
+        let r = req("r", RetryRecord, vec![tp("orders", 3)]);
+        let msg = plan_reset(&r, &failed, None)
+            .status(&r, t0())
+            .unwrap()
+            .message
+            .unwrap();
+        assert!(
+            msg.contains("resumes at offset 42, sending the rejected record again"),
+            "{msg}"
+        );
+        // Named on a partition that is not a rejected record: refused, nothing skipped.
+        let r = req("r", SkipRecord, vec![tp("pay", 0)]);
+        let d = plan_reset(&r, &failed, None);
+        let rec = d.status(&r, t0()).unwrap();
+        assert_eq!(rec.outcome, ResetOutcome::Refused);
+        assert!(rec.skipped_records.is_empty());
+        assert!(
+            rec.message
+                .unwrap()
+                .contains("which SkipRecord cannot clear"),
+            "refused with the reason"
+        );
+    }
+
+    #[test]
+    fn record_seek_table() {
+        use SeekTarget::{AfterRecord, AtRecord, End};
+        type Row = (SeekTarget, i64, Option<i64>, Result<i64, &'static str>);
+        let rows: [Row; 6] = [
+            // Exactly one offset skipped: everything before it is replicated.
+            (AfterRecord, 42, Some(42), Ok(43)),
+            (AtRecord, 42, Some(42), Ok(42)),
+            (AfterRecord, 0, Some(0), Ok(1)),
+            // The position moved (should not happen): never skip from elsewhere.
+            (
+                AfterRecord,
+                42,
+                Some(40),
+                Err("position is 40, not the rejected record's offset 42"),
+            ),
+            (AtRecord, 42, None, Err("position is unknown")),
+            (End, 42, Some(42), Err("not a record seek")),
+        ];
+        for (target, offset, position, want) in rows {
+            let got = record_seek(target, offset, position);
+            match (want, &got) {
+                (Ok(w), Ok(g)) => assert_eq!(*g, w, "{target:?} {offset} {position:?}"),
+                (Err(w), Err(g)) => assert!(g.contains(w), "{g}"),
+                _ => panic!("{target:?} {offset} {position:?}: want {want:?}, got {got:?}"),
             }
         }
     }

@@ -22,6 +22,7 @@ fn failed(offset: i64) -> PartitionFailed {
             detected_at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
                 jiff::Timestamp::from_second(1_700_000_000).unwrap(),
             ),
+            reason: None,
             message: Some("gone".into()),
         }),
     }
@@ -327,12 +328,139 @@ fn failures_are_persisted_and_restored() {
     assert!(f.message.contains("cannot be read"), "{}", f.message);
 }
 
+/// A record the target rejected at `offset` of orders/0, as the pipeline reports it.
+fn rejected(offset: i64) -> PartitionFailed {
+    use crate::worker::validation::classify::{record_rejected, FlowRef};
+    let f = record_rejected(
+        tp("orders", 0),
+        offset,
+        "dc1.orders",
+        "Broker: Message size too large (MessageSizeTooLarge)",
+    )
+    .to_failure(
+        FlowRef {
+            namespace: "kafka",
+            name: "orders",
+        },
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            jiff::Timestamp::from_second(1_700_000_000).unwrap(),
+        ),
+    );
+    PartitionFailed {
+        kind: FailureKind::RecordRejected,
+        offset,
+        message: f.message.clone().unwrap_or_default(),
+        failure: Some(f),
+    }
+}
+
 #[test]
-fn refused_records_are_not_persisted() {
-    let mut f = failed(3);
-    f.kind = FailureKind::RecordRejected;
-    f.failure = None;
-    assert_eq!(persisted_failure(&f), "", "a restart retries them");
+fn a_rejected_record_is_persisted_and_a_restart_keeps_it_stopped() {
+    let a = tp("orders", 0);
+    let mut t = table(&[2]);
+    assert!(t.fail_at(&a, rejected(2)), "owned");
+    assert_eq!(
+        t.get(&a).unwrap().state,
+        PartitionState::Failed(rejected(2)),
+        "the position is at the record: stopped at once"
+    );
+    assert_eq!(t.pending().count(), 1, "persisted with its position");
+    let stored = t.get(&a).unwrap().progress(&a, 2);
+    assert_eq!(stored.next_offset, 2, "resumes at the rejected record");
+    let mut restarted = PartitionTable::default();
+    restarted.take(&a, "dc1.orders", 1, false);
+    assert!(restarted.start(&a, &Start::Resume(stored), false));
+    let PartitionState::Failed(f) = &restarted.get(&a).unwrap().state else {
+        panic!("a restart keeps it stopped");
+    };
+    let pf = f.failure.as_ref().unwrap();
+    assert_eq!(
+        (pf.type_, pf.requested_offset, pf.reason.as_deref()),
+        (
+            crate::api::FailureType::RecordRejected,
+            2,
+            Some("Broker: Message size too large (MessageSizeTooLarge)")
+        )
+    );
+    assert_eq!(restarted.assignment(), vec![], "never fetched");
+}
+
+#[test]
+fn a_rejected_record_past_the_position_stops_the_partition_when_reached() {
+    let a = tp("orders", 0);
+    let b = tp("orders", 1);
+    // Record 3 rejected in a batch that did not commit (retried, or its transaction
+    // aborted): orders/0 is still at 0.
+    let mut t = table(&[0, 0]);
+    assert!(t.fail_at(&a, rejected(3)));
+    let p = t.get(&a).unwrap();
+    assert!(p.replicating(), "records 0..3 are replicated first");
+    assert_eq!(p.stops_at(), Some(3));
+    assert_eq!(p.progress(&a, 2).failure, "", "not yet at the record");
+    assert_ne!(
+        p.progress(&a, 3).failure,
+        "",
+        "a commit reaching it persists it"
+    );
+    assert_eq!(t.assignment(), vec![(a.clone(), 0), (b.clone(), 0)]);
+    // (offset, taken): nothing from the rejected record on.
+    for (offset, want) in [(0, true), (1, true), (2, true), (3, false), (4, false)] {
+        assert_eq!(t.accept("orders", 0, offset), want, "offset {offset}");
+    }
+    assert!(t.accept("orders", 1, 0), "the other partition goes on");
+    // A commit of 0..2 and of orders/1's 0..5.
+    let slots = vec![
+        BatchPartition {
+            tp: a.clone(),
+            first: 0,
+            last: 2,
+            count: 3,
+        },
+        BatchPartition {
+            tp: b.clone(),
+            first: 0,
+            last: 4,
+            count: 5,
+        },
+    ];
+    let outcomes: Vec<PartitionOutcome<()>> = vec![
+        PartitionOutcome {
+            delivered: vec![(0, 0), (1, 1), (2, 2)],
+            failure: None,
+            next_offset: 3,
+        },
+        PartitionOutcome {
+            delivered: (0..5).map(|o| (o, o)).collect(),
+            failure: None,
+            next_offset: 5,
+        },
+    ];
+    let refetch = t.apply_commit(&slots, &outcomes, vec![None, None], &[None, None], 0);
+    assert!(refetch, "the stopped partition leaves the assignment");
+    assert_eq!(
+        t.get(&a).unwrap().state,
+        PartitionState::Failed(rejected(3))
+    );
+    assert_eq!(t.get(&a).unwrap().position, Some(3));
+    assert_eq!(t.get(&a).unwrap().stops_at(), None);
+    assert!(t.get(&b).unwrap().replicating());
+    assert_eq!(t.assignment(), vec![(b.clone(), 5)]);
+    // SkipRecord's reset: resumes at 4, nothing else skipped, no stop left.
+    assert!(t.reset(&a, 4, "skip", None, (0, 10), 2, false));
+    assert_eq!(t.get(&a).unwrap().progress(&a, 4).failure, "");
+    assert_eq!(t.assignment(), vec![(a.clone(), 4), (b, 5)]);
+    assert!(t.accept("orders", 0, 4));
+}
+
+#[test]
+fn a_reset_before_the_record_is_reached_lifts_the_stop() {
+    let a = tp("orders", 0);
+    let mut t = table(&[0]);
+    assert!(t.fail_at(&a, rejected(3)));
+    assert!(t.reset(&a, 10, "latest", None, (0, 10), 2, false));
+    assert_eq!(t.get(&a).unwrap().stops_at(), None);
+    t.assignment();
+    assert!(t.accept("orders", 0, 10));
 }
 
 #[test]

@@ -26,6 +26,8 @@ use crate::worker::replicate::partitions::PartitionTable;
 use crate::worker::replicate::status::{FailureKind, PartitionFailed};
 use crate::worker::replicate::validate::failure_kind_name;
 use crate::worker::replicate::writer::{classify_code, classify_error, describe_error, ErrorClass};
+use crate::worker::validation::classify::{record_rejected, FlowRef};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 impl Pipeline {
     /// Finishes the oldest dispatched batch (its records were sent before any later one's).
@@ -283,15 +285,20 @@ impl Pipeline {
         for (slot, offset, why) in &j.rejected {
             let tp = &batch.partitions()[*slot].tp;
             self.metrics.error(ErrorKind::RecordRejected);
-            let message = format!(
-                "the target refused the record at source offset {offset} for {}/{}: {why}. \
-                 The partition is stopped (no record is skipped); fix the target topic \
-                 (e.g. raise max.message.bytes, or the producer's message.max.bytes in \
-                 target.config) and restart the worker",
-                targets[*slot].as_deref().unwrap_or("?"),
-                tp.partition,
-            );
-            error!(topic = %tp.topic, partition = tp.partition, "{message}");
+            let target = targets[*slot].as_deref().unwrap_or("?");
+            let flow = FlowRef {
+                namespace: &self.cfg.namespace,
+                name: &self.cfg.flow_name,
+            };
+            // Whole seconds, as the API server and the persisted progress keep it.
+            let now =
+                jiff::Timestamp::from_second(jiff::Timestamp::now().as_second()).expect("in range");
+            // A status entry like DataLoss's: persisted with the position (the rejected
+            // record's offset), so a restart keeps the partition stopped until a reset.
+            let failure =
+                record_rejected(tp.clone(), *offset, target, why).to_failure(flow, Time(now));
+            let message = failure.message.clone().unwrap_or_default();
+            error!(topic = %tp.topic, partition = tp.partition, offset, "{message}");
             self.failures_total
                 .with_label_values(&[failure_kind_name(FailureKind::RecordRejected)])
                 .inc();
@@ -299,9 +306,11 @@ impl Pipeline {
                 kind: FailureKind::RecordRejected,
                 offset: *offset,
                 message,
-                failure: None,
+                failure: Some(failure),
             };
-            if table.fail(tp, failed) {
+            // Not before its committed position reaches the record: a retried batch or an
+            // aborted transaction left the records before it to replicate first.
+            if table.fail_at(tp, failed) {
                 self.request_reassign();
             }
         }

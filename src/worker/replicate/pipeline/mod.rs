@@ -122,6 +122,9 @@ pub struct PipelineConfig {
     pub worker: (u32, u32),
     /// The target's connection health (the producer reports into it); `None`: logs only.
     pub target_health: Option<ClusterHealth>,
+    /// Namespace and name of the flow (the reset command in a RecordRejected message).
+    pub namespace: String,
+    pub flow_name: String,
 }
 
 impl PipelineConfig {
@@ -138,6 +141,8 @@ impl PipelineConfig {
             progress_topic: progress_topic(&settings.namespace, &settings.flow_name),
             worker: (settings.worker_index, settings.worker_count),
             target_health: None,
+            namespace: settings.namespace.clone(),
+            flow_name: settings.flow_name.clone(),
         }
     }
 }
