@@ -1,11 +1,13 @@
 //! mirrorflow: Kafka cross-cluster replication as a Kubernetes operator.
 //!
 //! Layout: `api` (CRD types and validation), `controller` (control plane),
-//! `worker` (data plane: replicate, validate, checkpoint), `kafka` (client config,
+//! `worker` (data plane: replicate, validate, checkpoint), `cli` (operator tools that read
+//! flows through the API), `kafka` (client config,
 //! wire formats, naming), `telemetry` (metrics, logs, HTTP); with the `testkit` feature (on
 //! by default, off in the operator image) `testkit` (local brokers for the demo, tests and
 //! benches) and `demo`.
 pub mod api;
+pub mod cli;
 pub mod controller;
 #[cfg(feature = "testkit")]
 pub mod demo;

@@ -24,9 +24,14 @@ enum Command {
     /// Run one worker of a flow: replicate, validate offsets, emit offset syncs and checkpoints.
     /// Standalone with `--flow FILE`, or in Kubernetes with `--flow-ref NAMESPACE/NAME`.
     Worker(mirrorflow::worker::replicate::WorkerArgs),
-    /// Failover helper: print a group's translated target offsets from the checkpoints topic;
-    /// with --apply, commit them to the group on the target (refused while it has members).
+    /// Failover helper: print a group's translated target offsets from the checkpoints topic
+    /// (`-o table|json|yaml|csv`; csv is a `kafka-consumer-groups.sh --reset-offsets
+    /// --from-file` plan); with --apply, commit them to the group on the target (refused while
+    /// it has members). The flow from a file (--flow) or a cluster (--flow-ref NS/NAME).
     Translate(mirrorflow::worker::checkpoint::cli::TranslateArgs),
+    /// A flow read through the Kubernetes API: conditions, workers and their lag, failed
+    /// partitions with the command that clears each.
+    Status(mirrorflow::cli::status::StatusArgs),
     /// Local demo without Kubernetes: two brokers, a standalone worker, a replication report.
     #[cfg(feature = "testkit")]
     Demo(mirrorflow::demo::DemoArgs),
@@ -58,6 +63,9 @@ fn main() -> ExitCode {
         }),
         Command::Translate(args) => runtime()
             .and_then(|rt| rt.block_on(mirrorflow::worker::checkpoint::cli::run_translate(args))),
+        Command::Status(args) => {
+            runtime().and_then(|rt| rt.block_on(mirrorflow::cli::status::run_status(args)))
+        }
         #[cfg(feature = "testkit")]
         Command::Demo(args) => runtime().and_then(|rt| rt.block_on(mirrorflow::demo::run(args))),
         Command::Crdgen => {

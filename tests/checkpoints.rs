@@ -595,7 +595,9 @@ async fn failover_reads_exactly_the_unconsumed_records() {
 
     // `mirrorflow translate` reads the same.
     let args = TranslateArgs {
-        flow: c.write_flow_file("app", true),
+        flow: Some(c.write_flow_file("app", true)),
+        flow_ref: None,
+        output: Default::default(),
         group: "app".into(),
         apply: false,
         secrets_dir: c.secrets().to_path_buf(),
@@ -801,7 +803,9 @@ async fn active_target_group_is_left_alone() {
 
     // The CLI refuses too.
     let args = TranslateArgs {
-        flow: c.write_flow_file("busy", true),
+        flow: Some(c.write_flow_file("busy", true)),
+        flow_ref: None,
+        output: Default::default(),
         group: "busy".into(),
         apply: true,
         secrets_dir: c.secrets().to_path_buf(),
@@ -854,7 +858,9 @@ async fn translate_cli_applies_checkpoints() {
         "syncGroupOffsets=false commits nothing"
     );
     let args = TranslateArgs {
-        flow: c.write_flow_file("cli", false),
+        flow: Some(c.write_flow_file("cli", false)),
+        flow_ref: None,
+        output: Default::default(),
         group: "cli".into(),
         apply: true,
         secrets_dir: c.secrets().to_path_buf(),

@@ -762,3 +762,108 @@ async fn invalid_checkpoint_does_not_look_up_its_flow() {
     assert_eq!(reason, "InvalidSpec");
     assert!(message.contains("spec.groups.include[0]"), "{message}");
 }
+
+/// A flow in another namespace, created at `created`, with `spec`.
+fn other_flow(ns: &str, name: &str, created: &str, spec: Value) -> Value {
+    json!({
+        "apiVersion": "mirrorflow.io/v1alpha1",
+        "kind": "MirrorFlow",
+        "metadata": {"name": name, "namespace": ns, "uid": format!("uid-{name}"), "generation": 1,
+                     "resourceVersion": "11", "creationTimestamp": created},
+        "spec": spec,
+    })
+}
+
+#[tokio::test]
+async fn a_later_flow_writing_the_same_target_topics_is_refused_and_runs_no_worker() {
+    // `kafka/orders` (dc1 -> b:9092, Prefix, every topic) came first; `team-b/copy` reads
+    // another cluster under the same alias dc1 and writes to the same target: both would
+    // write dc1.<topic> on b:9092.
+    let mut first = flow_json(spec(3));
+    first["metadata"]["creationTimestamp"] = json!("2026-01-01T00:00:00Z");
+    let mut copy_spec = spec(2);
+    copy_spec["source"] = json!({"alias": "dc1", "bootstrapServers": "elsewhere:9092"});
+    copy_spec["target"]["bootstrapServers"] = json!("B:9092,c:9092");
+    let second = other_flow("team-b", "copy", "2026-01-02T00:00:00Z", copy_spec);
+    let s = Scenario::with_flow(first.clone())
+        .with(second.clone())
+        .cached();
+    let (ctx, _) = s.controller();
+
+    let action = reconcile_flow(flow_of(&second), ctx.clone()).await.unwrap();
+    assert_eq!(action, Action::requeue(Duration::from_secs(30)));
+    let sts = s
+        .api
+        .patch_body("/apis/apps/v1/namespaces/team-b/statefulsets/copy-worker");
+    assert_eq!(sts["spec"]["replicas"], 0, "no worker may start: {sts}");
+    let st = s
+        .api
+        .patch_body("/apis/mirrorflow.io/v1alpha1/namespaces/team-b/mirrorflows/copy/status");
+    let (status, reason, message) = condition(&st["status"], "Ready");
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "TargetOverlap")
+    );
+    assert!(
+        message.starts_with("MirrorFlow kafka/orders (created earlier) writes to the same target cluster (b:9092) and both would write target topic \"dc1.a\""),
+        "{message}"
+    );
+    let ev = s.api.events();
+    assert!(
+        ev.iter()
+            .any(|(t, r, _)| t == "Warning" && r == "TargetOverlap"),
+        "{ev:?}"
+    );
+
+    // The first flow runs as if the second did not exist.
+    s.api.clear_requests();
+    reconcile_flow(flow_of(&first), ctx).await.unwrap();
+    assert_eq!(s.api.patch_body(STS)["spec"]["replicas"], 3);
+    let (status, reason, _) = condition(&s.api.patch_body(&status_path())["status"], "Ready");
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "WorkersStarting")
+    );
+}
+
+#[tokio::test]
+async fn flows_whose_target_topics_cannot_meet_both_run() {
+    // Fan-in: dc3 -> b:9092 writes dc3.<topic>, never dc1.<topic>. Another flow with the same
+    // alias but another target cluster. A flow being deleted is not counted.
+    let mut first = flow_json(spec(1));
+    first["metadata"]["creationTimestamp"] = json!("2026-01-01T00:00:00Z");
+    let mut fan_in = spec(1);
+    fan_in["source"] = json!({"alias": "dc3", "bootstrapServers": "c:9092"});
+    let mut elsewhere = spec(1);
+    elsewhere["target"]["bootstrapServers"] = json!("other:9092");
+    let mut deleted = other_flow("team-a", "old", "2025-01-01T00:00:00Z", spec(1));
+    deleted["metadata"]["deletionTimestamp"] = json!("2026-01-03T00:00:00Z");
+    deleted["metadata"]["finalizers"] = json!(["x"]);
+    let later = [
+        other_flow("team-b", "fan-in", "2026-01-02T00:00:00Z", fan_in),
+        other_flow("team-c", "elsewhere", "2026-01-02T00:00:00Z", elsewhere),
+    ];
+    let mut s = Scenario::with_flow(first.clone()).with(deleted);
+    for f in &later {
+        s = s.with(f.clone());
+    }
+    let s = s.cached();
+    let (ctx, _) = s.controller();
+    for f in later.iter().chain([&first]) {
+        let ns = f["metadata"]["namespace"].as_str().unwrap();
+        let name = f["metadata"]["name"].as_str().unwrap();
+        reconcile_flow(flow_of(f), ctx.clone()).await.unwrap();
+        let sts = s.api.patch_body(&format!(
+            "/apis/apps/v1/namespaces/{ns}/statefulsets/{name}-worker"
+        ));
+        assert_eq!(sts["spec"]["replicas"], 1, "{ns}/{name}");
+        let st = s.api.patch_body(&format!(
+            "/apis/mirrorflow.io/v1alpha1/namespaces/{ns}/mirrorflows/{name}/status"
+        ));
+        assert_ne!(
+            condition(&st["status"], "Ready").1,
+            "TargetOverlap",
+            "{ns}/{name}"
+        );
+    }
+}

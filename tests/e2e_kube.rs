@@ -476,6 +476,50 @@ async fn checkpoint_syncs_a_group(stack: &Stack) {
         "{table}"
     );
     stack.step("OffsetCheckpoint orders-groups synced group orders-app to the target");
+
+    // The operator tools, through this API server: `translate --flow-ref` reads the flow (and
+    // would read its target's Secrets) and finds the group's checkpoints on the target;
+    // `status` renders the flow's workers.
+    let args = mirrorflow::worker::checkpoint::cli::TranslateArgs {
+        flow: None,
+        flow_ref: Some(format!("{EXAMPLES_NS}/orders-dr")),
+        output: mirrorflow::worker::checkpoint::cli::TranslateOutput::Csv,
+        group: "orders-app".into(),
+        apply: false,
+        secrets_dir: "/nonexistent".into(),
+        timeout_seconds: 10,
+    };
+    let access = mirrorflow::worker::checkpoint::cli::target_from_api(
+        &stack.cluster.client,
+        EXAMPLES_NS,
+        "orders-dr",
+    )
+    .await
+    .unwrap();
+    let report = mirrorflow::worker::checkpoint::cli::translate_with(&args, &access)
+        .await
+        .unwrap();
+    assert!(
+        report
+            .rows
+            .iter()
+            .any(|r| r.topic == "eu-west.orders.created" && r.target_committed.is_some()),
+        "{report:?}"
+    );
+    let page = mirrorflow::cli::status::status_page(
+        &stack.cluster.client,
+        EXAMPLES_NS,
+        "orders-dr",
+        Timestamp::now(),
+    )
+    .await
+    .unwrap();
+    assert!(
+        page.starts_with(&format!("MirrorFlow {EXAMPLES_NS}/orders-dr: eu-west ("))
+            && page.contains("orders-dr-worker-0  Running"),
+        "{page}"
+    );
+    stack.step("translate --flow-ref and status read the flow through the API server");
 }
 
 /// Controller requests attributable to `ns` (its only flow), leases aside, over `[from, to)`:

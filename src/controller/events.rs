@@ -5,7 +5,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use super::error::ErrorCategory;
 use crate::api::status::{
     APPLY_FAILED, CHILD_CONFLICT, CONNECTION_FAILED, DATA_LOSS, INSECURE_TLS, INVALID_SPEC,
-    PROGRESS_MISSING, READY, RECORD_REJECTED, TOPIC_RESET, TOPIC_UNWRITABLE,
+    PROGRESS_MISSING, READY, RECORD_REJECTED, TARGET_OVERLAP, TOPIC_RESET, TOPIC_UNWRITABLE,
 };
 use crate::api::{MirrorFlowStatus, OffsetCheckpointStatus, ResetOutcome};
 
@@ -33,6 +33,8 @@ pub enum EventReason {
     ChildConflict,
     /// The API server refused an apply of a child.
     ApplyFailed,
+    /// An earlier flow writes a target topic this one would write: its workers are stopped.
+    TargetOverlap,
     /// `ConnectionFailed` turned True (or its message changed), by its reason.
     Connection(crate::api::ConnectionProblemReason),
     /// A cluster's TLS is not verified (`tls.insecureSkipVerify`).
@@ -55,6 +57,7 @@ impl EventReason {
             Self::ResetFailed => "ResetFailed",
             Self::ChildConflict => CHILD_CONFLICT,
             Self::ApplyFailed => APPLY_FAILED,
+            Self::TargetOverlap => TARGET_OVERLAP,
             Self::Connection(r) => r.as_str(),
             Self::InsecureTls => "InsecureTls",
             Self::TopicUnwritable => "TopicUnwritable",
@@ -119,6 +122,7 @@ pub fn flow_events(prev: Option<&MirrorFlowStatus>, next: &MirrorFlowStatus) -> 
         let reason = match c.reason.as_str() {
             CHILD_CONFLICT => Some(EventReason::ChildConflict),
             APPLY_FAILED => Some(EventReason::ApplyFailed),
+            TARGET_OVERLAP => Some(EventReason::TargetOverlap),
             _ => None,
         };
         let repeated = prev
@@ -310,6 +314,12 @@ mod tests {
             flow_events(Some(&conflict), &other)[0].reason.as_str(),
             "ApplyFailed"
         );
+        let overlap = ready(TARGET_OVERLAP, "MirrorFlow a/b (created earlier) ...");
+        assert_eq!(
+            flow_events(Some(&other), &overlap)[0].reason.as_str(),
+            "TargetOverlap"
+        );
+        assert_eq!(flow_events(Some(&overlap), &overlap), vec![], "no repeat");
         assert_eq!(flow_events(None, &ready("WorkersStarting", "")), vec![]);
     }
 

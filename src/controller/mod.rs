@@ -12,6 +12,7 @@ pub mod error;
 pub mod events;
 pub mod leader;
 pub mod metrics;
+pub mod overlap;
 pub mod reconcile;
 
 use std::future::Future;
@@ -200,6 +201,8 @@ async fn run_controllers(
     client: Client,
     namespace: Option<String>,
     ctx: Context,
+    (flows, flow_writer): (Store<MirrorFlow>, reflector::store::Writer<MirrorFlow>),
+    all_flows: Vec<Store<MirrorFlow>>,
     shutdown: impl Fn() -> Box<dyn Future<Output = ()> + Send + Sync + Unpin>,
 ) {
     let ns = namespace.as_deref();
@@ -207,7 +210,6 @@ async fn run_controllers(
 
     // Flows trigger a reconcile when their spec or a worker's state changes, not on every
     // heartbeat (the cache still sees every version).
-    let (flows, flow_writer) = reflector::store::<MirrorFlow>();
     let flow_triggers = watcher(api::<MirrorFlow>(&client, ns), watcher::Config::default())
         .default_backoff()
         .reflect(flow_writer)
@@ -235,6 +237,7 @@ async fn run_controllers(
     let checkpoints = Controller::for_stream(checkpoint_triggers, checkpoint_store.clone());
     let ctx = Arc::new(ctx.with_stores(Stores {
         flows: flows.clone(),
+        all_flows,
         checkpoints: checkpoint_store.clone(),
         config_maps,
         service_accounts,
@@ -385,16 +388,24 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
         args.namespaces.iter().cloned().map(Some).collect()
     };
     tracing::info!(namespaces = ?args.namespaces, image = %args.worker_image, "controller started");
-    let controllers = futures::future::join_all(scopes.into_iter().map(|ns| {
-        let ctx = Context::new(
-            client.clone(),
-            settings.clone(),
-            metrics.clone(),
-            reconcile::reporter(),
-        )
-        .with_leadership(leadership.clone());
-        run_controllers(client.clone(), ns, ctx, &shutdown)
-    }));
+    // Each scope fills its own flow cache; every scope reads all of them, so flows in two
+    // watched namespaces that share a target topic are seen together (controller::overlap).
+    let flow_stores: Vec<_> = scopes
+        .iter()
+        .map(|_| reflector::store::<MirrorFlow>())
+        .collect();
+    let all_flows: Vec<Store<MirrorFlow>> = flow_stores.iter().map(|(s, _)| s.clone()).collect();
+    let controllers =
+        futures::future::join_all(scopes.into_iter().zip(flow_stores).map(|(ns, flows)| {
+            let ctx = Context::new(
+                client.clone(),
+                settings.clone(),
+                metrics.clone(),
+                reconcile::reporter(),
+            )
+            .with_leadership(leadership.clone());
+            run_controllers(client.clone(), ns, ctx, flows, all_flows.clone(), &shutdown)
+        }));
     let outcome = match &elector {
         None => {
             controllers.await;

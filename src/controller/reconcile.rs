@@ -48,10 +48,11 @@ use super::diff::{applied_hash, unchanged, APPLIED_HASH_ANNOTATION};
 use super::error::{Error, ErrorCategory};
 use super::events::{checkpoint_events, flow_events, EventSeverity, StatusEvent};
 use super::metrics::{Metrics, CHECKPOINT, FLOW};
+use super::overlap::{first_collision, FlowEntry};
 use crate::api::status::{
     fold_changes_at, fold_checkpoint_status, fold_flow_status, material, CheckpointObservation,
     CheckpointReports, ChildProblem, FlowObservation, FlowRefState, StatefulSetView, APPLY_FAILED,
-    CHILD_CONFLICT, DEFAULT_STALE_AFTER, INVALID_SPEC,
+    CHILD_CONFLICT, DEFAULT_STALE_AFTER, INVALID_SPEC, TARGET_OVERLAP,
 };
 
 /// Longest wait before a steady flow is looked at again (a safety net: every change that
@@ -67,12 +68,18 @@ pub const REQUEUE_INVALID: Duration = Duration::from_secs(300);
 pub const REQUEUE_CHECKPOINT: Duration = Duration::from_secs(60);
 /// Requeue after an error.
 pub const REQUEUE_ERROR: Duration = Duration::from_secs(15);
+/// Requeue of a flow refused for sharing a target topic with an earlier flow: a change of
+/// the other flow (deleted, narrowed) triggers nothing on this one, so look again this often.
+pub const REQUEUE_OVERLAP: Duration = Duration::from_secs(30);
 
 /// The watch caches the reconcilers read instead of asking the API server. An empty store
 /// (not synced yet, or in tests) falls back to a GET or LIST.
 #[derive(Clone)]
 pub struct Stores {
     pub flows: Store<MirrorFlow>,
+    /// The flow caches of every watched scope (one per `--namespace`; empty: just `flows`),
+    /// for the checks across flows ([`super::overlap`]).
+    pub all_flows: Vec<Store<MirrorFlow>>,
     pub checkpoints: Store<OffsetCheckpoint>,
     pub config_maps: Store<ConfigMap>,
     pub service_accounts: Store<ServiceAccount>,
@@ -88,6 +95,7 @@ impl Default for Stores {
     fn default() -> Self {
         Self {
             flows: reflector::store().0,
+            all_flows: Vec::new(),
             checkpoints: reflector::store().0,
             config_maps: reflector::store().0,
             service_accounts: reflector::store().0,
@@ -120,8 +128,10 @@ impl Stores {
             writer.apply_watcher_event(&watcher::Event::InitDone);
             store
         }
+        let flows = fill(objects);
         Self {
-            flows: fill(objects),
+            all_flows: vec![flows.clone()],
+            flows,
             checkpoints: fill(objects),
             config_maps: fill(objects),
             service_accounts: fill(objects),
@@ -391,7 +401,14 @@ pub async fn reconcile_flow(flow: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<
         .into_iter()
         .filter(|cp| validate_checkpoint(&cp.spec).is_ok())
         .collect();
-    let plan = plan_scale(flow.spec.workers.replicas, observed);
+    // A flow that would write a target topic an earlier flow writes runs no worker.
+    let overlap = target_overlap(&ctx, &flow, &ns);
+    let replicas = if overlap.is_some() {
+        0
+    } else {
+        flow.spec.workers.replicas
+    };
+    let plan = plan_scale(replicas, observed);
     if let Some((from, to)) = plan.draining {
         tracing::info!(flow = %name, namespace = %ns, from, to, "resizing: draining the old workers first");
     }
@@ -404,13 +421,19 @@ pub async fn reconcile_flow(flow: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<
     })?;
 
     let (sts, problem) = match apply_children(&ctx, &ns, &uid, &children, existing).await {
-        Ok(sts) => (Some(sts), None),
+        Ok(sts) => (
+            Some(sts),
+            overlap.map(|message| ChildProblem {
+                reason: TARGET_OVERLAP,
+                message,
+            }),
+        ),
         Err(p) => (None, Some(p)),
     };
     if !ctx.leadership.holds() {
         return Ok(Action::requeue(REQUEUE_ERROR));
     }
-    if let Some(p) = &problem {
+    if let Some(p) = problem.as_ref().filter(|p| p.reason != TARGET_OVERLAP) {
         ctx.metrics.error(FLOW, ErrorCategory::KubeApi);
         tracing::warn!(flow = %name, namespace = %ns, reason = p.reason, "{}", p.message);
     }
@@ -425,13 +448,67 @@ pub async fn reconcile_flow(flow: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<
         stale_after: ctx.stale_after,
     });
     write_flow_status(&ctx, &flow, &ns, next).await?;
-    Ok(Action::requeue(if problem.is_some() {
-        REQUEUE_ERROR
-    } else if plan.draining.is_some() {
-        REQUEUE_DRAINING
+    Ok(Action::requeue(
+        if problem.as_ref().is_some_and(|p| p.reason == TARGET_OVERLAP) {
+            REQUEUE_OVERLAP
+        } else if problem.is_some() {
+            REQUEUE_ERROR
+        } else if plan.draining.is_some() {
+            REQUEUE_DRAINING
+        } else {
+            next_check(&flow, now, ctx.stale_after)
+        },
+    ))
+}
+
+/// Ready's message when `flow` would write a target topic that an earlier flow (any watched
+/// namespace, from the watch caches) writes; see [`super::overlap`]. Flows being deleted or
+/// with an invalid spec run no worker of their own and are not counted.
+fn target_overlap(ctx: &Context, flow: &MirrorFlow, ns: &str) -> Option<String> {
+    let stores = if ctx.stores.all_flows.is_empty() {
+        std::slice::from_ref(&ctx.stores.flows)
     } else {
-        next_check(&flow, now, ctx.stale_after)
-    }))
+        ctx.stores.all_flows.as_slice()
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    let peers: Vec<Arc<MirrorFlow>> = stores
+        .iter()
+        .flat_map(|s| s.state())
+        .filter(|f| f.metadata.deletion_timestamp.is_none())
+        .filter(|f| seen.insert((f.namespace(), f.name_any())))
+        .filter(|f| validate_flow(&f.spec).is_ok())
+        .collect();
+    let entry = |f: &'_ MirrorFlow| -> Option<(String, String, Option<Timestamp>)> {
+        Some((
+            f.namespace()?,
+            f.name_any(),
+            f.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        ))
+    };
+    let metas: Vec<_> = peers.iter().map(|f| entry(f)).collect();
+    let others: Vec<FlowEntry<'_>> = peers
+        .iter()
+        .zip(&metas)
+        .filter_map(|(f, m)| {
+            let (namespace, name, created) = m.as_ref()?;
+            Some(FlowEntry {
+                namespace,
+                name,
+                created: *created,
+                spec: &f.spec,
+            })
+        })
+        .collect();
+    let name = flow.name_any();
+    first_collision(
+        &FlowEntry {
+            namespace: ns,
+            name: &name,
+            created: flow.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            spec: &flow.spec,
+        },
+        &others,
+    )
 }
 
 /// The flow's checkpoints, its StatefulSet, and (while the worker count changes) its pods.

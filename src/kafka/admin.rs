@@ -309,6 +309,24 @@ impl GroupAdmin {
         &self,
         partitions: &[(String, i32)],
     ) -> Result<HashMap<(String, i32), i64>, String> {
+        match self.end_offsets_once(partitions) {
+            // librdkafka's ListOffsets finds leaders in the client's metadata cache, which
+            // does not learn of a topic created after its last refresh (every 5 minutes by
+            // default): a checkpoint runner started before the worker created its target
+            // topics failed every cycle for minutes (seen with two flows into one target).
+            // Refresh the cache (a metadata request for all topics) and ask once more.
+            Err(e) if e.contains("No leaders found") => {
+                let _ = self.admin.inner().fetch_metadata(None, self.timeout);
+                self.end_offsets_once(partitions)
+            }
+            r => r,
+        }
+    }
+
+    fn end_offsets_once(
+        &self,
+        partitions: &[(String, i32)],
+    ) -> Result<HashMap<(String, i32), i64>, String> {
         if partitions.is_empty() {
             return Ok(HashMap::new());
         }

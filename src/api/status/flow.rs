@@ -166,7 +166,7 @@ pub struct FlowObservation<'a> {
 /// Why the controller could not apply one of the flow's children: Ready's reason and message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChildProblem {
-    /// [`CHILD_CONFLICT`] or [`APPLY_FAILED`].
+    /// [`CHILD_CONFLICT`], [`APPLY_FAILED`] or [`TARGET_OVERLAP`].
     pub reason: &'static str,
     pub message: String,
 }
@@ -175,6 +175,9 @@ pub struct ChildProblem {
 pub const CHILD_CONFLICT: &str = "ChildConflict";
 /// Ready reason: the API server refused (or failed) an apply of a child.
 pub const APPLY_FAILED: &str = "ApplyFailed";
+/// Ready reason: an earlier flow writes a target topic this flow would write too
+/// (`controller::overlap`); this flow's workers are scaled to zero.
+pub const TARGET_OVERLAP: &str = "TargetOverlap";
 
 /// Where a reset request stands.
 #[derive(Debug, Clone, PartialEq)]

@@ -6,6 +6,13 @@
 //! `--apply` it commits the translated offsets to the group on the target: refused while
 //! the group has active members there, never moving a partition backwards, and never past
 //! the target's end.
+//!
+//! The flow comes from a file (`--flow`, Secrets from `--secrets-dir`) or from a cluster
+//! (`--flow-ref NS/NAME`: the MirrorFlow and the target's Secrets read through the API with
+//! the default kubeconfig). `-o table|json|yaml|csv`; `csv` is the reset plan of
+//! `kafka-consumer-groups.sh --reset-offsets --from-file` (single group: `topic,partition,offset`
+//! lines, no header, as Kafka's `ConsumerGroupCommand.parseResetPlan` reads them), holding the
+//! partitions `--apply` would commit, so failover can be scripted.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -15,7 +22,10 @@ use std::time::Duration;
 use anyhow::{bail, Context as _};
 use rdkafka::Message as _;
 
-use crate::api::load_flow_file;
+use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
+
+use crate::api::{load_flow_file, MirrorFlow, MirrorFlowSpec};
 use crate::kafka::config::client_properties;
 use crate::kafka::wire;
 
@@ -24,12 +34,38 @@ use super::runner::checkpoints_topic;
 use super::translate::{decide_group_sync, GroupSyncDecision, TargetGroupState};
 use crate::kafka::admin::{GroupAdmin, GroupOffset};
 
+/// Output format of `translate`.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TranslateOutput {
+    /// Aligned columns for people.
+    #[default]
+    Table,
+    /// The report as JSON.
+    Json,
+    /// The report as YAML.
+    Yaml,
+    /// `topic,partition,offset` lines for `kafka-consumer-groups.sh --reset-offsets --from-file`.
+    Csv,
+}
+
 /// Arguments of `mirrorflow translate`.
 #[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
 pub struct TranslateArgs {
     /// Flow file holding the MirrorFlow (clusters, aliases, secret references).
-    #[arg(long, value_name = "FILE")]
-    pub flow: PathBuf,
+    #[arg(
+        long,
+        value_name = "FILE",
+        required_unless_present = "flow_ref",
+        conflicts_with = "flow_ref"
+    )]
+    pub flow: Option<PathBuf>,
+    /// The MirrorFlow in a cluster (default kubeconfig); its target's Secrets are read
+    /// through the API too.
+    #[arg(long, value_name = "NAMESPACE/NAME")]
+    pub flow_ref: Option<String>,
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value_t = TranslateOutput::Table)]
+    pub output: TranslateOutput,
     /// Consumer group to translate.
     #[arg(long, value_name = "GROUP")]
     pub group: String,
@@ -37,7 +73,7 @@ pub struct TranslateArgs {
     /// active members there; never moves a partition backwards).
     #[arg(long)]
     pub apply: bool,
-    /// Directory holding the referenced Secrets as `<secretName>/<key>` files.
+    /// Directory holding the referenced Secrets as `<secretName>/<key>` files (with `--flow`).
     #[arg(
         long,
         value_name = "DIR",
@@ -117,7 +153,12 @@ pub fn plan_apply(report: &TranslateReport) -> Result<Vec<RowAction>, String> {
             report.group
         ));
     }
-    Ok(report
+    Ok(row_actions(report))
+}
+
+/// One action per row, whatever the group's members. Pure.
+pub fn row_actions(report: &TranslateReport) -> Vec<RowAction> {
+    report
         .rows
         .iter()
         .map(|r| {
@@ -134,7 +175,103 @@ pub fn plan_apply(report: &TranslateReport) -> Result<Vec<RowAction>, String> {
                 _ => RowAction::AlreadyThere,
             }
         })
-        .collect())
+        .collect()
+}
+
+/// The reset plan `kafka-consumer-groups.sh --group G --reset-offsets --from-file F
+/// --execute` reads for one group: `topic,partition,offset` per line, no header (Kafka's
+/// `ConsumerGroupCommand.parseResetPlan`, single-group format). It holds the partitions
+/// `--apply` would commit: a partition the target group is already at or past is left out
+/// (the tool would move it backwards), and so is one that does not exist on the target. Pure.
+pub fn render_csv(report: &TranslateReport) -> String {
+    report
+        .rows
+        .iter()
+        .zip(row_actions(report))
+        .filter_map(|(r, a)| match a {
+            RowAction::Commit(o) => Some(format!("{},{},{o}\n", r.topic, r.partition)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The report for `-o json|yaml`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReportView {
+    pub group: String,
+    pub checkpoints_topic: String,
+    /// Members of the group on the target; absent: no such group there.
+    pub target_members: Option<u32>,
+    pub partitions: Vec<RowView>,
+    /// Records the group reads on the target from the translated offsets.
+    pub total_lag: i64,
+}
+
+/// One partition for `-o json|yaml`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RowView {
+    pub topic: String,
+    pub partition: i32,
+    pub source_offset: i64,
+    /// The checkpoint's translated offset.
+    pub target_offset: i64,
+    pub target_end: Option<i64>,
+    /// What `--apply` commits (the translated offset, lowered to the target end).
+    pub offset_to_commit: i64,
+    pub lag: Option<i64>,
+    pub target_committed: Option<i64>,
+    /// `commit`, `alreadyThere` or `noTargetPartition`.
+    pub action: &'static str,
+}
+
+/// The report as the JSON/YAML view. Pure.
+pub fn view(report: &TranslateReport) -> ReportView {
+    ReportView {
+        group: report.group.clone(),
+        checkpoints_topic: report.checkpoints_topic.clone(),
+        target_members: report.target_members,
+        partitions: report
+            .rows
+            .iter()
+            .zip(row_actions(report))
+            .map(|(r, a)| RowView {
+                topic: r.topic.clone(),
+                partition: r.partition,
+                source_offset: r.source_offset,
+                target_offset: r.target_offset,
+                target_end: r.target_end,
+                offset_to_commit: r.offset_to_commit(),
+                lag: r.lag(),
+                target_committed: r.target_committed,
+                action: match a {
+                    RowAction::Commit(_) => "commit",
+                    RowAction::AlreadyThere => "alreadyThere",
+                    RowAction::NoTargetPartition => "noTargetPartition",
+                },
+            })
+            .collect(),
+        total_lag: report.rows.iter().filter_map(TranslateRow::lag).sum(),
+    }
+}
+
+/// The report in `format` (`actions`: the table's ACTION column). Pure.
+pub fn render_as(
+    report: &TranslateReport,
+    actions: Option<&[RowAction]>,
+    format: TranslateOutput,
+) -> String {
+    match format {
+        TranslateOutput::Table => render(report, actions),
+        TranslateOutput::Csv => render_csv(report),
+        TranslateOutput::Json => {
+            let mut s = serde_json::to_string_pretty(&view(report)).expect("plain data");
+            s.push('\n');
+            s
+        }
+        TranslateOutput::Yaml => serde_yaml::to_string(&view(report)).expect("plain data"),
+    }
 }
 
 /// The report as a table (plus the apply actions, when given). Pure.
@@ -181,9 +318,6 @@ pub fn render(report: &TranslateReport, actions: Option<&[RowAction]>) -> String
         }
         rows.push(row);
     }
-    let widths: Vec<usize> = (0..rows[0].len())
-        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
-        .collect();
     let mut out = format!(
         "group {:?} (checkpoints from {}; target group: {})\n",
         report.group,
@@ -194,27 +328,137 @@ pub fn render(report: &TranslateReport, actions: Option<&[RowAction]>) -> String
             Some(m) => format!("{m} active member(s)"),
         }
     );
-    for row in &rows {
-        let line: Vec<String> = row
-            .iter()
-            .zip(&widths)
-            .map(|(cell, w)| format!("{cell:<w$}"))
-            .collect();
-        let _ = writeln!(out, "{}", line.join("  ").trim_end());
-    }
+    out.push_str(&crate::cli::table(&rows));
     let total: i64 = report.rows.iter().filter_map(TranslateRow::lag).sum();
     let _ = writeln!(out, "total lag on the target: {total} record(s)");
     out
 }
 
-/// Reads the group's checkpoints and the target's view of the group.
-pub async fn translate_group(args: &TranslateArgs) -> anyhow::Result<TranslateReport> {
-    let file =
-        load_flow_file(&args.flow).with_context(|| format!("--flow {}", args.flow.display()))?;
-    let spec = &file.flow.spec;
-    let target = client_properties(&spec.target, &args.secrets_dir)
+/// The flow's target cluster, ready to connect: the spec and the client config (whose
+/// secret files live in `_secrets` when they were read through the API).
+pub struct TargetAccess {
+    pub spec: MirrorFlowSpec,
+    pub config: rdkafka::ClientConfig,
+    _secrets: Option<tempfile::TempDir>,
+}
+
+/// Loads the flow from `--flow` or `--flow-ref` and builds the target's client config.
+pub async fn target_access(args: &TranslateArgs) -> anyhow::Result<TargetAccess> {
+    match (&args.flow, &args.flow_ref) {
+        (Some(path), None) => {
+            let file =
+                load_flow_file(path).with_context(|| format!("--flow {}", path.display()))?;
+            let spec = file.flow.spec;
+            let config = client_properties(&spec.target, &args.secrets_dir)
+                .context("spec.target")?
+                .to_client_config();
+            Ok(TargetAccess {
+                spec,
+                config,
+                _secrets: None,
+            })
+        }
+        (None, Some(flow_ref)) => {
+            let (ns, name) = crate::worker::k8s::parse_flow_ref(flow_ref)?;
+            target_from_api(&kube_client().await?, &ns, &name).await
+        }
+        _ => bail!("give exactly one of --flow FILE and --flow-ref NAMESPACE/NAME"),
+    }
+}
+
+/// The MirrorFlow `ns/name` and its target's Secrets, read through `client`: the Secrets are
+/// written as the worker's layout (`<secretName>/<key>` files, mode 0600) into a private
+/// temporary directory, removed with the returned value, so the same code builds the client
+/// as in a pod.
+pub async fn target_from_api(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+) -> anyhow::Result<TargetAccess> {
+    let flow = read_flow(client, ns, name).await?;
+    crate::api::validate_flow(&flow.spec)
+        .map_err(|e| anyhow::anyhow!("MirrorFlow {ns}/{name} is invalid: {e}"))?;
+    let dir = tempfile::Builder::new()
+        .prefix("mirrorflow-secrets-")
+        .tempdir()
+        .context("temporary directory for the target's Secrets")?;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let mut read: BTreeMap<&str, Secret> = BTreeMap::new();
+    for (secret, key) in flow.spec.target.secret_keys() {
+        if !read.contains_key(secret) {
+            let s = secrets.get(secret).await.map_err(|e| {
+                anyhow::anyhow!(
+                    "reading Secret {ns}/{secret} (spec.target of MirrorFlow {ns}/{name}): {e}"
+                )
+            })?;
+            read.insert(secret, s);
+        }
+        let value = read[secret]
+            .data
+            .as_ref()
+            .and_then(|d| d.get(key))
+            .map(|b| b.0.clone())
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "Secret {ns}/{secret} has no key {key:?} (spec.target of MirrorFlow {ns}/{name})"
+                )
+            })?;
+        let path = crate::kafka::config::secret_path(dir.path(), secret, key);
+        std::fs::create_dir_all(path.parent().expect("under the directory"))?;
+        write_private(&path, &value)?;
+    }
+    let config = client_properties(&flow.spec.target, dir.path())
         .context("spec.target")?
         .to_client_config();
+    Ok(TargetAccess {
+        spec: flow.spec,
+        config,
+        _secrets: Some(dir),
+    })
+}
+
+fn write_private(path: &std::path::Path, value: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
+    let mut f = opts
+        .open(path)
+        .with_context(|| format!("writing {}", path.display()))?;
+    f.write_all(value)?;
+    Ok(())
+}
+
+/// A client from the default kubeconfig (or in-cluster), with a message that says so.
+pub async fn kube_client() -> anyhow::Result<kube::Client> {
+    kube::Client::try_default().await.map_err(|e| {
+        anyhow::anyhow!("cannot reach the Kubernetes API (KUBECONFIG or in-cluster): {e}")
+    })
+}
+
+/// The MirrorFlow `ns/name`, or an error naming it.
+pub async fn read_flow(client: &kube::Client, ns: &str, name: &str) -> anyhow::Result<MirrorFlow> {
+    Api::<MirrorFlow>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .map_err(|e| anyhow::anyhow!("reading MirrorFlow {ns}/{name}: {e}"))?
+        .ok_or_else(|| anyhow::anyhow!("MirrorFlow {ns}/{name} not found"))
+}
+
+/// Reads the group's checkpoints and the target's view of the group.
+pub async fn translate_group(args: &TranslateArgs) -> anyhow::Result<TranslateReport> {
+    let access = target_access(args).await?;
+    translate_with(args, &access).await
+}
+
+/// [`translate_group`] with the target already loaded.
+pub async fn translate_with(
+    args: &TranslateArgs,
+    access: &TargetAccess,
+) -> anyhow::Result<TranslateReport> {
+    let spec = &access.spec;
+    let target = access.config.clone();
     let timeout = Duration::from_secs(args.timeout_seconds.max(1));
     let topic = checkpoints_topic(spec);
     let what = format!("target cluster {}", spec.target.alias);
@@ -281,21 +525,22 @@ pub async fn translate_group(args: &TranslateArgs) -> anyhow::Result<TranslateRe
     })
 }
 
-/// `mirrorflow translate`: prints the table; with `--apply` commits and prints what it did.
+/// `mirrorflow translate`: prints the report; with `--apply` commits and prints what it did.
 pub async fn run_translate(args: TranslateArgs) -> anyhow::Result<()> {
-    let report = translate_group(&args).await?;
+    let access = target_access(&args).await?;
+    let report = translate_with(&args, &access).await?;
     if !args.apply {
-        print!("{}", render(&report, None));
+        print!("{}", render_as(&report, None, args.output));
         return Ok(());
     }
     let actions = match plan_apply(&report) {
         Ok(a) => a,
         Err(e) => {
-            print!("{}", render(&report, None));
+            print!("{}", render_as(&report, None, args.output));
             bail!("refusing to apply: {e}");
         }
     };
-    print!("{}", render(&report, Some(&actions)));
+    print!("{}", render_as(&report, Some(&actions), args.output));
     let commits: Vec<GroupOffset> = report
         .rows
         .iter()
@@ -310,15 +555,21 @@ pub async fn run_translate(args: TranslateArgs) -> anyhow::Result<()> {
             _ => None,
         })
         .collect();
+    // Notes go to stderr when stdout carries JSON, YAML or CSV.
+    let note = |m: String| {
+        if args.output == TranslateOutput::Table {
+            println!("{m}");
+        } else {
+            eprintln!("{m}");
+        }
+    };
     if commits.is_empty() {
-        println!("nothing to commit: the target group is at or past every translated offset");
+        note("nothing to commit: the target group is at or past every translated offset".into());
         return Ok(());
     }
-    let file = load_flow_file(&args.flow)?;
-    let target = client_properties(&file.flow.spec.target, &args.secrets_dir)?.to_client_config();
-    let what = format!("target cluster {}", file.flow.spec.target.alias);
+    let what = format!("target cluster {}", access.spec.target.alias);
     let admin = GroupAdmin::new(
-        &target,
+        &access.config,
         &what,
         Duration::from_secs(args.timeout_seconds.max(1)),
     )
@@ -331,10 +582,10 @@ pub async fn run_translate(args: TranslateArgs) -> anyhow::Result<()> {
         .unwrap_or_else(|| Err("no answer".into()));
     match result {
         Ok(()) => {
-            println!(
+            note(format!(
                 "committed {n} partition(s) of group {:?} on the target",
                 args.group
-            );
+            ));
             Ok(())
         }
         Err(e) => bail!("commit failed (the group may have become active): {e}"),
@@ -466,7 +717,9 @@ mod tests {
         assert_eq!(
             cli.args,
             TranslateArgs {
-                flow: "f.yaml".into(),
+                flow: Some("f.yaml".into()),
+                flow_ref: None,
+                output: TranslateOutput::Table,
                 group: "g".into(),
                 apply: true,
                 secrets_dir: "/s".into(),
@@ -476,6 +729,100 @@ mod tests {
         assert!(
             Cli::try_parse_from(["x", "--flow", "f.yaml"]).is_err(),
             "--group is required"
+        );
+        let cli = Cli::try_parse_from([
+            "x",
+            "--flow-ref",
+            "kafka/orders",
+            "--group",
+            "g",
+            "-o",
+            "csv",
+        ])
+        .unwrap();
+        assert_eq!(
+            (cli.args.flow, cli.args.flow_ref, cli.args.output),
+            (None, Some("kafka/orders".into()), TranslateOutput::Csv)
+        );
+        for bad in [
+            vec!["x", "--group", "g"],
+            vec!["x", "--flow", "f", "--flow-ref", "a/b", "--group", "g"],
+            vec!["x", "--flow", "f", "--group", "g", "-o", "xml"],
+        ] {
+            assert!(Cli::try_parse_from(&bad).is_err(), "{bad:?}");
+        }
+    }
+
+    /// The rows of every case of `apply_table`, for the output formats.
+    fn mixed() -> TranslateReport {
+        let mut other = row(0, 7, Some(9), None);
+        other.topic = "dc1.pay".into();
+        report(
+            Some(0),
+            vec![
+                row(0, 40, Some(100), None),
+                row(1, 40, Some(100), Some(50)),
+                row(3, 40, Some(30), None),
+                row(4, 40, None, None),
+                other,
+            ],
+        )
+    }
+
+    #[test]
+    fn csv_is_the_reset_plan_of_kafka_consumer_groups() {
+        // Only what --apply commits: p1 is already past (the tool would move it back), p4 has
+        // no target partition; p3 is clamped to the target end.
+        assert_eq!(
+            render_csv(&mixed()),
+            "dc1.orders,0,40\ndc1.orders,3,30\ndc1.pay,0,7\n"
+        );
+        // Every line parses as Kafka's single-group format: topic,partition,offset.
+        for line in render_csv(&mixed()).lines() {
+            let f: Vec<&str> = line.split(',').collect();
+            assert_eq!(f.len(), 3, "{line}");
+            f[1].parse::<i32>().unwrap();
+            f[2].parse::<i64>().unwrap();
+        }
+        // Active members do not hide the plan (the tool itself refuses an active group).
+        let mut active = mixed();
+        active.target_members = Some(2);
+        assert_eq!(render_csv(&active), render_csv(&mixed()));
+        assert_eq!(render_csv(&report(None, vec![])), "");
+    }
+
+    #[test]
+    fn json_and_yaml_carry_the_same_view() {
+        let rep = mixed();
+        let json: serde_json::Value =
+            serde_json::from_str(&render_as(&rep, None, TranslateOutput::Json)).unwrap();
+        let yaml: serde_json::Value =
+            serde_yaml::from_str(&render_as(&rep, None, TranslateOutput::Yaml)).unwrap();
+        assert_eq!(json, yaml);
+        assert_eq!(json["group"], "app");
+        assert_eq!(json["checkpointsTopic"], "dc1.checkpoints.internal");
+        assert_eq!(json["targetMembers"], 0);
+        assert_eq!(json["totalLag"], 60 + 60 + 2);
+        let cases = [
+            (0, 40, Some(60), "commit"),
+            (1, 40, Some(60), "alreadyThere"),
+            (2, 30, Some(0), "commit"),
+            (3, 40, None, "noTargetPartition"),
+            (4, 7, Some(2), "commit"),
+        ];
+        for (i, offset, lag, action) in cases {
+            let p = &json["partitions"][i];
+            assert_eq!(p["offsetToCommit"], offset, "{p}");
+            assert_eq!(p["lag"], serde_json::json!(lag), "{p}");
+            assert_eq!(p["action"], action, "{p}");
+        }
+        assert_eq!(
+            json["partitions"][2]["targetOffset"], 40,
+            "the checkpoint's own value"
+        );
+        assert_eq!(
+            render_as(&rep, None, TranslateOutput::Table),
+            render(&rep, None)
         );
     }
 }

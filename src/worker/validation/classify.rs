@@ -494,26 +494,7 @@ impl Detection {
     /// A reset id unique to this failure (type, topic, partition, detection time); within the
     /// CRD's 128 characters.
     pub fn suggested_reset_id(&self, detected_at: &Time) -> String {
-        let kind = match self.type_ {
-            FailureType::DataLoss => "dataloss",
-            FailureType::TopicReset => "topicreset",
-            FailureType::ProgressMissing => "progressmissing",
-            FailureType::RecordRejected => "recordrejected",
-        };
-        const MAX_TOPIC: usize = 64;
-        let topic = if self.tp.topic.len() <= MAX_TOPIC {
-            self.tp.topic.clone()
-        } else {
-            // Topic names are ASCII in Kafka; cut on a char boundary anyway, and keep ids of
-            // topics sharing a long prefix apart with a hash of the full name.
-            let cut: String = self.tp.topic.chars().take(MAX_TOPIC).collect();
-            format!("{cut}.{:08x}", fnv1a32(self.tp.topic.as_bytes()))
-        };
-        format!(
-            "{kind}-{topic}-{}-{}",
-            self.tp.partition,
-            detected_at.0.as_second()
-        )
+        suggested_reset_id(self.type_, &self.tp, detected_at)
     }
 
     /// What happened, the offsets, the records lost, and the exact command to clear it.
@@ -689,6 +670,48 @@ pub fn record_rejected(
             reason: reason.to_string(),
         }],
     }
+}
+
+/// A reset id unique to a failure (type, topic, partition, detection time); within the CRD's
+/// 128 characters.
+pub fn suggested_reset_id(
+    type_: FailureType,
+    tp: &TopicPartitionRef,
+    detected_at: &Time,
+) -> String {
+    let kind = match type_ {
+        FailureType::DataLoss => "dataloss",
+        FailureType::TopicReset => "topicreset",
+        FailureType::ProgressMissing => "progressmissing",
+        FailureType::RecordRejected => "recordrejected",
+    };
+    const MAX_TOPIC: usize = 64;
+    let topic = if tp.topic.len() <= MAX_TOPIC {
+        tp.topic.clone()
+    } else {
+        // Topic names are ASCII in Kafka; cut on a char boundary anyway, and keep ids of
+        // topics sharing a long prefix apart with a hash of the full name.
+        let cut: String = tp.topic.chars().take(MAX_TOPIC).collect();
+        format!("{cut}.{:08x}", fnv1a32(tp.topic.as_bytes()))
+    };
+    format!(
+        "{kind}-{topic}-{}-{}",
+        tp.partition,
+        detected_at.0.as_second()
+    )
+}
+
+/// The command that clears `f` the way its message suggests: its first allowed strategy,
+/// for that one partition, under the id [`suggested_reset_id`] gives it.
+pub fn failure_reset_command(flow: FlowRef<'_>, f: &PartitionFailure) -> String {
+    let tp = TopicPartitionRef::new(f.topic.clone(), f.partition);
+    let id = suggested_reset_id(f.type_, &tp, &f.detected_at);
+    reset_command(
+        flow,
+        &id,
+        allowed_strategies(f.type_)[0],
+        std::slice::from_ref(&tp),
+    )
 }
 
 /// `kubectl -n NS patch mirrorflow NAME --type merge -p '{"spec":{"reset":{...}}}'`.
@@ -1194,6 +1217,18 @@ mod tests {
             for w in wants {
                 assert!(m.contains(w), "missing {w:?} in {m}");
             }
+        }
+    }
+
+    #[test]
+    fn failure_reset_command_is_the_one_in_the_message() {
+        for d in [
+            classify_out_of_range(tp("orders", 3), 120, Ok(500), None),
+            classify_out_of_range(tp("orders", 3), 120, Ok(0), None),
+        ] {
+            let f = d.to_failure(FLOW, t0());
+            let cmd = failure_reset_command(FLOW, &f);
+            assert!(f.message.as_deref().unwrap().contains(&cmd), "{cmd}");
         }
     }
 

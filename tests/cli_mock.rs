@@ -1,0 +1,160 @@
+//! The API edges of `mirrorflow translate --flow-ref` and `mirrorflow status` against the fake
+//! API server (`kube_mock`): what they read, what they make of it, and their errors naming
+//! the object.
+
+mod kube_mock;
+
+use jiff::Timestamp;
+use mirrorflow::cli::status::status_page;
+use mirrorflow::worker::checkpoint::cli::target_from_api;
+use serde_json::json;
+
+use kube_mock::{flow_json, FakeApi, FLOWS, NS};
+
+/// A flow whose target authenticates with SCRAM from Secret `dc2-user` and trusts the CA in
+/// Secret `dc2-ca`.
+fn secured_flow() -> serde_json::Value {
+    flow_json(json!({
+        "source": {"alias": "dc1", "bootstrapServers": "a:9092"},
+        "target": {"alias": "dc2", "bootstrapServers": "b:9093",
+                   "tls": {"ca": {"secretName": "dc2-ca", "key": "ca.crt"}},
+                   "sasl": {"mechanism": "SCRAM-SHA-512",
+                            "credentials": {"secretName": "dc2-user"}}}
+    }))
+}
+
+fn secret(name: &str, data: serde_json::Value) -> serde_json::Value {
+    json!({"apiVersion": "v1", "kind": "Secret",
+           "metadata": {"name": name, "namespace": NS}, "data": data})
+}
+
+fn b64(s: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(s)
+}
+
+#[tokio::test]
+async fn translate_reads_the_flow_and_the_targets_secrets_through_the_api() {
+    let api = FakeApi::new();
+    api.insert(secured_flow());
+    api.insert(secret(
+        "dc2-user",
+        json!({"username": b64("mirror"), "password": b64("s3cret")}),
+    ));
+    api.insert(secret(
+        "dc2-ca",
+        json!({"ca.crt": b64("-----BEGIN CERTIFICATE-----\n")}),
+    ));
+
+    let access = target_from_api(&api.client(), NS, "orders").await.unwrap();
+    assert_eq!(access.spec.target.alias, "dc2");
+    let get = |k: &str| access.config.get(k).map(str::to_string);
+    assert_eq!(get("bootstrap.servers").as_deref(), Some("b:9093"));
+    assert_eq!(get("security.protocol").as_deref(), Some("SASL_SSL"));
+    assert_eq!(get("sasl.username").as_deref(), Some("mirror"));
+    assert_eq!(get("sasl.password").as_deref(), Some("s3cret"));
+    // The CA is a private file in the worker's layout, gone with the access.
+    let ca = std::path::PathBuf::from(get("ssl.ca.location").unwrap());
+    assert!(ca.ends_with("dc2-ca/ca.crt"), "{}", ca.display());
+    assert_eq!(
+        std::fs::read_to_string(&ca).unwrap(),
+        "-----BEGIN CERTIFICATE-----\n"
+    );
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(&ca).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+    }
+    // Only the target's Secrets are read (the source may be unreachable and its Secrets
+    // elsewhere): the flow, then one GET per Secret.
+    let calls: Vec<String> = api
+        .calls()
+        .into_iter()
+        .filter(|c| c.starts_with("GET"))
+        .collect();
+    assert_eq!(
+        calls,
+        vec![
+            format!("GET {FLOWS}/orders"),
+            "GET /api/v1/namespaces/kafka/secrets/dc2-ca".to_string(),
+            "GET /api/v1/namespaces/kafka/secrets/dc2-user".to_string(),
+        ]
+    );
+    drop(access);
+    assert!(!ca.exists(), "the temporary Secrets are removed");
+}
+
+#[tokio::test]
+async fn translate_errors_name_the_missing_object() {
+    let api = FakeApi::new();
+    let err = target_from_api(&api.client(), NS, "orders")
+        .await
+        .err()
+        .unwrap()
+        .to_string();
+    assert_eq!(err, "MirrorFlow kafka/orders not found");
+
+    api.insert(secured_flow());
+    api.insert(secret("dc2-ca", json!({"ca.crt": b64("x")})));
+    let err = target_from_api(&api.client(), NS, "orders")
+        .await
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.starts_with("reading Secret kafka/dc2-user (spec.target of MirrorFlow kafka/orders)"),
+        "{err}"
+    );
+    api.insert(secret("dc2-user", json!({"username": b64("mirror")})));
+    let err = target_from_api(&api.client(), NS, "orders")
+        .await
+        .err()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        err,
+        "Secret kafka/dc2-user has no key \"password\" (spec.target of MirrorFlow kafka/orders)"
+    );
+}
+
+#[tokio::test]
+async fn status_renders_the_flow_the_api_holds() {
+    let api = FakeApi::new();
+    let mut flow = flow_json(json!({
+        "source": {"alias": "dc1", "bootstrapServers": "a:9092"},
+        "target": {"alias": "dc2", "bootstrapServers": "b:9092"}
+    }));
+    flow["status"] = json!({
+        "workersSummary": "1/1",
+        "failedPartitions": 1,
+        "conditions": [{"type": "Ready", "status": "False", "reason": "PartitionsFailed",
+                        "message": "1 partition(s) stopped",
+                        "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+        "workers": [{"id": "orders-worker-0", "partitions": 4, "state": "Degraded",
+                     "lastHeartbeatTime": "2026-01-01T00:00:50Z",
+                     "replicationLag": {"records": 42, "seconds": 3}}],
+        "failures": [{"type": "TopicReset", "topic": "orders", "partition": 2,
+                      "requestedOffset": 77, "detectedAt": "2026-01-01T00:00:00Z"}]
+    });
+    api.insert(flow);
+    let now: Timestamp = "2026-01-01T00:01:00Z".parse().unwrap();
+    let page = status_page(&api.client(), NS, "orders", now).await.unwrap();
+    assert!(
+        page.starts_with("MirrorFlow kafka/orders: dc1 (a:9092) -> dc2 (b:9092)"),
+        "{page}"
+    );
+    assert!(
+        page.contains("orders-worker-0  Degraded  4           42           3            10s ago"),
+        "{page}"
+    );
+    assert!(
+        page.contains("  clear: kubectl -n kafka patch mirrorflow orders --type merge -p '{\"spec\":{\"reset\":{\"id\":\"topicreset-orders-2-1767225600\",\"strategy\":\"RestartFromEarliest\",\"partitions\":[{\"topic\":\"orders\",\"partition\":2}]}}}'"),
+        "{page}"
+    );
+    let err = status_page(&api.client(), NS, "nope", now)
+        .await
+        .err()
+        .unwrap()
+        .to_string();
+    assert_eq!(err, "MirrorFlow kafka/nope not found");
+}
