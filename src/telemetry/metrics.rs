@@ -14,9 +14,13 @@
 //! | `partitions_failed` | — | owned partitions stopped by a failure |
 //! | `paused` | — | 1 while `spec.paused` is set |
 //! | `ready` | — | 1 once replication runs |
+//! | `replication_latency_seconds` | — | histogram: heartbeat written on the source → read on the target (worker 0, `spec.heartbeats`) |
+//! | `replication_latency_last_seconds` | — | the latest of those, or how long an earlier heartbeat has been missing on the target |
+//! | `heartbeats_total` | cluster (source, target), outcome (written, failed) | heartbeats emitted (worker 0) |
 
 use prometheus::{
-    Gauge, GaugeVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    Gauge, GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
+    Opts, Registry,
 };
 
 /// Error kinds counted in `mirrorflow_worker_errors_total{kind}`.
@@ -93,7 +97,18 @@ pub struct WorkerMetrics {
     pub paused: IntGauge,
     /// `ready`.
     pub ready: Gauge,
+    /// `replication_latency_seconds` (histogram).
+    pub latency: Histogram,
+    /// `replication_latency_last_seconds`.
+    pub latency_last: Gauge,
+    /// `heartbeats_total{cluster,outcome}`.
+    pub heartbeats: IntCounterVec,
 }
+
+/// Buckets of `replication_latency_seconds`: from a fast local pair to a flow minutes behind.
+pub const LATENCY_BUCKETS: &[f64] = &[
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+];
 
 impl WorkerMetrics {
     /// Creates the metrics in a new registry.
@@ -145,6 +160,24 @@ impl WorkerMetrics {
         ))?;
         let paused = IntGauge::with_opts(opts("paused", "1 while spec.paused is set"))?;
         let ready = Gauge::with_opts(opts("ready", "1 once replication runs"))?;
+        let latency = Histogram::with_opts(
+            HistogramOpts::from(opts(
+                "replication_latency_seconds",
+                "Heartbeat written on the source to its replica read on the target (spec.heartbeats)",
+            ))
+            .buckets(LATENCY_BUCKETS.to_vec()),
+        )?;
+        let latency_last = Gauge::with_opts(opts(
+            "replication_latency_last_seconds",
+            "The latest heartbeat latency, or how long an earlier heartbeat has been missing on the target",
+        ))?;
+        let heartbeats = IntCounterVec::new(
+            opts(
+                "heartbeats_total",
+                "Heartbeats emitted, by cluster and outcome",
+            ),
+            &["cluster", "outcome"],
+        )?;
         registry.register(Box::new(records.clone()))?;
         registry.register(Box::new(bytes.clone()))?;
         registry.register(Box::new(lag_records.clone()))?;
@@ -157,6 +190,9 @@ impl WorkerMetrics {
         registry.register(Box::new(partitions_failed.clone()))?;
         registry.register(Box::new(paused.clone()))?;
         registry.register(Box::new(ready.clone()))?;
+        registry.register(Box::new(latency.clone()))?;
+        registry.register(Box::new(latency_last.clone()))?;
+        registry.register(Box::new(heartbeats.clone()))?;
         // Zero series from the start, so rate() and alerts work before the first event.
         for kind in ErrorKind::ALL {
             errors.with_label_values(&[kind.as_str()]);
@@ -181,6 +217,9 @@ impl WorkerMetrics {
             partitions_failed,
             paused,
             ready,
+            latency,
+            latency_last,
+            heartbeats,
         })
     }
 

@@ -497,6 +497,7 @@ mod tests {
             checkpoints: vec![],
             connection_problems: vec![],
             topic_acls: None,
+            replication_latency: None,
         }
     }
 

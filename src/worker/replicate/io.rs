@@ -310,7 +310,8 @@ pub fn internal_topic_configs() -> Vec<(String, String)> {
 }
 
 /// Creates the compacted one-partition `topics` missing on the cluster `alias` (internal
-/// topics: progress, offset syncs); the error says which one and why.
+/// topics: progress, offset syncs on the target; heartbeats on either cluster); the error
+/// says which one and why.
 pub async fn ensure_compacted(
     meta: &MetaClient,
     admin: &Admin,
@@ -320,22 +321,20 @@ pub async fn ensure_compacted(
 ) -> Result<(), String> {
     let existing = list_topics(meta, timeout)
         .await
-        .map_err(|e| format!("target cluster {alias}: {e}"))?;
+        .map_err(|e| format!("cluster {alias}: {e}"))?;
     for topic in topics.iter().filter(|t| !existing.contains_key(*t)) {
         let created = create_topic(admin, topic, 1, &internal_topic_configs(), timeout)
             .await
-            .map_err(|e| {
-                format!("cannot create internal topic {topic} on target cluster {alias}: {e}")
-            })?;
+            .map_err(|e| format!("cannot create internal topic {topic} on cluster {alias}: {e}"))?;
         if !created {
             // The metadata that said it was missing was stale (or another worker won): read
             // it again rather than take "missing" for "empty".
             return Err(format!(
-                "internal topic {topic} on target cluster {alias} exists although the cluster \
+                "internal topic {topic} on cluster {alias} exists although the cluster \
                  did not list it (stale metadata, or another worker created it)"
             ));
         }
-        tracing::info!(topic, "created internal topic on the target");
+        tracing::info!(topic, cluster = alias, "created internal topic");
     }
     Ok(())
 }

@@ -9,8 +9,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::api::status::{worker_id, MAX_FAILURES};
 use crate::api::{
-    AppliedReset, ConnectionProblem, Delivery, PartitionFailure, ReplicationLag, TopicAclSync,
-    WorkerState, WorkerStatus,
+    AppliedReset, ConnectionProblem, Delivery, PartitionFailure, ReplicationLag,
+    ReplicationLatency, TopicAclSync, WorkerState, WorkerStatus,
 };
 
 /// Why a partition stopped.
@@ -128,6 +128,9 @@ pub struct WorkerSnapshot {
     /// The topic ACL sync (worker 0).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub topic_acls: Option<TopicAclSync>,
+    /// Heartbeat latency (worker 0, `spec.heartbeats`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replication_latency: Option<ReplicationLatency>,
     /// When this snapshot was taken.
     pub time: Time,
 }
@@ -156,6 +159,7 @@ impl WorkerSnapshot {
             replication_lag: ReplicationLag::default(),
             connection_problems: Vec::new(),
             topic_acls: None,
+            replication_latency: None,
             time: Time(jiff::Timestamp::now()),
         }
     }
@@ -184,6 +188,7 @@ impl WorkerSnapshot {
             checkpoints: Vec::new(),
             connection_problems: self.connection_problems.clone(),
             topic_acls: self.topic_acls.clone(),
+            replication_latency: self.replication_latency.clone(),
         }
     }
 }
