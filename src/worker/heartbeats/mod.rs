@@ -283,6 +283,8 @@ impl HeartbeatRunner {
                 }
                 tracker = LatencyTracker::default();
                 self.state.send_replace(None);
+                // No value rather than a stale one (NaN: no alert fires, graphs show a gap).
+                self.metrics.latency_last.set(f64::NAN);
                 tokio::select! {
                     _ = shutdown.as_mut() => return,
                     r = self.spec.changed() => if r.is_err() { return },
