@@ -52,6 +52,8 @@ struct Side {
     producer: FutureProducer<LogContext>,
     meta: MetaClient,
     admin: Admin,
+    /// Its `heartbeats` topic exists (created or found).
+    topic_ready: bool,
 }
 
 /// The clients of one spec's clusters.
@@ -68,7 +70,6 @@ struct Session {
     /// Reads the target's replica of the source's heartbeats, once that topic exists.
     reader: StreamConsumer<LogContext>,
     replica_topic: String,
-    topics_ready: bool,
     assigned: bool,
 }
 
@@ -115,6 +116,7 @@ impl Session {
                 meta: io::meta_client(props, h.context()).map_err(|e| what("client", &e))?,
                 admin: io::admin_client(props, h.context())
                     .map_err(|e| what("admin client", &e))?,
+                topic_ready: false,
             })
         };
         let source = side(&spec.source.alias, &source_props, &health.source)?;
@@ -142,40 +144,47 @@ impl Session {
                 &spec.source.alias,
                 HEARTBEATS_TOPIC,
             ),
-            topics_ready: false,
             assigned: false,
         })
     }
 
     /// Creates both `heartbeats` topics (the worker's internal-topic path: one partition,
     /// compacted, as MM2) and starts reading the replica once it exists (the flow creates
-    /// it when it first replicates the source's heartbeats).
-    async fn prepare(&mut self) -> Result<(), String> {
-        if !self.topics_ready {
-            let topics = [HEARTBEATS_TOPIC.to_string()];
-            for side in [&self.source, &self.target] {
-                io::ensure_compacted(&side.meta, &side.admin, &topics, &side.alias, TIMEOUT)
-                    .await?;
+    /// it when it first replicates the source's heartbeats). Each cluster on its own: a
+    /// source that refuses the topic leaves the target's heartbeats going. Errors name the
+    /// cluster.
+    async fn prepare(&mut self) -> Vec<String> {
+        let mut errors = Vec::new();
+        let topics = [HEARTBEATS_TOPIC.to_string()];
+        for side in [&mut self.source, &mut self.target] {
+            if !side.topic_ready {
+                match io::ensure_compacted(&side.meta, &side.admin, &topics, &side.alias, TIMEOUT)
+                    .await
+                {
+                    Ok(()) => side.topic_ready = true,
+                    Err(e) => errors.push(e),
+                }
             }
-            self.topics_ready = true;
         }
         if !self.assigned {
-            let existing = io::list_topics(&self.target.meta, TIMEOUT)
-                .await
-                .map_err(|e| format!("cluster {}: {e}", self.target.alias))?;
-            if existing.contains_key(&self.replica_topic) {
-                let mut tpl = TopicPartitionList::new();
-                tpl.add_partition_offset(&self.replica_topic, 0, Offset::End)
-                    .map_err(|e| e.to_string())?;
-                self.reader.assign(&tpl).map_err(|e| {
-                    format!(
-                        "cluster {}: read {}: {e}",
-                        self.target.alias, self.replica_topic
-                    )
-                })?;
-                self.assigned = true;
-                info!(topic = %self.replica_topic, "reading heartbeat replicas on the target");
+            if let Err(e) = self.assign_replica().await {
+                errors.push(format!("cluster {}: {e}", self.target.alias));
             }
+        }
+        errors
+    }
+
+    async fn assign_replica(&mut self) -> Result<(), String> {
+        let existing = io::list_topics(&self.target.meta, TIMEOUT).await?;
+        if existing.contains_key(&self.replica_topic) {
+            let mut tpl = TopicPartitionList::new();
+            tpl.add_partition_offset(&self.replica_topic, 0, Offset::End)
+                .map_err(|e| e.to_string())?;
+            self.reader
+                .assign(&tpl)
+                .map_err(|e| format!("read {}: {e}", self.replica_topic))?;
+            self.assigned = true;
+            info!(topic = %self.replica_topic, "reading heartbeat replicas on the target");
         }
         Ok(())
     }
@@ -188,15 +197,22 @@ impl Session {
         now_ms: i64,
         tracker: &mut LatencyTracker,
         metrics: &WorkerMetrics,
-    ) -> Result<(), String> {
+    ) -> Vec<String> {
         let mut errors = Vec::new();
-        let sends = emissions(spec, now_ms).map(|(cluster, hb)| async move {
-            let side = match cluster {
-                Cluster::Source => &self.source,
-                Cluster::Target => &self.target,
-            };
-            (cluster, side, write(&side.producer, &hb).await)
-        });
+        let sends =
+            emissions(spec, now_ms)
+                .into_iter()
+                .map(|(cluster, hb)| {
+                    let side = match cluster {
+                        Cluster::Source => &self.source,
+                        Cluster::Target => &self.target,
+                    };
+                    (cluster, side, hb)
+                })
+                .filter(|(_, side, _)| side.topic_ready)
+                .map(|(cluster, side, hb)| async move {
+                    (cluster, side, write(&side.producer, &hb).await)
+                });
         for (cluster, side, result) in futures::future::join_all(sends).await {
             let outcome = if result.is_ok() { "written" } else { "failed" };
             metrics
@@ -213,11 +229,7 @@ impl Session {
                 )),
             }
         }
-        if errors.is_empty() {
-            Ok(())
-        } else {
-            Err(errors.join("; "))
-        }
+        errors
     }
 }
 
@@ -347,13 +359,17 @@ impl HeartbeatRunner {
             *session = Some(Session::connect(spec, &self.secrets_dir, &self.health)?);
         }
         let s = session.as_mut().expect("connected above");
-        s.prepare().await?;
-        let r = s.emit(spec, now_ms(), tracker, &self.metrics).await;
+        let mut errors = s.prepare().await;
+        errors.extend(s.emit(spec, now_ms(), tracker, &self.metrics).await);
         if spec.paused {
             // Nothing is replicated while paused: a missing replica is no latency.
             tracker.forget_pending();
         }
-        r
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors.join("; "))
+        }
     }
 
     fn on_replica(
