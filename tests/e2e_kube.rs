@@ -624,8 +624,9 @@ async fn data_loss_describe_and_reset(stack: &Stack) {
         .lines()
         .skip_while(|l| !l.starts_with("Status:"))
         .count();
+    // (82: the heartbeat latency adds 4 lines to the flow's status and 4 to worker 0's entry.)
     assert!(
-        status_lines <= 76,
+        status_lines <= 82,
         "the status and events take {status_lines} lines:\n{describe}"
     );
 

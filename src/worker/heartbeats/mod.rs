@@ -38,6 +38,11 @@ const REBUILD_AFTER: Duration = Duration::from_secs(60);
 
 /// Emits heartbeats and measures the latency on worker 0 until `shutdown`.
 pub struct HeartbeatRunner {
+    /// Group id of the replica reader: the worker's own (`EngineSettings::transactional_id`),
+    /// suffixed. Never shared with another flow's reader on the same target: two live
+    /// consumers of one group there kept the checkpoint runner from seeing any source group
+    /// (tests/e2e_kube.rs, nisshi), and a group per flow is what the other readers do too.
+    pub reader_group: String,
     pub secrets_dir: PathBuf,
     pub spec: watch::Receiver<MirrorFlowSpec>,
     pub health: FlowHealth,
@@ -90,6 +95,7 @@ impl Session {
 
     fn connect(
         spec: &MirrorFlowSpec,
+        group: &str,
         secrets_dir: &std::path::Path,
         health: &FlowHealth,
     ) -> Result<Self, String> {
@@ -124,7 +130,7 @@ impl Session {
         let mut config = target_props.to_client_config();
         config
             // Assigned, never subscribed, never committed.
-            .set("group.id", "mirrorflow-heartbeats")
+            .set("group.id", group)
             .set("enable.auto.commit", "false")
             .set("enable.partition.eof", "false")
             // What the target's consumers see: replicas committed by the flow's transactions.
@@ -356,7 +362,12 @@ impl HeartbeatRunner {
         tracker: &mut LatencyTracker,
     ) -> Result<(), String> {
         if session.is_none() {
-            *session = Some(Session::connect(spec, &self.secrets_dir, &self.health)?);
+            *session = Some(Session::connect(
+                spec,
+                &self.reader_group,
+                &self.secrets_dir,
+                &self.health,
+            )?);
         }
         let s = session.as_mut().expect("connected above");
         let mut errors = s.prepare().await;

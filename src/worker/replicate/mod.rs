@@ -319,6 +319,7 @@ pub async fn run_with(
     // Heartbeats are a singleton like the ACL sync: worker 0 emits and measures them.
     let heartbeat_task = checkpoint::runner::should_run(index).then(|| {
         let runner = HeartbeatRunner {
+            reader_group: format!("{}-heartbeats", settings.transactional_id()),
             secrets_dir: args.secrets_dir.clone(),
             spec: input.spec.clone(),
             health: health.clone(),
