@@ -134,8 +134,14 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
                     s.message.clone().unwrap_or_default()
                 );
             }
-            let done = s.partitions.len() == ends.len()
-                && s.partitions
+            // The worker also replicates the source's heartbeats (spec.heartbeats).
+            let orders: Vec<_> = s
+                .partitions
+                .iter()
+                .filter(|p| p.topic == "orders")
+                .collect();
+            let done = orders.len() == ends.len()
+                && orders
                     .iter()
                     .all(|p| p.position.is_some() && p.position >= ends.get(&p.partition).copied());
             if done {
@@ -210,6 +216,13 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         "  replication lag at the end     {:>12} records",
         last.replication_lag.records
     );
+    if let Some(ms) = last
+        .replication_latency
+        .as_ref()
+        .and_then(|l| l.last_millis)
+    {
+        println!("  latency (heartbeat → target)   {ms:>12} ms");
+    }
     println!(
         "  partitions owned / failed      {:>8} / {}",
         last.partitions.len(),

@@ -74,6 +74,21 @@ fn dashboard_is_valid_and_uses_its_variables() {
         );
     }
     assert!(dashboard_exprs(&dash).len() >= 10);
+    // The heartbeat latency: its distribution (p99 from the histogram) and the latest value.
+    let latency: Vec<String> = dashboard_exprs(&dash)
+        .into_iter()
+        .filter(|e| e.contains("replication_latency"))
+        .collect();
+    assert!(
+        latency
+            .iter()
+            .any(|e| e.starts_with("histogram_quantile(0.99")
+                && e.contains("mirrorflow_worker_replication_latency_seconds_bucket"))
+            && latency
+                .iter()
+                .any(|e| e.contains("mirrorflow_worker_replication_latency_last_seconds")),
+        "{latency:?}"
+    );
 }
 
 #[test]
@@ -92,9 +107,21 @@ fn alerts_and_dashboard_use_documented_metrics() {
         "MirrorFlowTopicReset",
         "MirrorFlowWorkerDown",
         "MirrorFlowControllerDown",
+        "MirrorFlowLatencyHigh",
     ] {
         assert!(names.contains(want), "{want} missing: {names:?}");
     }
+    // The latency alert judges the latest value (which grows while a heartbeat is missing):
+    // a histogram quantile has no samples at all when the flow stalls, and never fires.
+    let latency = alerts
+        .iter()
+        .find(|a| a["alert"].as_str() == Some("MirrorFlowLatencyHigh"))
+        .unwrap();
+    assert_eq!(
+        latency["expr"].as_str().unwrap(),
+        "max by (namespace, flow) (mirrorflow_worker_replication_latency_last_seconds) > 60"
+    );
+    assert_eq!(latency["for"].as_str(), Some("10m"));
     let mut exprs = Vec::new();
     for a in &alerts {
         assert!(

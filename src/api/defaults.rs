@@ -26,6 +26,9 @@ pub fn separator() -> String {
 pub fn offset_lag_max() -> i64 {
     100
 }
+pub fn heartbeat_interval_seconds() -> i32 {
+    1
+}
 pub fn replicas() -> i32 {
     1
 }

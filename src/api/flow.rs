@@ -53,6 +53,12 @@ use super::defaults;
         description = "records not yet replicated"
     ),
     printcolumn(
+        name = "Latency(ms)",
+        type_ = "integer",
+        json_path = ".status.replicationLatency.lastMillis",
+        description = "heartbeat produced on the source → seen on the target, milliseconds"
+    ),
+    printcolumn(
         name = "Reason",
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Ready\")].reason",
@@ -97,6 +103,17 @@ pub struct MirrorFlowSpec {
     /// Offset-sync emission (the upstream→downstream offset map used for checkpoints).
     #[serde(default)]
     pub offset_syncs: OffsetSyncs,
+    /// MirrorMaker 2 heartbeats (on by default), and the replication latency measured with
+    /// them. Worker 0 writes a heartbeat into the `heartbeats` topic of the target (key
+    /// source, target alias) and of the source (key target, source alias), as MM2's
+    /// dedicated mode does for a flow; the source's heartbeats topics are replicated to the
+    /// target as `<sourceAlias><separator>heartbeats` whatever `topics` selects (also under
+    /// Identity), never one that came from the target. The time from a heartbeat's
+    /// timestamp until worker 0 reads its replica on the target is
+    /// `status.replicationLatency`. Writing to the source needs WRITE (and CREATE until the
+    /// topic exists) on its `heartbeats` topic.
+    #[serde(default)]
+    pub heartbeats: Heartbeats,
     /// Copy topic configs (retention.ms, cleanup.policy, max.message.bytes, ...) from source
     /// topics to target topics: when a target topic is created, and again on every refresh
     /// (`topics.refreshIntervalSeconds`) for the target topics this flow created (never a
@@ -401,7 +418,8 @@ impl TopicConfigs {
 #[serde(rename_all = "camelCase")]
 pub struct InternalTopics {
     /// Replication factor of the internal topics the flow creates (progress, offset syncs,
-    /// checkpoints, heartbeats, the ACL and created-topics stores), at least 1. Absent: the
+    /// checkpoints, the target's heartbeats, the ACL and created-topics stores; the source's
+    /// heartbeats topic takes the source brokers' default), at least 1. Absent: the
     /// target brokers' `default.replication.factor`. Affects topics created afterwards only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 32767))]
@@ -421,7 +439,8 @@ pub struct ReplicationPolicy {
     /// `Prefix`: `<sourceAlias><separator><topic>` (prevents cycles). `Identity`: same name.
     #[serde(rename = "type", default)]
     pub type_: ReplicationPolicyType,
-    /// Separator for `Prefix`.
+    /// Separator for `Prefix`; under `Identity` it still names heartbeats topics
+    /// (`<sourceAlias><separator>heartbeats`), as MirrorMaker 2.
     #[serde(default = "defaults::separator")]
     #[schemars(length(min = 1, max = 8), regex(pattern = r"^[a-zA-Z0-9._-]+$"))]
     pub separator: String,
@@ -498,6 +517,49 @@ impl Default for OffsetSyncs {
         Self {
             lag_max: defaults::offset_lag_max(),
         }
+    }
+}
+
+/// MirrorMaker 2 heartbeats (`MirrorHeartbeatConnector`), emitted by worker 0 in MM2's
+/// wire format, as MM2's dedicated mode does for a flow `source->target`: into the
+/// target's `heartbeats` topic keyed `(source alias, target alias)` (the flow's own heartbeat
+/// connector), and into the source's `heartbeats` topic keyed `(target alias, source alias)`
+/// (the connector MM2 runs for the reverse pair even when that flow is disabled). The
+/// flow replicates the source's heartbeats topics to the target as
+/// `<sourceAlias><separator>heartbeats` whatever `topics` selects (also under the
+/// Identity policy, as MM2), never one that came from the target, so
+/// `RemoteClusterUtils.upstreamClusters` and `replicationHops` work on the target. Worker 0
+/// reads the replicated copies on the target: the time from a heartbeat's timestamp to
+/// its arrival there is the flow's replication latency, measured even without
+/// application traffic (`status.replicationLatency`, metric
+/// `mirrorflow_worker_replication_latency_seconds`). Writing to the source needs WRITE
+/// (and CREATE, unless the topic exists) on its `heartbeats` topic.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Heartbeats {
+    /// Seconds between heartbeats (MirrorMaker 2's `emit.heartbeats.interval.seconds`,
+    /// default 1). `0` emits none and measures no latency; heartbeats topics other
+    /// emitters write are still replicated.
+    #[serde(default = "defaults::heartbeat_interval_seconds")]
+    #[schemars(range(min = 0, max = 3600))]
+    pub interval_seconds: i32,
+}
+
+impl Default for Heartbeats {
+    fn default() -> Self {
+        Self {
+            interval_seconds: defaults::heartbeat_interval_seconds(),
+        }
+    }
+}
+
+impl Heartbeats {
+    /// The emission interval; `None` when heartbeats are off.
+    pub fn interval(&self) -> Option<std::time::Duration> {
+        u64::try_from(self.interval_seconds)
+            .ok()
+            .filter(|s| *s > 0)
+            .map(std::time::Duration::from_secs)
     }
 }
 
@@ -642,6 +704,10 @@ pub struct MirrorFlowStatus {
     /// The topic ACL sync (`spec.syncTopicAcls`), as worker 0 reports it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topic_acls: Option<TopicAclSync>,
+    /// Heartbeat produced on the source → seen on the target (`spec.heartbeats`), the
+    /// highest any worker reports (worker 0 measures).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replication_latency: Option<ReplicationLatency>,
 }
 
 /// A worker's own report.
@@ -693,6 +759,10 @@ pub struct WorkerStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 20))]
     pub unwritable_topics: Vec<String>,
+    /// Replication latency measured with heartbeats (`spec.heartbeats`; only worker 0
+    /// measures).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replication_latency: Option<ReplicationLatency>,
 }
 
 /// Which side of the flow a cluster is.
@@ -920,4 +990,26 @@ pub struct ReplicationLag {
     pub records: i64,
     /// Age of the oldest unreplicated record, in seconds (source timestamp → now).
     pub seconds: i64,
+}
+
+/// End-to-end replication latency measured with heartbeats: from the timestamp a heartbeat
+/// was written with on the source to when its replicated copy was read on the target.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicationLatency {
+    /// The latest latency in milliseconds; while a heartbeat the source acknowledged is
+    /// still missing on the target and older than that, how long it has been missing (so a
+    /// stalled flow shows a growing value, not its last good one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_millis: Option<i64>,
+    /// 99th percentile of the latencies measured over the last 5 minutes, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p99_millis: Option<i64>,
+    /// When the latest heartbeat was seen on the target.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_seen_time: Option<Time>,
+    /// Why heartbeats cannot be written or read (e.g. no WRITE permission on the source's
+    /// `heartbeats` topic); absent while they flow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
 }

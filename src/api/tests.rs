@@ -470,10 +470,34 @@ fn flow_validation_table() {
             Some("spec.replicationPolicy.separator"),
         ),
         (
-            "separator ignored for identity",
+            "separator checked for identity too (it names heartbeats topics)",
             "/replicationPolicy",
             json!({"type": "Identity", "separator": "/"}),
+            Some("spec.replicationPolicy.separator"),
+        ),
+        (
+            "heartbeats off",
+            "/heartbeats",
+            json!({"intervalSeconds": 0}),
             None,
+        ),
+        (
+            "heartbeats every 30 s",
+            "/heartbeats",
+            json!({"intervalSeconds": 30}),
+            None,
+        ),
+        (
+            "heartbeats negative",
+            "/heartbeats",
+            json!({"intervalSeconds": -1}),
+            Some("spec.heartbeats.intervalSeconds"),
+        ),
+        (
+            "heartbeats too rare",
+            "/heartbeats",
+            json!({"intervalSeconds": 3601}),
+            Some("spec.heartbeats.intervalSeconds"),
         ),
         (
             "lagMax 0",

@@ -9,10 +9,7 @@ use std::fmt;
 
 use regex::Regex;
 
-use super::{
-    ClusterSpec, MirrorFlowSpec, OffsetCheckpointSpec, ReplicationPolicyType, SaslMechanism,
-    SaslSpec,
-};
+use super::{ClusterSpec, MirrorFlowSpec, OffsetCheckpointSpec, SaslMechanism, SaslSpec};
 
 /// One problem, naming the field (JSON path from the resource root) and the offending value.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -461,20 +458,19 @@ pub fn validate_flow(spec: &MirrorFlowSpec) -> Result<(), ValidationErrors> {
             "must be between 1 and 3600",
         );
     }
-    if spec.replication_policy.type_ == ReplicationPolicyType::Prefix {
-        let s = &spec.replication_policy.separator;
-        if s.is_empty()
-            || s.len() > 8
-            || !s
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
-        {
-            errs.push(
-                "spec.replicationPolicy.separator",
-                s,
-                "must be 1-8 characters legal in topic names (letters, digits, '.', '_', '-')",
-            );
-        }
+    // Checked under Identity too: heartbeats topics are prefixed there as well (MM2).
+    let s = &spec.replication_policy.separator;
+    if s.is_empty()
+        || s.len() > 8
+        || !s
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+    {
+        errs.push(
+            "spec.replicationPolicy.separator",
+            s,
+            "must be 1-8 characters legal in topic names (letters, digits, '.', '_', '-')",
+        );
     }
     if spec.offset_syncs.lag_max < 1 {
         errs.push(
@@ -495,6 +491,14 @@ pub fn validate_flow(spec: &MirrorFlowSpec) -> Result<(), ValidationErrors> {
             "spec.workers.inFlightMiB",
             spec.workers.in_flight_mib,
             "must be between 1 and 1024 (MiB of record data in flight per worker)",
+        );
+    }
+    let h = spec.heartbeats.interval_seconds;
+    if !(0..=3600).contains(&h) {
+        errs.push(
+            "spec.heartbeats.intervalSeconds",
+            h,
+            "must be between 0 (no heartbeats) and 3600",
         );
     }
     if let Some(image) = &spec.workers.image {

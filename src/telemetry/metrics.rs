@@ -16,9 +16,13 @@
 //! | `ready` | — | 1 once replication runs |
 //! | `topic_config_changes_total` | op (set, delete) | config changes applied to target topics the flow created (`syncTopicConfigs`) |
 //! | `topics_unwritable` | — | target topics this worker cannot write to: creation refused, or replication factor below `min.insync.replicas` |
+//! | `replication_latency_seconds` | — | histogram: heartbeat written on the source → read on the target (worker 0, `spec.heartbeats`) |
+//! | `replication_latency_last_seconds` | — | the latest of those, or how long an earlier heartbeat has been missing on the target |
+//! | `heartbeats_total` | cluster (source, target), outcome (written, failed) | heartbeats emitted (worker 0) |
 
 use prometheus::{
-    Gauge, GaugeVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    Gauge, GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
+    Opts, Registry,
 };
 
 /// Error kinds counted in `mirrorflow_worker_errors_total{kind}`.
@@ -99,7 +103,18 @@ pub struct WorkerMetrics {
     pub topic_config_changes: IntCounterVec,
     /// `topics_unwritable`.
     pub topics_unwritable: IntGauge,
+    /// `replication_latency_seconds` (histogram).
+    pub latency: Histogram,
+    /// `replication_latency_last_seconds`.
+    pub latency_last: Gauge,
+    /// `heartbeats_total{cluster,outcome}`.
+    pub heartbeats: IntCounterVec,
 }
+
+/// Buckets of `replication_latency_seconds`: from a fast local pair to a flow minutes behind.
+pub const LATENCY_BUCKETS: &[f64] = &[
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+];
 
 impl WorkerMetrics {
     /// Creates the metrics in a new registry.
@@ -162,6 +177,24 @@ impl WorkerMetrics {
             "topics_unwritable",
             "Target topics this worker cannot write to: creation refused, or replication factor below min.insync.replicas",
         ))?;
+        let latency = Histogram::with_opts(
+            HistogramOpts::from(opts(
+                "replication_latency_seconds",
+                "Heartbeat written on the source to its replica read on the target (spec.heartbeats)",
+            ))
+            .buckets(LATENCY_BUCKETS.to_vec()),
+        )?;
+        let latency_last = Gauge::with_opts(opts(
+            "replication_latency_last_seconds",
+            "The latest heartbeat latency, or how long an earlier heartbeat has been missing on the target",
+        ))?;
+        let heartbeats = IntCounterVec::new(
+            opts(
+                "heartbeats_total",
+                "Heartbeats emitted, by cluster and outcome",
+            ),
+            &["cluster", "outcome"],
+        )?;
         registry.register(Box::new(records.clone()))?;
         registry.register(Box::new(bytes.clone()))?;
         registry.register(Box::new(lag_records.clone()))?;
@@ -176,6 +209,9 @@ impl WorkerMetrics {
         registry.register(Box::new(ready.clone()))?;
         registry.register(Box::new(topic_config_changes.clone()))?;
         registry.register(Box::new(topics_unwritable.clone()))?;
+        registry.register(Box::new(latency.clone()))?;
+        registry.register(Box::new(latency_last.clone()))?;
+        registry.register(Box::new(heartbeats.clone()))?;
         // Zero series from the start, so rate() and alerts work before the first event.
         for kind in ErrorKind::ALL {
             errors.with_label_values(&[kind.as_str()]);
@@ -205,6 +241,9 @@ impl WorkerMetrics {
             ready,
             topic_config_changes,
             topics_unwritable,
+            latency,
+            latency_last,
+            heartbeats,
         })
     }
 

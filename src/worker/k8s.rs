@@ -498,6 +498,7 @@ mod tests {
             connection_problems: vec![],
             topic_acls: None,
             unwritable_topics: vec![],
+            replication_latency: None,
         }
     }
 

@@ -1,6 +1,7 @@
 //! Data plane: replication, offset validation and checkpoints.
 pub mod acl_sync;
 pub mod checkpoint;
+pub mod heartbeats;
 pub mod k8s;
 pub mod replicate;
 pub mod report;

@@ -1,12 +1,12 @@
-//! What a worker reports besides the engine's snapshot: the clusters' connection health and
-//! the topic ACL sync. [`WithExtras`] adds them to every snapshot on its way to `/status`
+//! What a worker reports besides the engine's snapshot: the clusters' connection health,
+//! the topic ACL sync and the heartbeat latency. [`WithExtras`] adds them to every snapshot on its way to `/status`
 //! and the status entry, so the engine need not know about them.
 
 use std::sync::Arc;
 
 use tokio::sync::watch;
 
-use crate::api::TopicAclSync;
+use crate::api::{ReplicationLatency, TopicAclSync};
 use crate::kafka::health::FlowHealth;
 use crate::worker::replicate::{CheckpointReportSource, StatusSink, WorkerSnapshot};
 
@@ -15,6 +15,8 @@ use crate::worker::replicate::{CheckpointReportSource, StatusSink, WorkerSnapsho
 pub struct Extras {
     pub health: FlowHealth,
     pub topic_acls: watch::Receiver<Option<TopicAclSync>>,
+    /// The heartbeat latency (worker 0, `worker::heartbeats`).
+    pub replication_latency: watch::Receiver<Option<ReplicationLatency>>,
 }
 
 impl Extras {
@@ -31,6 +33,7 @@ impl Extras {
             .borrow()
             .clone()
             .filter(|t| t.synced + t.created_by_flow + t.skipped > 0 || t.last_error.is_some());
+        snap.replication_latency = self.replication_latency.borrow().clone();
     }
 }
 
@@ -62,6 +65,7 @@ mod tests {
     fn extras_are_added_to_snapshots() {
         let health = FlowHealth::new("dc1", "dc2");
         let (acl_tx, acl_rx) = watch::channel(None);
+        let (latency_tx, latency_rx) = watch::channel(None);
         let (tx, rx) = watch::channel(WorkerSnapshot::starting(
             "ns",
             "f",
@@ -74,6 +78,7 @@ mod tests {
             extras: Extras {
                 health: health.clone(),
                 topic_acls: acl_rx,
+                replication_latency: latency_rx,
             },
         };
         let ctx = health.target.context();
@@ -82,6 +87,10 @@ mod tests {
             "sasl_ssl://h:1/bootstrap: SASL authentication error: bad",
             jiff::Timestamp::now(),
         );
+        latency_tx.send_replace(Some(ReplicationLatency {
+            last_millis: Some(120),
+            ..Default::default()
+        }));
         acl_tx.send_replace(Some(TopicAclSync {
             synced: 2,
             ..Default::default()
@@ -107,6 +116,10 @@ mod tests {
         let entry = got.to_worker_status(Some(1));
         assert_eq!(entry.connection_problems, got.connection_problems);
         assert_eq!(entry.topic_acls, got.topic_acls);
+        assert_eq!(
+            entry.replication_latency.and_then(|l| l.last_millis),
+            Some(120)
+        );
         let json = serde_json::to_string(&got).unwrap();
         assert!(json.contains("\"connectionProblems\""), "{json}");
         drop(ctx);

@@ -10,8 +10,8 @@ use kube::ResourceExt;
 use super::*;
 use crate::api::{
     AppliedReset, ConnectionProblem, ConnectionProblemReason, FailureType, MirrorFlow,
-    MirrorFlowStatus, PartitionFailure, ReplicationLag, ResetOutcome, ResetRequest, SkippedRecord,
-    TopicPartitionRef, ValidationErrors, WorkerState, WorkerStatus,
+    MirrorFlowStatus, PartitionFailure, ReplicationLag, ReplicationLatency, ResetOutcome,
+    ResetRequest, SkippedRecord, TopicPartitionRef, ValidationErrors, WorkerState, WorkerStatus,
 };
 
 /// What the controller reads from the worker StatefulSet.
@@ -115,6 +115,7 @@ pub fn material(entry: &WorkerStatus) -> WorkerStatus {
     let mut e = entry.clone();
     e.last_heartbeat_time = None;
     e.replication_lag = None;
+    e.replication_latency = None;
     for cp in &mut e.checkpoints {
         for g in &mut cp.groups {
             g.last_checkpoint_time = None;
@@ -383,6 +384,7 @@ pub fn fold_flow_status(obs: &FlowObservation<'_>) -> MirrorFlowStatus {
         records: lags.iter().map(|l| l.records).sum(),
         seconds: lags.iter().map(|l| l.seconds).max().unwrap_or(0),
     });
+    let replication_latency = fold_latency(workers.iter().filter_map(|(_, e)| *e));
 
     let reset = fold_reset(
         flow.spec.reset.as_ref(),
@@ -679,7 +681,19 @@ pub fn fold_flow_status(obs: &FlowObservation<'_>) -> MirrorFlowStatus {
         last_applied_reset,
         replication_lag,
         topic_acls,
+        replication_latency,
     }
+}
+
+/// The flow's heartbeat latency: the worst an entry reports (worker 0 measures; should
+/// another entry report one, the higher latency is the one to show).
+pub fn fold_latency<'a>(
+    entries: impl Iterator<Item = &'a WorkerStatus>,
+) -> Option<ReplicationLatency> {
+    entries
+        .filter_map(|e| e.replication_latency.as_ref())
+        .max_by_key(|l| (l.last_millis.is_some(), l.last_millis, l.p99_millis))
+        .cloned()
 }
 
 /// `InsecureTls`: True (a warning, Ready is not affected) while a cluster does not verify

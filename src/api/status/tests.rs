@@ -40,6 +40,7 @@ fn worker(i: i32, state: WorkerState, heartbeat: i64) -> WorkerStatus {
         connection_problems: vec![],
         topic_acls: None,
         unwritable_topics: vec![],
+        replication_latency: None,
     }
 }
 
@@ -928,6 +929,70 @@ fn replication_lag_is_summed() {
         ..c
     };
     assert_eq!(fold(&c, t(100)).replication_lag, None);
+}
+
+#[test]
+fn replication_latency_is_the_worst_reported() {
+    let lat = |last: Option<i64>, p99: Option<i64>| ReplicationLatency {
+        last_millis: last,
+        p99_millis: p99,
+        ..Default::default()
+    };
+    let cases = [
+        ("nobody measures", vec![None, None], None),
+        (
+            "worker 0 measures",
+            vec![Some(lat(Some(250), Some(900))), None],
+            Some(lat(Some(250), Some(900))),
+        ),
+        (
+            "the higher latest value wins",
+            vec![Some(lat(Some(250), None)), Some(lat(Some(4_000), None))],
+            Some(lat(Some(4_000), None)),
+        ),
+        (
+            "a measurement wins over an entry with only an error",
+            vec![
+                Some(ReplicationLatency {
+                    last_error: Some("no WRITE on heartbeats".into()),
+                    ..Default::default()
+                }),
+                Some(lat(Some(10), None)),
+            ],
+            Some(lat(Some(10), None)),
+        ),
+    ];
+    for (name, per_worker, expected) in cases {
+        let entries: Vec<WorkerStatus> = per_worker
+            .into_iter()
+            .enumerate()
+            .map(|(i, l)| {
+                let mut w = worker(i as i32, WorkerState::Running, 95);
+                w.replication_latency = l;
+                w
+            })
+            .collect();
+        assert_eq!(fold_latency(entries.iter()), expected, "{name}");
+        let c = Case {
+            name: "latency",
+            flow: with_workers(flow(2), entries),
+            invalid: None,
+            sts: Some(sts(2, 2)),
+            draining: None,
+            want: want(("", ""), ("", "")),
+            summary: "2/2",
+            failed: 0,
+        };
+        assert_eq!(
+            fold(&c, t(100)).replication_latency,
+            expected,
+            "{name}: folded"
+        );
+    }
+    // Latency changes on every report: never a reason to reconcile.
+    let mut w = worker(0, WorkerState::Running, 95);
+    w.replication_latency = Some(lat(Some(1), Some(2)));
+    assert_eq!(material(&w), material(&worker(0, WorkerState::Running, 95)));
 }
 
 #[test]

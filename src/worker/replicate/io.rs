@@ -373,9 +373,10 @@ pub fn internal_topic_configs() -> Vec<(String, String)> {
 }
 
 /// Creates the compacted one-partition `topics` missing on the cluster `alias` (internal
-/// topics: progress, offset syncs) with `replication_factor` (`spec.internalTopics`; `None`:
-/// the broker's default), and checks that each can take writes (replicas against its
-/// `min.insync.replicas`, [`unwritable`]); the error says which one and why.
+/// topics: progress, offset syncs on the target; heartbeats on either cluster) with
+/// `replication_factor` (`spec.internalTopics`; `None`: the broker's default), and checks
+/// that each can take writes (replicas against its `min.insync.replicas`, [`unwritable`]);
+/// the error says which one and why.
 pub async fn ensure_compacted(
     meta: &MetaClient,
     admin: &Admin,
@@ -386,23 +387,21 @@ pub async fn ensure_compacted(
 ) -> Result<(), String> {
     let existing = list_topics_with_replicas(meta, timeout)
         .await
-        .map_err(|e| format!("target cluster {alias}: {e}"))?;
+        .map_err(|e| format!("cluster {alias}: {e}"))?;
     for topic in topics.iter().filter(|t| !existing.contains_key(*t)) {
         let configs = internal_topic_configs();
         let created = create_topic(admin, topic, 1, replication_factor, &configs, timeout)
             .await
-            .map_err(|e| {
-                format!("cannot create internal topic {topic} on target cluster {alias}: {e}")
-            })?;
+            .map_err(|e| format!("cannot create internal topic {topic} on cluster {alias}: {e}"))?;
         if !created {
             // The metadata that said it was missing was stale (or another worker won): read
             // it again rather than take "missing" for "empty".
             return Err(format!(
-                "internal topic {topic} on target cluster {alias} exists although the cluster \
+                "internal topic {topic} on cluster {alias} exists although the cluster \
                  did not list it (stale metadata, or another worker created it)"
             ));
         }
-        tracing::info!(topic, "created internal topic on the target");
+        tracing::info!(topic, cluster = alias, "created internal topic");
     }
     // Every write to them is acks=all: a topic with fewer replicas than its
     // min.insync.replicas would fail each one (NOT_ENOUGH_REPLICAS) without saying why.

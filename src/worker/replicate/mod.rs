@@ -121,6 +121,7 @@ use crate::telemetry::http::{self, HttpState, Readiness};
 use crate::telemetry::metrics::WorkerMetrics;
 use crate::worker::acl_sync::{AclMetrics, AclSyncRunner};
 use crate::worker::checkpoint::{self, runner::CheckpointRunner, status::RunnerState};
+use crate::worker::heartbeats::HeartbeatRunner;
 use crate::worker::report::{Extras, WithExtras};
 
 pub use engine::{Engine, EngineError, EngineOutputs, EngineSettings, Tuning};
@@ -267,11 +268,13 @@ pub async fn run_with(
         FlowHealth::new(&spec.source.alias, &spec.target.alias)
     };
     let (acl_state, acl_rx) = watch::channel(None);
+    let (latency_state, latency_rx) = watch::channel(None);
     let sink: Arc<dyn StatusSink> = Arc::new(WithExtras {
         inner: Arc::new(Fanout(all_sinks)),
         extras: Extras {
             health: health.clone(),
             topic_acls: acl_rx,
+            replication_latency: latency_rx,
         },
     });
     let (addr, stop_http_tx, http_task) = serve_http(
@@ -314,6 +317,18 @@ pub async fn run_with(
         };
         tokio::spawn(runner.run(wait_for_stop(stop_rx.clone())))
     });
+    // Heartbeats are a singleton like the ACL sync: worker 0 emits and measures them.
+    let heartbeat_task = checkpoint::runner::should_run(index).then(|| {
+        let runner = HeartbeatRunner {
+            reader_group: format!("{}-heartbeats", settings.transactional_id()),
+            secrets_dir: args.secrets_dir.clone(),
+            spec: input.spec.clone(),
+            health: health.clone(),
+            state: latency_state,
+            metrics: metrics.clone(),
+        };
+        tokio::spawn(runner.run(wait_for_stop(stop_rx.clone())))
+    });
     let checkpoints = checkpoint::runner::should_run(index)
         .then(|| {
             start_checkpoints(
@@ -341,6 +356,7 @@ pub async fn run_with(
     };
     secrets_watcher.abort();
     stop_side_tasks(checkpoints, acl_task).await;
+    stop_side_tasks(None, heartbeat_task).await;
     let _ = stop_http_tx.send(());
     let _ = http_task.await;
     result.map_err(anyhow::Error::from)

@@ -4,7 +4,7 @@ use regex::Regex;
 
 use crate::api::validate::full_match_regex;
 use crate::api::{MirrorFlowSpec, ReplicationPolicy};
-use crate::kafka::naming::{is_cycle, is_internal_topic, target_topic};
+use crate::kafka::naming::{is_cycle, is_heartbeats_topic, is_internal_topic, target_topic};
 
 /// Why a topic is or is not replicated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,12 +53,15 @@ impl TopicFilter {
         })
     }
 
-    /// Decides for one source topic. Internal topics and cycles win over the patterns.
+    /// Decides for one source topic. Internal topics and cycles win over the patterns;
+    /// heartbeats topics are replicated whatever the patterns say (MM2).
     pub fn decide(&self, topic: &str) -> TopicDecision {
         if is_internal_topic(topic) {
             TopicDecision::Internal
         } else if is_cycle(&self.policy, &self.target_alias, topic) {
             TopicDecision::Cycle
+        } else if is_heartbeats_topic(&self.policy, topic) {
+            TopicDecision::Replicate
         } else if !self.include.iter().any(|r| r.is_match(topic)) {
             TopicDecision::NotIncluded
         } else if self.exclude.iter().any(|r| r.is_match(topic)) {
@@ -379,6 +382,26 @@ mod tests {
             ),
             (vec!["ord.*"], vec!["tmp"], Prefix, "orders-tmp", Replicate),
             (vec![], vec![], Prefix, "orders", NotIncluded),
+            // Heartbeats travel whatever the patterns say, never back where they came from.
+            (vec!["orders"], vec![], Prefix, "heartbeats", Replicate),
+            (
+                vec!["orders"],
+                vec!["heartbeats"],
+                Prefix,
+                "heartbeats",
+                Replicate,
+            ),
+            (vec!["orders"], vec![], Prefix, "dc0.heartbeats", Replicate),
+            (vec![".*"], vec![], Prefix, "dc2.heartbeats", Cycle),
+            (vec!["orders"], vec![], Identity, "heartbeats", Replicate),
+            (vec![".*"], vec![], Identity, "dc2.heartbeats", Cycle),
+            (
+                vec!["orders"],
+                vec![],
+                Prefix,
+                "app-heartbeats",
+                NotIncluded,
+            ),
         ];
         for (include, exclude, policy, topic, want) in cases {
             let f = TopicFilter::new(&spec(&include, &exclude, policy)).unwrap();

@@ -9,8 +9,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::api::status::{worker_id, MAX_FAILURES};
 use crate::api::{
-    AppliedReset, ConnectionProblem, Delivery, PartitionFailure, ReplicationLag, TopicAclSync,
-    WorkerState, WorkerStatus,
+    AppliedReset, ConnectionProblem, Delivery, PartitionFailure, ReplicationLag,
+    ReplicationLatency, TopicAclSync, WorkerState, WorkerStatus,
 };
 
 /// Why a partition stopped.
@@ -134,6 +134,9 @@ pub struct WorkerSnapshot {
     /// below `min.insync.replicas` (why, naming each).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub unwritable_topics: Vec<String>,
+    /// Heartbeat latency (worker 0, `spec.heartbeats`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replication_latency: Option<ReplicationLatency>,
     /// When this snapshot was taken.
     pub time: Time,
 }
@@ -163,6 +166,7 @@ impl WorkerSnapshot {
             connection_problems: Vec::new(),
             topic_acls: None,
             unwritable_topics: Vec::new(),
+            replication_latency: None,
             time: Time(jiff::Timestamp::now()),
         }
     }
@@ -192,6 +196,7 @@ impl WorkerSnapshot {
             connection_problems: self.connection_problems.clone(),
             topic_acls: self.topic_acls.clone(),
             unwritable_topics: self.unwritable_topics.iter().take(20).cloned().collect(),
+            replication_latency: self.replication_latency.clone(),
         }
     }
 }
