@@ -42,10 +42,10 @@ use serde_json::json;
 use serde_yaml::Value as Yaml;
 
 use kube_support::audit::AuditEvent;
-use kube_support::chart::{kind_name, parse_docs};
+use kube_support::chart::parse_docs;
 use kube_support::cluster::Cluster;
 use kube_support::kubelet::Kubelet;
-use kube_support::tools::{read, run};
+use kube_support::tools::read;
 use kube_support::{eventually, ControllerProc, Scratch};
 
 const RELEASE: &str = "mirrorflow";
@@ -180,50 +180,6 @@ fn ready_with(flow: &MirrorFlow, workers: usize) -> bool {
         .map(|s| s.workers_summary.as_deref() == Some(&format!("{workers}/{workers}")))
         .unwrap_or(false);
     fresh && condition(flow, "Ready").is_some_and(|c| c.0 == "True")
-}
-
-/// The chart as a user renders it, CRDs included.
-fn helm_template(cluster: &Cluster, extra: &[&str]) -> String {
-    let mut args = vec![
-        "template",
-        RELEASE,
-        "charts/mirrorflow",
-        "--namespace",
-        SYSTEM_NS,
-        "--include-crds",
-    ];
-    args.extend_from_slice(extra);
-    run(&cluster.helm, &args).unwrap_or_else(|e| panic!("{e}"))
-}
-
-async fn install_chart(cluster: &Cluster) -> (Yaml, ClusterRole) {
-    cluster.namespace(SYSTEM_NS).await;
-    let rendered = helm_template(cluster, &[]);
-    cluster
-        .kubectl_stdin(
-            &["apply", "--server-side", "--field-manager=helm", "-f", "-"],
-            Some(&rendered),
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
-    cluster.kubectl_ok(&[
-        "wait",
-        "--for=condition=Established",
-        "crd/mirrorflows.mirrorflow.io",
-        "crd/offsetcheckpoints.mirrorflow.io",
-        "--timeout=60s",
-    ]);
-    let docs = parse_docs(&rendered);
-    let deployment = docs
-        .iter()
-        .find(|d| kind_name(d).0 == "Deployment")
-        .expect("the chart renders the controller Deployment")
-        .clone();
-    let role = docs
-        .iter()
-        .find(|d| kind_name(d).0 == "ClusterRole")
-        .map(|d| serde_yaml::from_value(d.clone()).unwrap())
-        .expect("the default install has a ClusterRole");
-    (deployment, role)
 }
 
 /// examples/*.yaml edited to point at the local brokers: bootstrap servers, no TLS/SASL
@@ -1136,7 +1092,7 @@ async fn chart_full_stack() {
     let cluster = Arc::new(cluster);
     let scratch = Scratch::new("mf-e2e-logs-");
     let started = Instant::now();
-    let (deployment, cluster_role) = install_chart(&cluster).await;
+    let (deployment, cluster_role) = kube_support::chart::install(&cluster).await;
     // The controller's identity: the chart's ServiceAccount, through a token a user would get.
     let token = cluster.sa_token_kubectl(SYSTEM_NS, RELEASE);
     let controller_kubeconfig = cluster.kubeconfig_for("controller", &token, SYSTEM_NS);

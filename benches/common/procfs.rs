@@ -2,6 +2,9 @@
 //! seconds and memory fields of a process, and the child processes of this one (the
 //! brokers).
 
+// Each bench uses a part of these.
+#![allow(dead_code)]
+
 /// Linux `USER_HZ` (clock ticks in `/proc/<pid>/stat`).
 const TICKS_PER_SECOND: f64 = 100.0;
 
@@ -66,4 +69,17 @@ pub fn children(comm: Option<&str>) -> Vec<u32> {
         }
     }
     out
+}
+
+/// User + system CPU seconds of the calling thread (`/proc/thread-self/stat`), to take a
+/// bench's own work out of its process's figure.
+pub fn thread_cpu() -> f64 {
+    std::fs::read_to_string("/proc/thread-self/stat")
+        .ok()
+        .and_then(|stat| {
+            let rest = stat.get(stat.rfind(')')? + 2..)?.to_string();
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            Some(f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?)
+        })
+        .map_or(0.0, |t| t / TICKS_PER_SECOND)
 }

@@ -3,8 +3,12 @@
 //! safe group listing. All calls block (run them on tokio's blocking pool) and are bounded by
 //! the timeout given to [`GroupAdmin::new`].
 //!
-//! Many groups are handled concurrently on one client: librdkafka takes one group per
-//! ListConsumerGroupOffsets / AlterConsumerGroupOffsets request, so up to
+//! Many groups: on a plaintext cluster of Kafka 3.0+ the group offsets are read with
+//! OffsetFetch v8, up to 1000 groups per request, and committed with pipelined OffsetCommit
+//! requests, on connections of our own (`kafka::group_client`; librdkafka 2.12 refuses more
+//! than one group per ListConsumerGroupOffsets call and finds each group's coordinator again).
+//! Otherwise (TLS, SASL, older brokers, or `MIRRORFLOW_DIRECT_GROUP_CALLS=0`) librdkafka takes
+//! one group per ListConsumerGroupOffsets / AlterConsumerGroupOffsets request, so up to
 //! [`MAX_IN_FLIGHT`] requests are kept outstanding on a private queue, each tagged with its
 //! index as the event opaque so answers (and timeouts) map back to their group.
 //!
@@ -21,6 +25,10 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use super::ffi::{admin_options, code_text, error_text, queue, Handle};
+use super::group_client::{GroupClient, Unavailable};
+
+/// Environment switch: `0` keeps every group call on librdkafka (one group per request).
+pub const DIRECT_GROUP_CALLS_ENV: &str = "MIRRORFLOW_DIRECT_GROUP_CALLS";
 
 /// Requests kept outstanding at once by the multi-group calls.
 pub const MAX_IN_FLIGHT: usize = 64;
@@ -52,6 +60,8 @@ pub struct GroupListing {
 /// Admin client for the group calls of one cluster.
 pub struct GroupAdmin {
     admin: AdminClient<DefaultClientContext>,
+    /// Many groups per request, when the cluster allows it (module docs).
+    direct: Option<GroupClient>,
     timeout: Duration,
     what: String,
 }
@@ -91,15 +101,57 @@ unsafe fn topic_and_metadata(p: &rd::rd_kafka_topic_partition_t) -> (String, Str
 impl GroupAdmin {
     /// An admin client from `config` (the cluster's client properties); `what` names the
     /// cluster in errors (e.g. `source cluster dc1`).
+    /// Many groups per request unless [`DIRECT_GROUP_CALLS_ENV`] is `0`.
     pub fn new(config: &ClientConfig, what: &str, timeout: Duration) -> Result<Self, String> {
+        let enabled = std::env::var(DIRECT_GROUP_CALLS_ENV).map_or(true, |v| v.trim() != "0");
+        Self::with_batching(config, what, timeout, enabled)
+    }
+
+    /// As [`GroupAdmin::new`], with many groups per request when `batching` and the cluster
+    /// allows it (module docs).
+    pub fn with_batching(
+        config: &ClientConfig,
+        what: &str,
+        timeout: Duration,
+        batching: bool,
+    ) -> Result<Self, String> {
         let admin = config
             .create()
             .map_err(|e| format!("{what}: create admin client: {e}"))?;
+        let direct = batching
+            .then(|| GroupClient::for_config(config, timeout))
+            .flatten();
         Ok(Self {
             admin,
+            direct,
             timeout,
             what: what.to_string(),
         })
+    }
+
+    /// Whether group offsets go many groups per request (see the module docs) until a
+    /// broker turns out not to support it.
+    pub fn batches_groups(&self) -> bool {
+        self.direct.is_some()
+    }
+
+    /// Runs `f` on the many-group client if there is one and it can serve the call.
+    fn try_direct<R>(
+        &self,
+        f: impl FnOnce(&GroupClient) -> Result<Vec<Result<R, String>>, Unavailable>,
+    ) -> Option<Vec<Result<R, String>>> {
+        let direct = self.direct.as_ref()?;
+        match f(direct) {
+            Ok(r) => Some(
+                r.into_iter()
+                    .map(|r| r.map_err(|e| format!("{}: {e}", self.what)))
+                    .collect(),
+            ),
+            Err(Unavailable(why)) => {
+                tracing::debug!(cluster = %self.what, reason = %why, "group offsets: one request per group this time");
+                None
+            }
+        }
     }
 
     fn timeout_ms(&self) -> c_int {
@@ -194,6 +246,12 @@ impl GroupAdmin {
     /// Committed offsets of each group (all partitions it committed), in input order.
     /// Partitions without a committed offset are left out.
     pub fn list_offsets(&self, groups: &[String]) -> Vec<Result<Vec<GroupOffset>, String>> {
+        if groups.is_empty() {
+            return Vec::new();
+        }
+        if let Some(r) = self.try_direct(|d| d.list_offsets(groups)) {
+            return r;
+        }
         let what = "list consumer group offsets";
         let prepared: Vec<Result<CString, String>> = groups.iter().map(|g| c_group(g)).collect();
         let valid: Vec<(usize, &CString)> = ok_entries(&prepared);
@@ -243,6 +301,12 @@ impl GroupAdmin {
     /// it for a group with active members). One result per group, in input order; a group
     /// succeeds only if every partition did.
     pub fn alter_offsets(&self, commits: &[(String, Vec<GroupOffset>)]) -> Vec<Result<(), String>> {
+        if commits.is_empty() {
+            return Vec::new();
+        }
+        if let Some(r) = self.try_direct(|d| d.commit_offsets(commits)) {
+            return r;
+        }
         let what = "commit consumer group offsets";
         let prepared: Vec<Result<(CString, TopicPartitionList), String>> = commits
             .iter()

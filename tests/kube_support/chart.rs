@@ -194,3 +194,49 @@ pub fn alerts_of(rule: &Yaml) -> Vec<Yaml> {
         .flat_map(|g| g["rules"].as_sequence().unwrap().clone())
         .collect()
 }
+
+/// Installs the chart as a user does (`helm template --include-crds`, server-side applied as
+/// field manager `helm`) and waits for the CRDs; returns the rendered controller Deployment
+/// and ClusterRole.
+pub async fn install(
+    cluster: &super::cluster::Cluster,
+) -> (Yaml, k8s_openapi::api::rbac::v1::ClusterRole) {
+    cluster.namespace(NAMESPACE).await;
+    let rendered = run(
+        &cluster.helm,
+        &[
+            "template",
+            RELEASE,
+            CHART,
+            "--namespace",
+            NAMESPACE,
+            "--include-crds",
+        ],
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    cluster
+        .kubectl_stdin(
+            &["apply", "--server-side", "--field-manager=helm", "-f", "-"],
+            Some(&rendered),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    cluster.kubectl_ok(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/mirrorflows.mirrorflow.io",
+        "crd/offsetcheckpoints.mirrorflow.io",
+        "--timeout=60s",
+    ]);
+    let docs = parse_docs(&rendered);
+    let deployment = docs
+        .iter()
+        .find(|d| kind_name(d).0 == "Deployment")
+        .expect("the chart renders the controller Deployment")
+        .clone();
+    let role = docs
+        .iter()
+        .find(|d| kind_name(d).0 == "ClusterRole")
+        .map(|d| serde_yaml::from_value(d.clone()).unwrap())
+        .expect("the default install has a ClusterRole");
+    (deployment, role)
+}

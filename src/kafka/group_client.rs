@@ -1,0 +1,458 @@
+//! Many-group offset calls on plaintext connections of our own (the requests of
+//! `kafka::protocol`): FindCoordinator v4 for every group whose coordinator is not cached,
+//! then OffsetFetch v8 with up to [`MAX_GROUPS_PER_FETCH`] groups per request, or one
+//! OffsetCommit v8 per group, pipelined on one connection per coordinator. Blocking (run on
+//! tokio's blocking pool); every socket call is bounded by the timeout.
+//!
+//! Only for clusters without TLS or SASL (`security.protocol` unset or `plaintext`): those
+//! keep librdkafka's one-group-per-request calls, as does a broker older than Kafka 3.0
+//! (FindCoordinator v4 and OffsetFetch v8), which [`Unavailable`] reports to the caller.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use rdkafka::ClientConfig;
+
+use super::admin::GroupOffset;
+use super::protocol::{
+    self as p, code_text, is_reroute, Coordinator, FetchOutcome, API_VERSIONS, FIND_COORDINATOR,
+    FIND_COORDINATOR_VERSION, MAX_GROUPS_PER_FETCH, OFFSET_COMMIT, OFFSET_COMMIT_VERSION,
+    OFFSET_FETCH, OFFSET_FETCH_VERSION,
+};
+
+/// Rounds of a call: a group whose coordinator moved is looked up and asked again.
+const ROUNDS: usize = 3;
+/// Largest response accepted (a fetch answer of 1000 groups is far below).
+const MAX_RESPONSE_BYTES: usize = 256 << 20;
+
+/// This path cannot serve the call; use librdkafka's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unavailable(pub String);
+
+struct Conn {
+    stream: TcpStream,
+    versions: HashMap<i16, i16>,
+}
+
+#[derive(Default)]
+struct State {
+    conns: HashMap<String, Conn>,
+    coordinators: HashMap<String, Coordinator>,
+    correlation: i32,
+    /// Set once a broker lacks the versions: the path stays off for this client.
+    unsupported: Option<String>,
+}
+
+/// One cluster's many-group client.
+pub struct GroupClient {
+    bootstrap: Vec<String>,
+    client_id: String,
+    timeout: Duration,
+    state: Mutex<State>,
+}
+
+/// What one group's request produced.
+enum Answer<T> {
+    Done(Result<T, String>),
+    Reroute(String),
+}
+
+impl GroupClient {
+    /// A client for the cluster of `config`, or `None` when its connections need TLS or SASL
+    /// (or it has no bootstrap servers).
+    pub fn for_config(config: &ClientConfig, timeout: Duration) -> Option<Self> {
+        let plaintext = config
+            .get("security.protocol")
+            .is_none_or(|s| s.eq_ignore_ascii_case("plaintext"));
+        let bootstrap: Vec<String> = config
+            .get("bootstrap.servers")?
+            .split(',')
+            .map(|s| s.trim())
+            .map(|s| s.rsplit_once("://").map_or(s, |(_, a)| a).to_string())
+            .filter(|s| !s.is_empty())
+            .collect();
+        (plaintext && !bootstrap.is_empty()).then(|| Self {
+            bootstrap,
+            client_id: config.get("client.id").unwrap_or("mirrorflow").to_string(),
+            timeout,
+            state: Mutex::new(State::default()),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Committed offsets of each group (partitions without a commit left out), in input
+    /// order, as `GroupAdmin::list_offsets` reports them.
+    pub fn list_offsets(
+        &self,
+        groups: &[String],
+    ) -> Result<Vec<Result<Vec<GroupOffset>, String>>, Unavailable> {
+        let mut st = self.lock();
+        self.many(
+            &mut st,
+            groups,
+            MAX_GROUPS_PER_FETCH,
+            |st, coord, batches| {
+                let bodies: Vec<Vec<u8>> =
+                    batches.iter().map(|b| p::offset_fetch_body(b)).collect();
+                let answers = self.call(st, coord, OFFSET_FETCH, OFFSET_FETCH_VERSION, &bodies)?;
+                let mut out = HashMap::new();
+                for (chunk, body) in batches.iter().zip(answers) {
+                    let decoded = p::decode_offset_fetch(&body).map_err(|e| e.to_string());
+                    let by_group: HashMap<&str, &p::FetchedGroup> = match &decoded {
+                        Ok(d) => d.iter().map(|g| (g.group.as_str(), g)).collect(),
+                        Err(_) => HashMap::new(),
+                    };
+                    for g in chunk {
+                        let answer = match &decoded {
+                            Err(e) => Answer::Done(Err(e.clone())),
+                            Ok(_) => match p::fetch_outcome(g, by_group.get(g.as_str()).copied()) {
+                                FetchOutcome::Offsets(o) => Answer::Done(Ok(o)),
+                                FetchOutcome::Reroute(e) => Answer::Reroute(e),
+                                FetchOutcome::Failed(e) => Answer::Done(Err(e)),
+                            },
+                        };
+                        out.insert(g.clone(), answer);
+                    }
+                }
+                Ok(out)
+            },
+        )
+        .map(|r| self.name_errors(groups, r, "list consumer group offsets"))
+    }
+
+    /// Commits offsets to groups (one OffsetCommit v8 per group with generation -1, which
+    /// the broker refuses for a group with active members). One result per input, in
+    /// order; a group succeeds only if every partition did.
+    pub fn commit_offsets(
+        &self,
+        commits: &[(String, Vec<GroupOffset>)],
+    ) -> Result<Vec<Result<(), String>>, Unavailable> {
+        let offsets: HashMap<&str, &[GroupOffset]> = commits
+            .iter()
+            .map(|(g, o)| (g.as_str(), o.as_slice()))
+            .collect();
+        let groups: Vec<String> = commits.iter().map(|(g, _)| g.clone()).collect();
+        let mut st = self.lock();
+        // One group per OffsetCommit request: the API has no list of groups.
+        self.many(&mut st, &groups, 1, |st, coord, batches| {
+            let batch: Vec<&String> = batches.iter().flatten().collect();
+            let bodies: Vec<Vec<u8>> = batch
+                .iter()
+                .map(|g| p::offset_commit_body(g, offsets[g.as_str()]))
+                .collect();
+            let answers = self.call(st, coord, OFFSET_COMMIT, OFFSET_COMMIT_VERSION, &bodies)?;
+            let mut out = HashMap::new();
+            for (g, body) in batch.into_iter().zip(answers) {
+                let answer = match p::decode_offset_commit(&body) {
+                    Err(e) => Answer::Done(Err(e.to_string())),
+                    Ok(parts) => match parts.iter().find(|(_, _, e)| *e != p::code::NONE) {
+                        None => Answer::Done(Ok(())),
+                        Some((_, _, e)) if is_reroute(*e) => Answer::Reroute(code_text(*e)),
+                        Some((t, part, e)) => {
+                            Answer::Done(Err(format!("{t}/{part}: {}", code_text(*e))))
+                        }
+                    },
+                };
+                out.insert(g.clone(), answer);
+            }
+            Ok(out)
+        })
+        .map(|r| self.name_errors(&groups, r, "commit consumer group offsets"))
+    }
+
+    fn name_errors<T>(
+        &self,
+        groups: &[String],
+        results: Vec<Result<T, String>>,
+        what: &str,
+    ) -> Vec<Result<T, String>> {
+        groups
+            .iter()
+            .zip(results)
+            .map(|(g, r)| r.map_err(|e| format!("{what}: group {g:?}: {e}")))
+            .collect()
+    }
+
+    /// Routes `groups` to their coordinators (looking up the unknown ones) and runs `send`
+    /// per coordinator with its groups in requests of `per_request`, for up to [`ROUNDS`]
+    /// rounds while some answer says the coordinator moved. Results in input order.
+    fn many<T>(
+        &self,
+        st: &mut State,
+        groups: &[String],
+        per_request: usize,
+        send: impl Fn(
+            &mut State,
+            &Coordinator,
+            &[Vec<String>],
+        ) -> Result<HashMap<String, Answer<T>>, Unavailable>,
+    ) -> Result<Vec<Result<T, String>>, Unavailable> {
+        if let Some(why) = &st.unsupported {
+            return Err(Unavailable(why.clone()));
+        }
+        let mut done: HashMap<String, Result<T, String>> = HashMap::new();
+        let mut last_error: HashMap<String, String> = HashMap::new();
+        for round in 0..ROUNDS {
+            let pending: Vec<&str> = groups
+                .iter()
+                .map(String::as_str)
+                .filter(|g| !done.contains_key(*g))
+                .collect();
+            if pending.is_empty() {
+                break;
+            }
+            if round > 0 {
+                std::thread::sleep(Duration::from_millis(200 * round as u64));
+            }
+            let plan = p::plan_round(&pending, &st.coordinators, per_request);
+            for keys in &plan.find {
+                for (key, answer) in self.find_coordinators(st, keys)? {
+                    match answer {
+                        Ok(c) => {
+                            st.coordinators.insert(key, c);
+                        }
+                        Err((code, msg)) if is_reroute(code) => {
+                            last_error.insert(key, msg);
+                        }
+                        Err((code, msg)) => {
+                            done.insert(
+                                key,
+                                Err(format!("find coordinator: {msg} ({})", code_text(code))),
+                            );
+                        }
+                    }
+                }
+            }
+            // Groups just looked up are sent in this same round.
+            let plan = p::plan_round(
+                &pending
+                    .iter()
+                    .copied()
+                    .filter(|g| !done.contains_key(*g))
+                    .collect::<Vec<_>>(),
+                &st.coordinators,
+                per_request,
+            );
+            for (coord, batches) in plan.send {
+                let answered = send(st, &coord, &batches);
+                let batch: Vec<String> = batches.into_iter().flatten().collect();
+                match answered {
+                    Ok(answers) => {
+                        for g in batch {
+                            match answers.get(&g) {
+                                None => {
+                                    last_error.insert(g, "no answer".into());
+                                }
+                                Some(Answer::Reroute(e)) => {
+                                    st.coordinators.remove(&g);
+                                    last_error.insert(g, e.clone());
+                                }
+                                Some(Answer::Done(_)) => {}
+                            }
+                        }
+                        for (g, a) in answers {
+                            if let Answer::Done(r) = a {
+                                done.insert(g, r);
+                            }
+                        }
+                    }
+                    Err(Unavailable(e)) => {
+                        if st.unsupported.is_some() {
+                            return Err(Unavailable(e));
+                        }
+                        // The coordinator's connection failed: look its groups up again.
+                        for g in batch {
+                            st.coordinators.remove(&g);
+                            last_error.insert(g, e.clone());
+                        }
+                    }
+                }
+            }
+        }
+        Ok(groups
+            .iter()
+            .map(|g| match done.remove(g) {
+                Some(r) => r,
+                None => Err(last_error
+                    .get(g)
+                    .cloned()
+                    .unwrap_or_else(|| "no answer".into())),
+            })
+            .collect())
+    }
+
+    /// FindCoordinator v4 on the first bootstrap broker that answers. `Unavailable` when none
+    /// does or the broker lacks v4.
+    fn find_coordinators(
+        &self,
+        st: &mut State,
+        keys: &[String],
+    ) -> Result<Vec<(String, p::Found)>, Unavailable> {
+        let body = p::find_coordinator_body(keys);
+        let mut last = String::from("no bootstrap server");
+        for addr in &self.bootstrap {
+            match self.call_addr(
+                st,
+                addr,
+                FIND_COORDINATOR,
+                FIND_COORDINATOR_VERSION,
+                std::slice::from_ref(&body),
+            ) {
+                Ok(mut answers) => {
+                    let body = answers.pop().unwrap_or_default();
+                    return p::decode_find_coordinator(&body)
+                        .map_err(|e| Unavailable(e.to_string()));
+                }
+                Err(e) if st.unsupported.is_some() => return Err(e),
+                Err(Unavailable(e)) => last = e,
+            }
+        }
+        Err(Unavailable(last))
+    }
+
+    fn call(
+        &self,
+        st: &mut State,
+        coord: &Coordinator,
+        api_key: i16,
+        version: i16,
+        bodies: &[Vec<u8>],
+    ) -> Result<Vec<Vec<u8>>, Unavailable> {
+        let addr = format!("{}:{}", coord.host, coord.port);
+        self.call_addr(st, &addr, api_key, version, bodies)
+    }
+
+    /// Sends `bodies` pipelined on the connection to `addr` (opened and version-checked when
+    /// absent) and reads their answers in order. A failed connection is dropped.
+    fn call_addr(
+        &self,
+        st: &mut State,
+        addr: &str,
+        api_key: i16,
+        version: i16,
+        bodies: &[Vec<u8>],
+    ) -> Result<Vec<Vec<u8>>, Unavailable> {
+        if !st.conns.contains_key(addr) {
+            let conn = self.connect(st, addr)?;
+            st.conns.insert(addr.to_string(), conn);
+        }
+        let conn = st.conns.get_mut(addr).expect("inserted above");
+        if !p::supports(&conn.versions, api_key, version) {
+            let why = format!(
+                "broker {addr} does not support API {api_key} v{version} (Kafka 3.0+); using one request per group"
+            );
+            st.unsupported = Some(why.clone());
+            return Err(Unavailable(why));
+        }
+        let first = st.correlation;
+        st.correlation = st.correlation.wrapping_add(bodies.len() as i32);
+        let flexible = p::is_flexible(api_key, version);
+        let result = pipeline(
+            &mut conn.stream,
+            api_key,
+            version,
+            first,
+            &self.client_id,
+            bodies,
+            flexible,
+        );
+        if result.is_err() {
+            st.conns.remove(addr);
+        }
+        result.map_err(|e| Unavailable(format!("broker {addr}: {e}")))
+    }
+
+    fn connect(&self, st: &mut State, addr: &str) -> Result<Conn, Unavailable> {
+        let fail = |e: String| Unavailable(format!("broker {addr}: {e}"));
+        let sock = addr
+            .to_socket_addrs()
+            .map_err(|e| fail(format!("resolve: {e}")))?
+            .next()
+            .ok_or_else(|| fail("resolves to no address".into()))?;
+        let mut stream = TcpStream::connect_timeout(&sock, self.timeout)
+            .map_err(|e| fail(format!("connect: {e}")))?;
+        stream
+            .set_read_timeout(Some(self.timeout))
+            .and_then(|_| stream.set_write_timeout(Some(self.timeout)))
+            .and_then(|_| stream.set_nodelay(true))
+            .map_err(|e| fail(e.to_string()))?;
+        let id = st.correlation;
+        st.correlation = st.correlation.wrapping_add(1);
+        let body = pipeline(
+            &mut stream,
+            API_VERSIONS,
+            0,
+            id,
+            &self.client_id,
+            &[Vec::new()],
+            false,
+        )
+        .map_err(fail)?
+        .pop()
+        .unwrap_or_default();
+        let versions = p::decode_api_versions(&body)
+            .map_err(|e| fail(e.to_string()))?
+            .map_err(|c| fail(format!("ApiVersions: {}", code_text(c))))?;
+        Ok(Conn { stream, versions })
+    }
+}
+
+/// Requests written before their answers are read: bounds what both sides buffer, so a
+/// long pipeline never stalls with both send buffers full.
+const WINDOW: usize = 64;
+
+/// Writes the frames, a window at a time, reading that window's answers (in order) before
+/// the next.
+fn pipeline(
+    stream: &mut TcpStream,
+    api_key: i16,
+    version: i16,
+    first_id: i32,
+    client_id: &str,
+    bodies: &[Vec<u8>],
+    flexible: bool,
+) -> Result<Vec<Vec<u8>>, String> {
+    let mut out = Vec::with_capacity(bodies.len());
+    for (w, window) in bodies.chunks(WINDOW).enumerate() {
+        let base = first_id.wrapping_add((w * WINDOW) as i32);
+        let mut buf = Vec::new();
+        for (i, body) in window.iter().enumerate() {
+            buf.extend(p::frame(
+                api_key,
+                version,
+                base.wrapping_add(i as i32),
+                client_id,
+                body,
+            ));
+        }
+        stream.write_all(&buf).map_err(|e| format!("send: {e}"))?;
+        for i in 0..window.len() {
+            let mut size = [0u8; 4];
+            stream
+                .read_exact(&mut size)
+                .map_err(|e| format!("receive: {e}"))?;
+            let size = usize::try_from(i32::from_be_bytes(size))
+                .map_err(|_| "negative frame size".to_string())?;
+            if size > MAX_RESPONSE_BYTES {
+                return Err(format!("answer of {size} bytes refused"));
+            }
+            let mut frame = vec![0u8; size];
+            stream
+                .read_exact(&mut frame)
+                .map_err(|e| format!("receive: {e}"))?;
+            let (id, body) = p::response_header(&frame, flexible).map_err(|e| e.to_string())?;
+            let expected = base.wrapping_add(i as i32);
+            if id != expected {
+                return Err(format!("answer for request {id}, expected {expected}"));
+            }
+            out.push(body.to_vec());
+        }
+    }
+    Ok(out)
+}
