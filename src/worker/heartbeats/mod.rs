@@ -23,7 +23,6 @@ use tracing::{info, warn};
 use crate::api::{MirrorFlowSpec, ReplicationLatency};
 use crate::kafka::config::{client_properties, ClientProperties};
 use crate::kafka::context::LogContext;
-use crate::kafka::health::FlowHealth;
 use crate::kafka::naming::target_topic;
 use crate::kafka::wire::{Heartbeat, HEARTBEATS_TOPIC};
 use crate::telemetry::metrics::WorkerMetrics;
@@ -45,10 +44,13 @@ pub struct HeartbeatRunner {
     pub reader_group: String,
     pub secrets_dir: PathBuf,
     pub spec: watch::Receiver<MirrorFlowSpec>,
-    pub health: FlowHealth,
     /// What `status.workers[].replicationLatency` shows (`None`: heartbeats off).
     pub state: watch::Sender<Option<ReplicationLatency>>,
     pub metrics: WorkerMetrics,
+    /// Rotated Secrets rebuild the clients at once, as the engine's and the checkpoint
+    /// runner's: clients left on an old password or CA would fail (and be reported as the
+    /// cluster's connection problem) until their next rebuild.
+    pub secrets: Option<crate::kafka::secrets::FlowSecrets>,
 }
 
 /// One cluster's side: a producer, and what creating its `heartbeats` topic needs.
@@ -100,15 +102,18 @@ impl Session {
         spec: &MirrorFlowSpec,
         group: &str,
         secrets_dir: &std::path::Path,
-        health: &FlowHealth,
     ) -> Result<Self, String> {
         let source_props = client_properties(&spec.source, secrets_dir)
             .map_err(|e| format!("spec.source: {e}"))?;
         let target_props = client_properties(&spec.target, secrets_dir)
             .map_err(|e| format!("spec.target: {e}"))?;
-        let side = |alias: &str,
-                    props: &ClientProperties,
-                    h: &crate::kafka::health::ClusterHealth| {
+        // Heartbeat clients log, but do not report into the clusters' connection health: the
+        // engine's clients report both clusters, and a problem of a client that is not
+        // polled for statistics would stay until the session is rebuilt (a rotated CA
+        // showed as a TLS failure for a minute after the broker had its new certificate).
+        // Heartbeat errors are in `replicationLatency.lastError`.
+        let ctx = |alias: &str| LogContext::new(alias);
+        let side = |alias: &str, props: &ClientProperties| {
             let what =
                 |c: &str, e: &dyn std::fmt::Display| format!("cluster {alias}: heartbeat {c}: {e}");
             let mut config = props.to_client_config();
@@ -120,17 +125,16 @@ impl Session {
             Ok::<_, String>(Side {
                 alias: alias.to_string(),
                 producer: config
-                    .create_with_context(h.context())
+                    .create_with_context(ctx(alias))
                     .map_err(|e| what("producer", &e))?,
-                meta: io::meta_client(props, h.context()).map_err(|e| what("client", &e))?,
-                admin: io::admin_client(props, h.context())
-                    .map_err(|e| what("admin client", &e))?,
+                meta: io::meta_client(props, ctx(alias)).map_err(|e| what("client", &e))?,
+                admin: io::admin_client(props, ctx(alias)).map_err(|e| what("admin client", &e))?,
                 topic_ready: false,
                 replication_factor: None,
             })
         };
-        let source = side(&spec.source.alias, &source_props, &health.source)?;
-        let mut target = side(&spec.target.alias, &target_props, &health.target)?;
+        let source = side(&spec.source.alias, &source_props)?;
+        let mut target = side(&spec.target.alias, &target_props)?;
         target.replication_factor = spec.internal_topics.replication_factor;
         let mut config = target_props.to_client_config();
         config
@@ -142,7 +146,7 @@ impl Session {
             .set("isolation.level", "read_committed")
             .set("fetch.wait.max.ms", "100");
         let reader = config
-            .create_with_context(health.target.context())
+            .create_with_context(ctx(&spec.target.alias))
             .map_err(|e| format!("cluster {}: heartbeat reader: {e}", spec.target.alias))?;
         Ok(Self {
             key: Self::key_of(spec),
@@ -349,6 +353,11 @@ impl HeartbeatRunner {
                     _ = shutdown.as_mut() => return,
                     _ = tokio::time::sleep_until(next) => break,
                     r = self.spec.changed() => { if r.is_err() { return } break }
+                    cluster = crate::kafka::secrets::rotated(&mut self.secrets) => {
+                        info!("heartbeats: the {cluster} cluster's Secrets changed; reconnecting");
+                        session = None;
+                        break;
+                    }
                     r = next_replica(&session) => {
                         match r {
                             Ok((key, value)) => self.on_replica(&spec, &key, &value, &mut tracker),
@@ -378,7 +387,6 @@ impl HeartbeatRunner {
                 spec,
                 &self.reader_group,
                 &self.secrets_dir,
-                &self.health,
             )?);
         }
         let s = session.as_mut().expect("connected above");

@@ -323,9 +323,9 @@ pub async fn run_with(
             reader_group: format!("{}-heartbeats", settings.transactional_id()),
             secrets_dir: args.secrets_dir.clone(),
             spec: input.spec.clone(),
-            health: health.clone(),
             state: latency_state,
             metrics: metrics.clone(),
+            secrets: Some(secrets.clone()),
         };
         tokio::spawn(runner.run(wait_for_stop(stop_rx.clone())))
     });
