@@ -136,7 +136,9 @@ pub fn in_flight_mib() -> u64 {
     env_u64("MIRRORFLOW_BENCH_IN_FLIGHT_MIB", 16).clamp(1, 1024)
 }
 
-/// The flow the worker runs (one per topic and round, so progress starts empty).
+/// The flow the worker runs (one per topic and round, so progress starts empty);
+/// `MIRRORFLOW_BENCH_HEARTBEAT_SECONDS` sets `spec.heartbeats.intervalSeconds` (what the
+/// heartbeat runner's clients cost: `0` turns it off).
 fn flow_yaml(run: &Run<'_>, port: u16) -> String {
     // Tuning experiments: `MIRRORFLOW_BENCH_WORKER_SOURCE_CONFIG=key=value,key=value` lands
     // in `spec.source.config` (the worker's consumer), e.g. `queued.max.messages.kbytes=4096`;
@@ -170,8 +172,12 @@ spec:
   offsetSyncs:
     lagMax: {lag}
   workers:
-    inFlightMiB: {in_flight}
+    inFlightMiB: {in_flight}{heartbeats}
 ",
+        heartbeats = match std::env::var("MIRRORFLOW_BENCH_HEARTBEAT_SECONDS") {
+            Ok(s) => format!("\n  heartbeats:\n    intervalSeconds: {}", s.trim()),
+            Err(_) => String::new(),
+        },
         lag = lag_max(),
         in_flight = in_flight_mib(),
         topic = run.topic,
