@@ -4,11 +4,13 @@
 //! rdkafka's `FutureProducer` allocates a channel and a box per record, frees them on the
 //! polling thread and wakes the engine for every report; at 100 B records that was about a
 //! fifth of the worker's CPU. Here a record's delivery opaque is a plain number (group id and
-//! index); the producer's polling thread stores the report under one lock and wakes the
-//! engine once, when the last report of a sealed group is in.
+//! index); whoever polls the producer (the task waiting for a group, see `events`) stores
+//! the report under one lock, and the group's waker is woken once, when its last report is
+//! in.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::task::{Context, Poll, Waker};
 
 use rdkafka::client::ClientContext;
@@ -17,6 +19,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::producer::{DeliveryResult, ProducerContext};
 
+use super::events::ProducerEvents;
 use crate::kafka::context::LogContext;
 
 /// Result of one record: its target offset, or why it was not delivered.
@@ -45,15 +48,46 @@ struct Groups {
 }
 
 /// Shared by the producer context (writes reports) and the engine (reads them).
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct Tracker {
     inner: Arc<Mutex<Groups>>,
+    /// The producer's events, served while a group is waited for (weak: the writer owns
+    /// them and drops them before its producer).
+    events: Arc<OnceLock<Weak<ProducerEvents>>>,
+}
+
+impl std::fmt::Debug for Tracker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tracker")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Tracker {
     fn lock(&self) -> MutexGuard<'_, Groups> {
         // A panic while holding the lock leaves plain data behind: keep using it.
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Where this tracker's reports come from: waits serve `events` (set once).
+    pub fn serve_from(&self, events: &Arc<ProducerEvents>) {
+        let _ = self.events.set(Arc::downgrade(events));
+    }
+
+    fn events(&self) -> Option<Arc<ProducerEvents>> {
+        self.events.get().and_then(Weak::upgrade)
+    }
+
+    /// Runs `fut` while serving the producer's events (a blocking transactional call waits
+    /// for delivery reports someone else must serve).
+    pub async fn serving<T>(&self, fut: impl Future<Output = T>) -> T {
+        let mut fut = std::pin::pin!(fut);
+        std::future::poll_fn(|cx| match self.events() {
+            Some(ev) => ev.poll_serving(cx, |cx| fut.as_mut().poll(cx)),
+            None => fut.as_mut().poll(cx),
+        })
+        .await
     }
 
     /// Opens a group of `len` records (indexes `0..len`).
@@ -137,8 +171,16 @@ impl GroupHandle {
         }
     }
 
-    /// Ready once the expected reports are in. Cancel safe.
+    /// Ready once the expected reports are in, serving the producer's events meanwhile.
+    /// Cancel safe.
     pub fn poll_complete(&self, cx: &mut Context<'_>) -> Poll<()> {
+        match self.tracker.events() {
+            Some(ev) => ev.poll_serving(cx, |cx| self.poll_reports(cx)),
+            None => self.poll_reports(cx),
+        }
+    }
+
+    fn poll_reports(&self, cx: &mut Context<'_>) -> Poll<()> {
         let mut g = self.tracker.lock();
         let Some(group) = g.open.get_mut(&self.id) else {
             return Poll::Ready(());

@@ -33,6 +33,7 @@ use tracing::{debug, error, info, warn};
 use super::batch::BatchLimits;
 use super::clients::Clients;
 use super::discovery::{Discovery, RefreshPlan};
+use super::events::ProducerEvents;
 use super::intake::{classify_consumer_error, ConsumerError, ReadAhead};
 use super::io;
 use super::partitions::PartitionTable;
@@ -309,6 +310,7 @@ impl Engine {
         let head_ready = self.can_write() && self.pipeline.head_finishable();
         let delivery_pending = head_ready || self.pipeline.meta_in_flight() > 0;
         let consumer = Arc::clone(&self.clients.consumer);
+        let events = self.pipeline.producer_events();
         tokio::select! {
             biased;
             _ = shutdown.as_mut() => {
@@ -363,6 +365,9 @@ impl Engine {
                     return Ok(false);
                 }
             }
+            // Delivery reports are served by the waits for them; this serves the rest
+            // (statistics for the connection health, errors) while nothing is in flight.
+            _ = ProducerEvents::signalled(events.as_deref()) => self.pipeline.serve_producer(),
             _ = tokio::time::sleep_until(batch_deadline.into()), if batch_deadline < far => {}
             _ = tokio::time::sleep_until(retry_at.into()), if self.pipeline.retry.at.is_some() => {
                 self.pipeline.retry.at = None;

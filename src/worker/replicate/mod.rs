@@ -89,6 +89,7 @@ pub mod created;
 pub mod delivery;
 pub mod discovery;
 pub mod engine;
+pub mod events;
 pub mod intake;
 pub mod io;
 pub mod partitions;

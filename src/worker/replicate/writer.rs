@@ -1,13 +1,15 @@
 //! The target producer: transactional (ExactlyOnce) or idempotent (AtLeastOnce), and what its
 //! errors mean.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use rdkafka::error::KafkaError;
-use rdkafka::producer::{Producer, ThreadedProducer};
+use rdkafka::producer::Producer;
 use rdkafka::types::RDKafkaErrorCode;
 
 use super::delivery::{DeliveryContext, Tracker};
+use super::events::{ProducerEvents, TargetProducer};
 use crate::kafka::config::ClientProperties;
 use crate::kafka::context::LogContext;
 
@@ -122,7 +124,9 @@ pub fn describe_error(err: &KafkaError) -> String {
 
 /// The target producer.
 pub struct TargetWriter {
-    producer: ThreadedProducer<DeliveryContext>,
+    // Before `producer`: dropped first, so librdkafka stops signalling before it goes.
+    events: Arc<ProducerEvents>,
+    producer: Arc<TargetProducer>,
     tracker: Tracker,
     transactional: bool,
     limits: ProducerLimits,
@@ -196,16 +200,24 @@ impl TargetWriter {
             );
         }
         let tracker = Tracker::default();
-        let producer: ThreadedProducer<DeliveryContext> =
+        let producer: TargetProducer =
             config.create_with_context(DeliveryContext::new(ctx, tracker.clone()))?;
+        let producer = Arc::new(producer);
+        let events = Arc::new(ProducerEvents::new(&producer).map_err(|e| {
+            KafkaError::ClientCreation(format!("the producer's event signal: {e}"))
+        })?);
+        tracker.serve_from(&events);
         if transactional_id.is_some() {
             let p = producer.clone();
             let timeout = limits.transaction_timeout;
-            tokio::task::spawn_blocking(move || p.init_transactions(timeout))
+            let init = tokio::task::spawn_blocking(move || p.init_transactions(timeout));
+            tracker
+                .serving(init)
                 .await
                 .map_err(|_| KafkaError::Canceled)??;
         }
         Ok(Self {
+            events,
             producer,
             tracker,
             transactional: transactional_id.is_some(),
@@ -215,8 +227,18 @@ impl TargetWriter {
     }
 
     /// The producer, to send records (delivery opaque: a ticket of [`TargetWriter::tracker`]).
-    pub fn producer(&self) -> &ThreadedProducer<DeliveryContext> {
+    pub fn producer(&self) -> &Arc<TargetProducer> {
         &self.producer
+    }
+
+    /// The producer's event signal.
+    pub fn events(&self) -> &Arc<ProducerEvents> {
+        &self.events
+    }
+
+    /// Serves the producer's queued events.
+    pub fn serve(&self) {
+        self.events.serve();
     }
 
     /// Where the producer's delivery reports go.
@@ -258,15 +280,18 @@ impl TargetWriter {
             self.limits.transaction_timeout
         };
         let transactional = self.transactional;
-        let r = tokio::task::spawn_blocking(move || {
+        let call = tokio::task::spawn_blocking(move || {
             if transactional {
                 p.commit_transaction(timeout)
             } else {
                 p.flush(timeout)
             }
-        })
-        .await
-        .map_err(|_| KafkaError::Canceled)?;
+        });
+        let r = self
+            .tracker
+            .serving(call)
+            .await
+            .map_err(|_| KafkaError::Canceled)?;
         if r.is_ok() {
             self.in_transaction = false;
         }
@@ -280,7 +305,10 @@ impl TargetWriter {
         }
         let p = self.producer.clone();
         let timeout = self.limits.transaction_timeout;
-        let r = tokio::task::spawn_blocking(move || p.abort_transaction(timeout))
+        let call = tokio::task::spawn_blocking(move || p.abort_transaction(timeout));
+        let r = self
+            .tracker
+            .serving(call)
             .await
             .map_err(|_| KafkaError::Canceled)?;
         if r.is_ok() {

@@ -13,6 +13,7 @@ pub mod verdict;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
@@ -25,6 +26,7 @@ use tracing::{info, warn};
 
 use super::batch::{Batch, BatchLimits, BatchRecord};
 use super::engine::{EngineError, EngineSettings, Tuning};
+use super::events::ProducerEvents;
 use super::intake::{detach_record, headers_and_size};
 use super::partitions::PartitionTable;
 use super::writer::{classify_error, describe_error, ErrorClass, TargetWriter};
@@ -312,6 +314,19 @@ impl Pipeline {
     /// Whether a producer exists.
     pub fn has_writer(&self) -> bool {
         self.writer.is_some()
+    }
+
+    /// The producer's event signal, to wait for events nobody waits for (statistics,
+    /// errors); then [`Pipeline::serve_producer`].
+    pub fn producer_events(&self) -> Option<Arc<ProducerEvents>> {
+        self.writer.as_ref().map(|w| Arc::clone(w.events()))
+    }
+
+    /// Serves the producer's queued events.
+    pub fn serve_producer(&self) {
+        if let Some(w) = &self.writer {
+            w.serve();
+        }
     }
 
     /// Whether a producer exists, no retry is pending and positions are known.

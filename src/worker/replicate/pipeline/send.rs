@@ -3,16 +3,18 @@
 //! ([`MetaPending`]), and the producer calls that wait for room.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdkafka::error::KafkaError;
 use rdkafka::message::OwnedHeaders;
-use rdkafka::producer::{BaseRecord, Producer as _, ThreadedProducer};
+use rdkafka::producer::{BaseRecord, Producer as _};
 use rdkafka::types::RDKafkaErrorCode;
 use tracing::debug;
 
 use super::super::batch::Batch;
-use super::super::delivery::{DeliveryContext, DeliveryReport, GroupHandle};
+use super::super::delivery::{DeliveryReport, GroupHandle};
+use super::super::events::TargetProducer;
 use super::super::partitions::PartitionTable;
 use super::verdict::RecordFailure;
 use crate::api::TopicPartitionRef;
@@ -162,7 +164,7 @@ pub fn first_failure(group: &GroupHandle, sent: usize) -> Option<RecordFailure> 
 /// Hands a record to the producer; if its queue is full (`target.config` may make it smaller
 /// than the batch window), waits for the queue to empty once and tries again.
 pub async fn send_waiting(
-    producer: &ThreadedProducer<DeliveryContext>,
+    producer: &Arc<TargetProducer>,
     record: BaseRecord<'_, [u8], [u8], usize>,
     timeout: Duration,
 ) -> Result<(), KafkaError> {
@@ -177,7 +179,7 @@ pub async fn send_waiting(
 }
 
 /// Sends everything queued in the producer now and waits for its reports (bounded).
-pub async fn flush(producer: &ThreadedProducer<DeliveryContext>, timeout: Duration) {
+pub async fn flush(producer: &Arc<TargetProducer>, timeout: Duration) {
     let p = producer.clone();
     let r = tokio::task::spawn_blocking(move || p.flush(timeout)).await;
     if let Ok(Err(e)) = r {
