@@ -45,7 +45,13 @@ impl Group {
 struct Groups {
     next_id: u32,
     open: HashMap<u32, Group>,
+    /// Result vectors of closed groups, kept for the next ones: a batch's worth of fresh
+    /// memory is page faults every batch (perf: 4 % of the worker's CPU at 100 B records).
+    spare: Vec<Vec<Option<DeliveryReport>>>,
 }
+
+/// Closed groups' vectors kept (a few batches are in flight at a time).
+const SPARE_RESULTS: usize = 4;
 
 /// Shared by the producer context (writes reports) and the engine (reads them).
 #[derive(Clone, Default)]
@@ -99,10 +105,12 @@ impl Tracker {
             id = id.wrapping_add(1);
         }
         g.next_id = id.wrapping_add(1);
+        let mut results = g.spare.pop().unwrap_or_default();
+        results.resize_with(len, || None);
         g.open.insert(
             id,
             Group {
-                results: vec![None; len],
+                results,
                 ..Group::default()
             },
         );
@@ -235,7 +243,13 @@ impl GroupHandle {
 
 impl Drop for GroupHandle {
     fn drop(&mut self) {
-        self.tracker.lock().open.remove(&self.id);
+        let mut g = self.tracker.lock();
+        if let Some(mut group) = g.open.remove(&self.id) {
+            if g.spare.len() < SPARE_RESULTS {
+                group.results.clear();
+                g.spare.push(group.results);
+            }
+        }
     }
 }
 
@@ -376,6 +390,26 @@ mod tests {
         let mut got = Vec::new();
         g.take_each(&[0, 3], |i, r| got.push((i, r.is_some())));
         assert_eq!(got, vec![(0, false), (3, false)]);
+    }
+
+    #[test]
+    fn a_closed_groups_results_are_reused_empty() {
+        let t = Tracker::default();
+        let g = t.group(3);
+        t.report(g.ticket(1), Ok(7));
+        drop(g);
+        let h = t.group(2);
+        h.expect(2);
+        assert_eq!(
+            h.poll_complete(&mut noop_cx()),
+            Poll::Pending,
+            "no stale report"
+        );
+        assert!(h.take(1).is_none());
+        assert!(h.take(2).is_none(), "sized for this group");
+        h.reserve(5);
+        t.report(h.ticket(4), Ok(9));
+        assert_eq!(h.take(4).map(|r| r.ok()), Some(Some(9)));
     }
 
     #[test]

@@ -81,6 +81,7 @@ impl Pipeline {
         if let Ok(WriteOutcome::Retry) = &outcome {
             self.rewind(&d.batch, table).await?;
         }
+        self.recycle(d.batch);
         outcome
     }
 
