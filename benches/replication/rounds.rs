@@ -24,7 +24,7 @@ pub struct Outcome {
     /// Peak RSS runs with many partitions, every round.
     pub rss: Vec<Measured>,
     /// Peak, heap and file-backed RSS (KiB) of idle workers, with what they read at start.
-    pub idle_rss: Vec<(String, (u64, u64, u64))>,
+    pub idle_rss: Vec<(String, (u64, u64, u64, u64))>,
     pub failures: Vec<String>,
 }
 
