@@ -28,7 +28,8 @@ pub fn print(cfg: &Config, out: &Outcome) {
     if !out.scale.is_empty() {
         print_scale(&out.scale);
     }
-    if !out.rss.is_empty() {
+    // The idle runs alone (`MIRRORFLOW_BENCH_SCENARIOS=idle`) print too.
+    if !out.rss.is_empty() || !out.idle_rss.is_empty() {
         print_rss(cfg, &out.rss, &out.idle_rss);
     }
     print_targets(cfg, out, &med);

@@ -271,7 +271,7 @@ impl Bench<'_> {
             kcat_libdir: None,
             ..self.run("bench-no-such-topic")
         };
-        match idle.idle_worker_rss(Duration::from_secs(6)) {
+        match idle.idle_worker_rss(self.cfg.idle_settle) {
             Ok(r) => out.idle_rss.push(("no offset syncs".to_string(), r)),
             Err(e) => out.failures.push(format!("idle worker RSS: {e:#}")),
         }
