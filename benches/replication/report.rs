@@ -7,7 +7,7 @@ use mirrorflow::testkit::stats::{self, median};
 
 use crate::contender::{Contender, Measured, Scenario};
 use crate::procfs::mib;
-use crate::rounds::Outcome;
+use crate::rounds::{IdleRss, Outcome};
 use crate::worker::{in_flight_mib, lag_max};
 use crate::Config;
 
@@ -255,7 +255,7 @@ fn print_scale(scale: &[Measured]) {
 
 /// Peak RSS with many partitions: the worst run of each (load, contender), and the idle
 /// worker's baselines.
-fn print_rss(cfg: &Config, rss: &[Measured], idle_rss: &[(String, (u64, u64, u64, u64))]) {
+fn print_rss(cfg: &Config, rss: &[Measured], idle_rss: &[(String, IdleRss)]) {
     println!();
     println!(
         "Peak RSS with {} partitions, 1 KB records (heap = sampled RssAnon, file-backed = sampled RssFile)",

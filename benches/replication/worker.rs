@@ -51,7 +51,7 @@ impl Run<'_> {
     /// Peak RSS, heap and file-backed RSS (KiB) of a worker whose flow selects no topic,
     /// sampled for `settle`: the baseline under the per-partition and record-data costs.
     /// Peak RSS, largest RssAnon and RssFile, and the last RSS sample (KiB).
-    pub fn idle_worker_rss(&self, settle: Duration) -> anyhow::Result<(u64, u64, u64, u64)> {
+    pub fn idle_worker_rss(&self, settle: Duration) -> anyhow::Result<crate::rounds::IdleRss> {
         let port = free_port()?;
         let flow = self.logs.join("flow-idle.yaml");
         std::fs::write(&flow, flow_yaml(self, port))?;
