@@ -73,7 +73,9 @@
 //! partition of the loaded / light RSS run, defaults 100 / 5), `MIRRORFLOW_BENCH_SCENARIOS`
 //! (comma list of `100`, `1024`, `1024-lz4`, `scale`, `rss`, `idle` (in `rss`); default all),
 //! `MIRRORFLOW_BENCH_SCALE_PARTITIONS` (default `1,8,100,1000`),
-//! `MIRRORFLOW_BENCH_SCALE_RECORDS` (1 KB records per scale run, default 200,000), `MIRRORFLOW_BENCH_TIMEOUT_SECONDS` (per
+//! `MIRRORFLOW_BENCH_SCALE_RECORDS` (1 KB records per scale run, default 200,000),
+//! `MIRRORFLOW_BENCH_IDLE_SECONDS` (how long the idle worker runs, default 6; its settled RSS
+//! is the last sample), `MIRRORFLOW_BENCH_TIMEOUT_SECONDS` (per
 //! contender run, default 300), `MIRRORFLOW_BIN`, `MIRRORFLOW_BENCH_KCAT_LIBDIR`,
 //! `MIRRORFLOW_BENCH_KEEP_LOGS` (keep contender logs), `MIRRORFLOW_BENCH_LAG_MAX` (the flow's
 //! `offsetSyncs.lagMax`, default 100: what offset syncs cost), `MIRRORFLOW_BENCH_IN_FLIGHT_MIB`
@@ -158,6 +160,8 @@ struct Config {
     rss_records_per_partition: u64,
     rss_light_records_per_partition: u64,
     rss_sync_history: u64,
+    /// How long the idle worker runs (its settled RSS is the last sample).
+    idle_settle: Duration,
     scale_partitions: Vec<i32>,
     scale_records: u64,
     scenarios: Vec<String>,
@@ -184,6 +188,7 @@ impl Config {
             rss_light_records_per_partition: env_u64("MIRRORFLOW_BENCH_RSS_LIGHT_RECORDS", 5)
                 .max(1),
             rss_sync_history: env_u64("MIRRORFLOW_BENCH_SYNC_HISTORY", 200_000),
+            idle_settle: Duration::from_secs(env_u64("MIRRORFLOW_BENCH_IDLE_SECONDS", 6).max(1)),
             scale_partitions: std::env::var("MIRRORFLOW_BENCH_SCALE_PARTITIONS")
                 .unwrap_or_else(|_| "1,8,100,1000".to_string())
                 .split(',')

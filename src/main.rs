@@ -52,7 +52,7 @@ fn main() -> ExitCode {
         Command::Controller(args) => {
             runtime().and_then(|rt| rt.block_on(mirrorflow::controller::run(args)))
         }
-        Command::Worker(args) => runtime().and_then(|rt| {
+        Command::Worker(args) => worker_runtime().and_then(|rt| {
             rt.block_on(async move {
                 if args.flow_ref.is_some() {
                     mirrorflow::worker::k8s::run(args).await
@@ -110,6 +110,19 @@ fn limit_malloc_arenas() {
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
+}
+
+/// A worker's runtime: few threads whatever the node's size (`worker::runtime`).
+fn worker_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    let available = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let env = std::env::var("TOKIO_WORKER_THREADS").ok();
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(mirrorflow::worker::runtime::threads(
+            available,
+            env.as_deref(),
+        ))
         .enable_all()
         .build()?)
 }

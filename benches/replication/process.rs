@@ -19,6 +19,9 @@ pub struct Proc {
     /// Largest sampled `RssAnon` (heap) and `RssFile` (mapped binary and libraries).
     pub anon_kib: u64,
     pub file_kib: u64,
+    /// The latest `VmRSS`: what an idle process settles at, once start-up's transient
+    /// clients are gone (the peak keeps them).
+    pub rss_kib: u64,
     pub exit: Option<std::process::ExitStatus>,
     /// Whether the contender ends by itself (false: the worker, stopped by us).
     pub exits_by_itself: bool,
@@ -34,6 +37,7 @@ impl Proc {
             hwm_kib: 0,
             anon_kib: 0,
             file_kib: 0,
+            rss_kib: 0,
             exit: None,
             exits_by_itself: true,
         }
@@ -50,6 +54,9 @@ impl Proc {
         }
         if let Some(kib) = procfs::status_kib(self.pid(), "VmHWM") {
             self.hwm_kib = self.hwm_kib.max(kib);
+        }
+        if let Some(kib) = procfs::status_kib(self.pid(), "VmRSS") {
+            self.rss_kib = kib;
         }
         if let Some(kib) = procfs::status_kib(self.pid(), "RssAnon") {
             self.anon_kib = self.anon_kib.max(kib);

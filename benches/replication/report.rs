@@ -7,7 +7,7 @@ use mirrorflow::testkit::stats::{self, median};
 
 use crate::contender::{Contender, Measured, Scenario};
 use crate::procfs::mib;
-use crate::rounds::Outcome;
+use crate::rounds::{IdleRss, Outcome};
 use crate::worker::{in_flight_mib, lag_max};
 use crate::Config;
 
@@ -28,7 +28,8 @@ pub fn print(cfg: &Config, out: &Outcome) {
     if !out.scale.is_empty() {
         print_scale(&out.scale);
     }
-    if !out.rss.is_empty() {
+    // The idle runs alone (`MIRRORFLOW_BENCH_SCENARIOS=idle`) print too.
+    if !out.rss.is_empty() || !out.idle_rss.is_empty() {
         print_rss(cfg, &out.rss, &out.idle_rss);
     }
     print_targets(cfg, out, &med);
@@ -254,7 +255,7 @@ fn print_scale(scale: &[Measured]) {
 
 /// Peak RSS with many partitions: the worst run of each (load, contender), and the idle
 /// worker's baselines.
-fn print_rss(cfg: &Config, rss: &[Measured], idle_rss: &[(String, (u64, u64, u64))]) {
+fn print_rss(cfg: &Config, rss: &[Measured], idle_rss: &[(String, IdleRss)]) {
     println!();
     println!(
         "Peak RSS with {} partitions, 1 KB records (heap = sampled RssAnon, file-backed = sampled RssFile)",
@@ -291,14 +292,15 @@ fn print_rss(cfg: &Config, rss: &[Measured], idle_rss: &[(String, (u64, u64, u64
             println!("  {note}");
         }
     }
-    for (what, (hwm, anon, file)) in idle_rss {
+    for (what, (hwm, anon, file, last)) in idle_rss {
         println!(
-            "{:<26} {:>4} partitions:    peak RSS {:>6.1} MiB (heap ≤ {:.1}, file-backed ≤ {:.1}); flow selecting no topic, {what}",
+            "{:<26} {:>4} partitions:    peak RSS {:>6.1} MiB (heap ≤ {:.1}, file-backed ≤ {:.1}), settled {:.1}; flow selecting no topic, {what}",
             "mirrorflow idle worker",
             0,
             mib(*hwm),
             mib(*anon),
-            mib(*file)
+            mib(*file),
+            mib(*last)
         );
     }
 }
@@ -362,7 +364,7 @@ fn print_targets(cfg: &Config, out: &Outcome, med: &BTreeMap<(Scenario, Contende
             format!("overhead {:.1} MiB", peak - window),
         );
     }
-    for (i, (what, (hwm, _, _))) in out.idle_rss.iter().enumerate() {
+    for (i, (what, (hwm, _, _, _))) in out.idle_rss.iter().enumerate() {
         let (target, name) = if i == 0 {
             (IDLE_TARGET_MIB, "idle worker")
         } else {

@@ -11,6 +11,9 @@ use crate::contender::{Contender, Measured, Run, Scenario};
 use crate::kafka::{produce_source, produce_sync_history};
 use crate::Config;
 
+/// An idle worker's peak RSS, largest RssAnon and RssFile, and last RSS sample (KiB).
+pub type IdleRss = (u64, u64, u64, u64);
+
 /// How often the target is polled during throughput runs.
 const POLL: Duration = Duration::from_millis(50);
 
@@ -24,7 +27,7 @@ pub struct Outcome {
     /// Peak RSS runs with many partitions, every round.
     pub rss: Vec<Measured>,
     /// Peak, heap and file-backed RSS (KiB) of idle workers, with what they read at start.
-    pub idle_rss: Vec<(String, (u64, u64, u64))>,
+    pub idle_rss: Vec<(String, IdleRss)>,
     pub failures: Vec<String>,
 }
 
@@ -271,7 +274,7 @@ impl Bench<'_> {
             kcat_libdir: None,
             ..self.run("bench-no-such-topic")
         };
-        match idle.idle_worker_rss(Duration::from_secs(6)) {
+        match idle.idle_worker_rss(self.cfg.idle_settle) {
             Ok(r) => out.idle_rss.push(("no offset syncs".to_string(), r)),
             Err(e) => out.failures.push(format!("idle worker RSS: {e:#}")),
         }

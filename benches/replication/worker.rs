@@ -50,7 +50,8 @@ impl Run<'_> {
 
     /// Peak RSS, heap and file-backed RSS (KiB) of a worker whose flow selects no topic,
     /// sampled for `settle`: the baseline under the per-partition and record-data costs.
-    pub fn idle_worker_rss(&self, settle: Duration) -> anyhow::Result<(u64, u64, u64)> {
+    /// Peak RSS, largest RssAnon and RssFile, and the last RSS sample (KiB).
+    pub fn idle_worker_rss(&self, settle: Duration) -> anyhow::Result<crate::rounds::IdleRss> {
         let port = free_port()?;
         let flow = self.logs.join("flow-idle.yaml");
         std::fs::write(&flow, flow_yaml(self, port))?;
@@ -71,7 +72,7 @@ impl Run<'_> {
             bail!("the idle worker exited with {status}:\n{}", p.log_tail());
         }
         let _ = std::fs::remove_file(&p.log);
-        Ok((p.hwm_kib, p.anon_kib, p.file_kib))
+        Ok((p.hwm_kib, p.anon_kib, p.file_kib, p.rss_kib))
     }
 }
 

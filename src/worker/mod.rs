@@ -5,4 +5,5 @@ pub mod heartbeats;
 pub mod k8s;
 pub mod replicate;
 pub mod report;
+pub mod runtime;
 pub mod validation;

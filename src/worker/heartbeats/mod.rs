@@ -11,6 +11,7 @@ pub mod latency;
 
 use std::future::Future;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -26,7 +27,7 @@ use crate::kafka::context::LogContext;
 use crate::kafka::naming::target_topic;
 use crate::kafka::wire::{Heartbeat, HEARTBEATS_TOPIC};
 use crate::telemetry::metrics::WorkerMetrics;
-use crate::worker::replicate::io::{self, Admin, MetaClient};
+use crate::worker::replicate::io;
 use latency::{emissions, measures_flow, Cluster, LatencyTracker};
 
 /// Bound of each cluster call and of a heartbeat's acknowledgement.
@@ -56,9 +57,9 @@ pub struct HeartbeatRunner {
 /// One cluster's side: a producer, and what creating its `heartbeats` topic needs.
 struct Side {
     alias: String,
+    /// What the transient topic clients are built from (the session's Secrets).
+    props: ClientProperties,
     producer: FutureProducer<LogContext>,
-    meta: MetaClient,
-    admin: Admin,
     /// Its `heartbeats` topic exists (created or found).
     topic_ready: bool,
     /// Replication factor of its `heartbeats` topic when created: `internalTopics` on the
@@ -77,8 +78,9 @@ struct Session {
     built: Instant,
     source: Side,
     target: Side,
-    /// Reads the target's replica of the source's heartbeats, once that topic exists.
-    reader: StreamConsumer<LogContext>,
+    /// Reads the target's replica of the source's heartbeats, once that topic exists; until
+    /// then, its metadata says whether it does (shared with the blocking pool for that).
+    reader: Arc<StreamConsumer<LogContext>>,
     replica_topic: String,
     assigned: bool,
 }
@@ -124,11 +126,10 @@ impl Session {
                 .set("message.timeout.ms", TIMEOUT.as_millis().to_string());
             Ok::<_, String>(Side {
                 alias: alias.to_string(),
+                props: props.clone(),
                 producer: config
                     .create_with_context(ctx(alias))
                     .map_err(|e| what("producer", &e))?,
-                meta: io::meta_client(props, ctx(alias)).map_err(|e| what("client", &e))?,
-                admin: io::admin_client(props, ctx(alias)).map_err(|e| what("admin client", &e))?,
                 topic_ready: false,
                 replication_factor: None,
             })
@@ -153,7 +154,7 @@ impl Session {
             built: Instant::now(),
             source,
             target,
-            reader,
+            reader: Arc::new(reader),
             replica_topic: target_topic(
                 &spec.replication_policy,
                 &spec.source.alias,
@@ -170,19 +171,9 @@ impl Session {
     /// cluster.
     async fn prepare(&mut self) -> Vec<String> {
         let mut errors = Vec::new();
-        let topics = [HEARTBEATS_TOPIC.to_string()];
         for side in [&mut self.source, &mut self.target] {
             if !side.topic_ready {
-                match io::ensure_compacted(
-                    &side.meta,
-                    &side.admin,
-                    &topics,
-                    &side.alias,
-                    side.replication_factor,
-                    TIMEOUT,
-                )
-                .await
-                {
+                match side.ensure_topic().await {
                     Ok(()) => side.topic_ready = true,
                     Err(e) => errors.push(e),
                 }
@@ -197,8 +188,22 @@ impl Session {
     }
 
     async fn assign_replica(&mut self) -> Result<(), String> {
-        let existing = io::list_topics(&self.target.meta, TIMEOUT).await?;
-        if existing.contains_key(&self.replica_topic) {
+        // All topics, as the engine's metadata client asks: naming one could create it on a
+        // broker that auto-creates topics.
+        let reader = Arc::clone(&self.reader);
+        let topic = self.replica_topic.clone();
+        let exists = crate::kafka::blocking(move || {
+            let md = reader
+                .fetch_metadata(None, TIMEOUT)
+                .map_err(|e| format!("fetch metadata: {e}"))?;
+            Ok::<_, String>(
+                md.topics()
+                    .iter()
+                    .any(|t| t.name() == topic && t.error().is_none()),
+            )
+        })
+        .await??;
+        if exists {
             let mut tpl = TopicPartitionList::new();
             tpl.add_partition_offset(&self.replica_topic, 0, Offset::End)
                 .map_err(|e| e.to_string())?;
@@ -252,6 +257,33 @@ impl Session {
             }
         }
         errors
+    }
+}
+
+impl Side {
+    /// Creates its `heartbeats` topic unless it exists, with a metadata and an admin client
+    /// made for the call and dropped after: a session needs them once, and kept they idled
+    /// with their threads and connections (about 3 MiB for both clusters').
+    async fn ensure_topic(&self) -> Result<(), String> {
+        let alias = &self.alias;
+        let what =
+            |c: &str, e: &dyn std::fmt::Display| format!("cluster {alias}: heartbeat {c}: {e}");
+        let ctx = LogContext::new(alias);
+        let meta = io::meta_client(&self.props, ctx.clone()).map_err(|e| what("client", &e))?;
+        let admin = io::admin_client(&self.props, ctx).map_err(|e| what("admin client", &e))?;
+        let topics = [HEARTBEATS_TOPIC.to_string()];
+        let result = io::ensure_compacted(
+            &meta,
+            &admin,
+            &topics,
+            alias,
+            self.replication_factor,
+            TIMEOUT,
+        )
+        .await;
+        // Destroying a librdkafka client joins its threads: not on a runtime thread.
+        let _ = crate::kafka::blocking(move || drop((meta, admin))).await;
+        result
     }
 }
 
