@@ -794,7 +794,10 @@ async fn active_target_group_is_left_alone() {
     // Once per group sync (once per plan, not per retry), and never more often than cycles.
     let (syncs, cycles) = {
         let s = running.state.borrow();
-        (s.specs["cp"].group_syncs as f64, s.specs["cp"].cycles as f64)
+        (
+            s.specs["cp"].group_syncs as f64,
+            s.specs["cp"].cycles as f64,
+        )
     };
     let refused = running.metric("mirrorflow_checkpoint_groups_refused_total{checkpoint=\"cp\"}");
     assert!(
