@@ -67,6 +67,9 @@ pub struct GroupClient {
     state: Mutex<State>,
 }
 
+/// One lane's end: its number, its connection, how many requests it carried, the answers.
+type LaneDone = (usize, Conn, usize, Result<Vec<Vec<u8>>, String>);
+
 /// What one group's request produced.
 enum Answer<T> {
     Done(Result<T, String>),
@@ -410,30 +413,29 @@ impl GroupClient {
             work.push((lane, conn, chunk, first));
         }
         let client_id = self.client_id.as_str();
-        let done: Vec<(usize, Conn, usize, Result<Vec<Vec<u8>>, String>)> =
-            std::thread::scope(|scope| {
-                let handles: Vec<_> = work
-                    .into_iter()
-                    .map(|(lane, mut conn, chunk, first)| {
-                        scope.spawn(move || {
-                            let r = pipeline(
-                                &mut conn.stream,
-                                api_key,
-                                version,
-                                first,
-                                client_id,
-                                chunk,
-                                flexible,
-                            );
-                            (lane, conn, chunk.len(), r)
-                        })
+        let done: Vec<LaneDone> = std::thread::scope(|scope| {
+            let handles: Vec<_> = work
+                .into_iter()
+                .map(|(lane, mut conn, chunk, first)| {
+                    scope.spawn(move || {
+                        let r = pipeline(
+                            &mut conn.stream,
+                            api_key,
+                            version,
+                            first,
+                            client_id,
+                            chunk,
+                            flexible,
+                        );
+                        (lane, conn, chunk.len(), r)
                     })
-                    .collect();
-                handles
-                    .into_iter()
-                    .map(|h| h.join().expect("pipeline thread panicked"))
-                    .collect()
-            });
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("pipeline thread panicked"))
+                .collect()
+        });
         let mut out = Vec::with_capacity(bodies.len());
         for (lane, conn, n, r) in done {
             match r {
