@@ -137,8 +137,22 @@ async fn commit_round(
     (cpu, sent)
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() {
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(bench());
+    // A runtime dropped normally waits for every blocking task. The runner's stop drops a
+    // cycle or group sync mid-call, whose blocking task then ends after the brokers are gone;
+    // one that owns a consumer with a group.id (the offset-syncs tail) loops in its drop
+    // until librdkafka reports it closed (rdkafka 0.39 `BaseConsumer::drop`, unbounded).
+    // So the process could hang after its table; wait a bounded time instead.
+    rt.shutdown_timeout(Duration::from_secs(5));
+}
+
+async fn bench() {
     // `RUST_LOG=mirrorflow::worker::checkpoint=debug` shows each cycle's steps and times.
     if std::env::var_os("RUST_LOG").is_some() {
         tracing_subscriber::fmt()
