@@ -60,6 +60,11 @@ async fn measured<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
     .await
 }
 
+fn sorted(mut v: Vec<f64>) -> Vec<f64> {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v
+}
+
 /// Nearest-rank percentile of sorted values.
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
@@ -80,16 +85,23 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
     tokio::task::spawn_blocking(f).await.expect("blocking task")
 }
 
-/// Commits round `r`'s offsets for every group on `bootstrap` (topic `topic`); returns the
-/// bench's CPU seconds for it.
+/// Groups per source commit call in a round: each group's sample starts when its call was
+/// sent, not when the round began (a round's commits take seconds).
+const COMMIT_CHUNK: usize = 500;
+
+/// Commits round `r`'s offsets for every group on `bootstrap` (topic `topic`), in calls of
+/// [`COMMIT_CHUNK`] groups; returns the bench's CPU seconds for it and, per group, when its
+/// call was sent (seconds after `t0`): the earliest its commit can have taken effect, so a
+/// sample measured from it is an upper bound, by at most one call's duration.
 async fn commit_round(
     bootstrap: &str,
     topic: &str,
     groups: &[String],
     partitions: i32,
     r: usize,
-) -> f64 {
-    let a = admin(bootstrap);
+    t0: Instant,
+) -> (f64, Vec<f64>) {
+    let a = std::sync::Arc::new(admin(bootstrap));
     let commits: Vec<(String, Vec<GroupOffset>)> = groups
         .iter()
         .enumerate()
@@ -105,19 +117,42 @@ async fn commit_round(
             (name.clone(), offsets)
         })
         .collect();
-    let (results, cpu) = measured(move || a.alter_offsets(&commits)).await;
-    let failed = results.iter().filter(|r| r.is_err()).count();
-    assert_eq!(
-        failed,
-        0,
-        "source commits failed: {:?}",
-        results.iter().find(|r| r.is_err())
-    );
-    cpu
+    let mut cpu = 0.0;
+    let mut sent = Vec::with_capacity(groups.len());
+    for chunk in commits.chunks(COMMIT_CHUNK) {
+        let chunk = chunk.to_vec();
+        let at = t0.elapsed().as_secs_f64();
+        sent.extend(std::iter::repeat_n(at, chunk.len()));
+        let a = a.clone();
+        let (results, c) = measured(move || a.alter_offsets(&chunk)).await;
+        cpu += c;
+        let failed = results.iter().filter(|r| r.is_err()).count();
+        assert_eq!(
+            failed,
+            0,
+            "source commits failed: {:?}",
+            results.iter().find(|r| r.is_err())
+        );
+    }
+    (cpu, sent)
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() {
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(bench());
+    // A runtime dropped normally waits for every blocking task. The runner's stop drops a
+    // cycle or group sync mid-call, whose blocking task then ends after the brokers are gone;
+    // one that owns a consumer with a group.id (the offset-syncs tail) loops in its drop
+    // until librdkafka reports it closed (rdkafka 0.39 `BaseConsumer::drop`, unbounded).
+    // So the process could hang after its table; wait a bounded time instead.
+    rt.shutdown_timeout(Duration::from_secs(5));
+}
+
+async fn bench() {
     // `RUST_LOG=mirrorflow::worker::checkpoint=debug` shows each cycle's steps and times.
     if std::env::var_os("RUST_LOG").is_some() {
         tracing_subscriber::fmt()
@@ -180,7 +215,7 @@ async fn main() {
     produce(&dst, syncs_topic, &syncs).await.unwrap();
     let groups: Vec<String> = (0..n_groups).map(|g| format!("bench-{g:05}")).collect();
     let commits_started = Instant::now();
-    commit_round(&src, topic, &groups, partitions, 0).await;
+    commit_round(&src, topic, &groups, partitions, 0, commits_started).await;
     let commit_time = commits_started.elapsed();
     let setup_time = setup.elapsed();
 
@@ -294,16 +329,11 @@ spec:
                 }
                 tokio::time::sleep(Duration::from_millis(250)).await;
             }
-            let sort = |m: HashMap<usize, f64>| {
-                let mut v: Vec<f64> = m.into_values().collect();
-                v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-                v
-            };
-            (sort(latency), sort(checkpointed), bench_cpu)
+            (latency, checkpointed, bench_cpu)
         }
     };
     let (first, _, _) = wait_round(0, started).await;
-    let first_sync = first.last().copied().unwrap_or(f64::NAN);
+    let first_sync = first.into_values().fold(f64::NAN, f64::max);
     let first_cycle = state
         .borrow()
         .specs
@@ -345,6 +375,10 @@ spec:
     let mut all_cp = Vec::new();
     let mut per_round_cp = Vec::new();
     let mut round_max_cp = Vec::new();
+    let mut per_round_start = Vec::new();
+    let mut round_max_start = Vec::new();
+    let mut per_round_cp_start = Vec::new();
+    let mut round_max_cp_start = Vec::new();
     let mut bench_cpu = 0.0;
     let mut commit_secs = Vec::new();
     let cpu1 = procfs::cpu_of(&[me]);
@@ -355,27 +389,61 @@ spec:
         let phase = interval * 1000 * (r as u64 - 1) / rounds as u64;
         tokio::time::sleep(Duration::from_millis(phase)).await;
         let t0 = Instant::now();
-        bench_cpu += commit_round(&src, topic, &groups, partitions, r).await;
-        commit_secs.push(t0.elapsed().as_secs_f64());
-        let (mut v, mut c, cpu) = wait_round(r, t0).await;
+        let (cpu, sent) = commit_round(&src, topic, &groups, partitions, r, t0).await;
         bench_cpu += cpu;
-        per_round.push(format!("{:.1}-{:.1}", v[0], v[v.len() - 1]));
-        per_round_cp.push(format!("{:.1}-{:.1}", c[0], c[c.len() - 1]));
-        round_max.push(v[v.len() - 1]);
-        round_max_cp.push(c[c.len() - 1]);
-        all.append(&mut v);
-        all_cp.append(&mut c);
+        commit_secs.push(t0.elapsed().as_secs_f64());
+        let (synced_at, written_at, cpu) = wait_round(r, t0).await;
+        bench_cpu += cpu;
+        // Per group, from its own commit (RPO) and from the round's start (as before).
+        let since_commit = |m: &HashMap<usize, f64>| -> Vec<f64> {
+            sorted(m.iter().map(|(g, at)| at - sent[*g]).collect())
+        };
+        let since_round =
+            |m: &HashMap<usize, f64>| -> Vec<f64> { sorted(m.values().copied().collect()) };
+        for (m, per, max, all, per_r, max_r) in [
+            (
+                &written_at,
+                &mut per_round_cp,
+                &mut round_max_cp,
+                &mut all_cp,
+                &mut per_round_cp_start,
+                &mut round_max_cp_start,
+            ),
+            (
+                &synced_at,
+                &mut per_round,
+                &mut round_max,
+                &mut all,
+                &mut per_round_start,
+                &mut round_max_start,
+            ),
+        ] {
+            let mut v = since_commit(m);
+            per.push(format!("{:.1}-{:.1}", v[0], v[v.len() - 1]));
+            max.push(v[v.len() - 1]);
+            all.append(&mut v);
+            let v = since_round(m);
+            per_r.push(format!("{:.1}-{:.1}", v[0], v[v.len() - 1]));
+            max_r.push(v[v.len() - 1]);
+        }
     }
     let busy_wall = rounds_start.elapsed().as_secs_f64();
     let cpu_busy = procfs::cpu_of(&[me]) - cpu1 - bench_cpu;
     commit_secs.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    round_max.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    round_max_cp.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    all_cp.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    all.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let round_max = sorted(round_max);
+    let round_max_cp = sorted(round_max_cp);
+    let round_max_start = sorted(round_max_start);
+    let round_max_cp_start = sorted(round_max_cp_start);
+    let all_cp = sorted(all_cp);
+    let all = sorted(all);
     let s = state.borrow().clone();
     let spec = &s.specs["cp"];
     let final_status = statuses(&s, &file.checkpoints, jiff::Timestamp::now());
+    let superseded = mirrorflow::telemetry::metrics::encode_registry(&registry)
+        .lines()
+        .find(|l| l.starts_with("mirrorflow_checkpoint_group_syncs_superseded_total"))
+        .and_then(|l| l.rsplit(' ').next().map(str::to_string))
+        .unwrap_or_default();
     let _ = stop_tx.send(());
     task.await.unwrap().unwrap();
     cycle_times.sort_by(|a, b| a.partial_cmp(b).unwrap());
@@ -416,7 +484,7 @@ spec:
     );
     row(
         &format!(
-            "RPO: source commit → checkpoint written, {} samples: p50 (s)",
+            "RPO: group's commit → checkpoint written, {} samples: p50 (s)",
             all_cp.len()
         ),
         format!("{:.2}", percentile(&all_cp, 0.5)),
@@ -425,8 +493,12 @@ spec:
     row("  max (s)", format!("{:.2}", percentile(&all_cp, 1.0)));
     row("  per round min-max (s)", per_round_cp.join(" "));
     row(
+        "  from the round's start instead: per round min-max (s)",
+        per_round_cp_start.join(" "),
+    );
+    row(
         &format!(
-            "latency source commit → target group committed, {} samples: p50 (s)",
+            "RPO: group's commit → target group committed, {} samples: p50 (s)",
             all.len()
         ),
         format!("{:.2}", percentile(&all, 0.5)),
@@ -434,6 +506,14 @@ spec:
     row("  p95 (s)", format!("{:.2}", percentile(&all, 0.95)));
     row("  max (s)", format!("{:.2}", percentile(&all, 1.0)));
     row("  per round min-max (s)", per_round.join(" "));
+    row(
+        "  from the round's start instead: per round min-max (s)",
+        per_round_start.join(" "),
+    );
+    row(
+        "group syncs run / cycle plans superseded",
+        format!("{} / {}", spec.group_syncs, superseded),
+    );
     row(
         "RPO: max oldestCheckpointAgeSeconds while idle (s)",
         max_rpo.to_string(),
@@ -500,8 +580,26 @@ spec:
     );
     println!(
         "{:<58} {:>12} {:>8} {:>6}",
-        "(info) commit → target group committed, worst sample (s)",
+        "RPO: commit → target group committed, median of maxima (s)",
+        format!("{:.2}", percentile(&round_max, 0.5)),
+        format!("≤ {rpo_target:.0}"),
+        verdict(percentile(&round_max, 0.5) <= rpo_target)
+    );
+    println!(
+        "{:<58} {:>12} {:>8} {:>6}",
+        "RPO: commit → target group committed, worst sample (s)",
         format!("{:.2}", percentile(&all, 1.0)),
+        format!("≤ {rpo_target:.0}"),
+        verdict(percentile(&all, 1.0) <= rpo_target)
+    );
+    println!(
+        "{:<58} {:>12} {:>8} {:>6}",
+        "(info) as before: from the round's start, median of maxima (s)",
+        format!(
+            "{:.2} / {:.2}",
+            percentile(&round_max_cp_start, 0.5),
+            percentile(&round_max_start, 0.5)
+        ),
         "-",
         ""
     );

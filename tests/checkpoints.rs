@@ -345,6 +345,18 @@ impl Running {
         }
     }
 
+    /// Waits until the spec `cp` completed `n` more group syncs than now (they run beside
+    /// the cycles, so they may finish after the cycle that planned them).
+    async fn group_syncs(&self, n: u64) {
+        let syncs = |s: &RunnerState| s.specs.get("cp").map_or(0, |s| s.group_syncs);
+        let start = syncs(&self.state.borrow());
+        wait_for(&format!("{n} more group sync(s)"), || {
+            let done = syncs(&self.state.borrow()) >= start + n;
+            async move { done.then_some(()) }
+        })
+        .await;
+    }
+
     /// Waits until the spec `cp` completed `n` more cycles than now.
     async fn cycles(&self, n: u64) {
         let cycles = |s: &RunnerState| s.specs.get("cp").map_or(0, |s| s.cycles);
@@ -778,12 +790,19 @@ async fn active_target_group_is_left_alone() {
         "{}",
         failure.message
     );
-    running.cycles(3).await;
-    let cycles = running.state.borrow().specs["cp"].cycles as f64;
+    running.group_syncs(3).await;
+    // Once per group sync (once per plan, not per retry), and never more often than cycles.
+    let (syncs, cycles) = {
+        let s = running.state.borrow();
+        (
+            s.specs["cp"].group_syncs as f64,
+            s.specs["cp"].cycles as f64,
+        )
+    };
     let refused = running.metric("mirrorflow_checkpoint_groups_refused_total{checkpoint=\"cp\"}");
     assert!(
-        refused >= 3.0 && refused <= cycles,
-        "refused {refused} times in {cycles} cycles"
+        refused >= 3.0 && refused <= syncs && syncs <= cycles,
+        "refused {refused} times in {syncs} group syncs, {cycles} cycles"
     );
     assert!(
         !committed(&c.dst(), "busy")
@@ -915,7 +934,9 @@ async fn restart_reloads_checkpoints_and_stays_monotonic() {
         async move { started.then_some(()) }
     })
     .await;
-    second.cycles(3).await;
+    // Group syncs, not only cycles: the sync runs beside the cycles and must have had its
+    // chance to (wrongly) move the group backwards.
+    second.group_syncs(3).await;
     assert_eq!(second.state.borrow().checkpoints_in_force, 1);
     let g = second.state.borrow().specs["cp"].groups["app"].clone();
     assert!(g.last_checkpoint.is_some() && g.partitions == 1, "{g:?}");
@@ -943,6 +964,8 @@ async fn restart_reloads_checkpoints_and_stays_monotonic() {
         }
     })
     .await;
+    // The rewound checkpoint is the third runner's first cycle: its first group sync saw it.
+    third.group_syncs(1).await;
     third.stop().await;
     let last = read_checkpoints(&c.dst()).await.pop().unwrap();
     assert_eq!((last.upstream, last.downstream), (0, 0));

@@ -1,8 +1,10 @@
 //! Many-group offset calls on plaintext connections of our own (the requests of
 //! `kafka::protocol`): FindCoordinator v4 for every group whose coordinator is not cached,
 //! then OffsetFetch v8 with up to [`MAX_GROUPS_PER_FETCH`] groups per request, or one
-//! OffsetCommit v8 per group, pipelined on one connection per coordinator. Blocking (run on
-//! tokio's blocking pool); every socket call is bounded by the timeout.
+//! OffsetCommit v8 per group, pipelined, spread over up to [`MAX_LANES`] connections per
+//! coordinator (a broker serves one connection's requests in order: nisshi answers about
+//! 1,000 commits a second on one). Blocking (run on tokio's blocking pool); every socket
+//! call is bounded by the timeout.
 //!
 //! Only for clusters without TLS or SASL (`security.protocol` unset or `plaintext`): those
 //! keep librdkafka's one-group-per-request calls, as does a broker older than Kafka 3.0
@@ -27,6 +29,16 @@ use super::protocol::{
 const ROUNDS: usize = 3;
 /// Largest response accepted (a fetch answer of 1000 groups is far below).
 const MAX_RESPONSE_BYTES: usize = 256 << 20;
+/// Connections per coordinator a call's requests are spread over.
+pub const MAX_LANES: usize = 4;
+/// Commits per extra connection: a handful of groups is not worth a connection.
+const COMMITS_PER_LANE: usize = 256;
+
+/// Connections to use for `requests` requests when each connection should carry at least
+/// `per_lane` of them: between 1 and [`MAX_LANES`].
+pub fn lanes_for(requests: usize, per_lane: usize) -> usize {
+    (requests / per_lane.max(1)).clamp(1, MAX_LANES)
+}
 
 /// This path cannot serve the call; use librdkafka's.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,7 +51,8 @@ struct Conn {
 
 #[derive(Default)]
 struct State {
-    conns: HashMap<String, Conn>,
+    /// By (address, lane).
+    conns: HashMap<(String, usize), Conn>,
     coordinators: HashMap<String, Coordinator>,
     correlation: i32,
     /// Set once a broker lacks the versions: the path stays off for this client.
@@ -53,6 +66,9 @@ pub struct GroupClient {
     timeout: Duration,
     state: Mutex<State>,
 }
+
+/// One lane's end: its number, its connection, how many requests it carried, the answers.
+type LaneDone = (usize, Conn, usize, Result<Vec<Vec<u8>>, String>);
 
 /// What one group's request produced.
 enum Answer<T> {
@@ -100,9 +116,27 @@ impl GroupClient {
             |st, coord, batches| {
                 let bodies: Vec<Vec<u8>> =
                     batches.iter().map(|b| p::offset_fetch_body(b)).collect();
-                let answers = self.call(st, coord, OFFSET_FETCH, OFFSET_FETCH_VERSION, &bodies)?;
+                let lanes = lanes_for(bodies.len(), 1);
+                let answers = self.call(
+                    st,
+                    coord,
+                    OFFSET_FETCH,
+                    OFFSET_FETCH_VERSION,
+                    &bodies,
+                    lanes,
+                )?;
                 let mut out = HashMap::new();
                 for (chunk, body) in batches.iter().zip(answers) {
+                    let body = match body {
+                        Ok(b) => b,
+                        Err(e) => {
+                            // Its connection failed: look the coordinator up again.
+                            for g in chunk {
+                                out.insert(g.clone(), Answer::Reroute(e.clone()));
+                            }
+                            continue;
+                        }
+                    };
                     let decoded = p::decode_offset_fetch(&body).map_err(|e| e.to_string());
                     let by_group: HashMap<&str, &p::FetchedGroup> = match &decoded {
                         Ok(d) => d.iter().map(|g| (g.group.as_str(), g)).collect(),
@@ -146,9 +180,24 @@ impl GroupClient {
                 .iter()
                 .map(|g| p::offset_commit_body(g, offsets[g.as_str()]))
                 .collect();
-            let answers = self.call(st, coord, OFFSET_COMMIT, OFFSET_COMMIT_VERSION, &bodies)?;
+            let lanes = lanes_for(bodies.len(), COMMITS_PER_LANE);
+            let answers = self.call(
+                st,
+                coord,
+                OFFSET_COMMIT,
+                OFFSET_COMMIT_VERSION,
+                &bodies,
+                lanes,
+            )?;
             let mut out = HashMap::new();
             for (g, body) in batch.into_iter().zip(answers) {
+                let body = match body {
+                    Ok(b) => b,
+                    Err(e) => {
+                        out.insert(g.clone(), Answer::Reroute(e));
+                        continue;
+                    }
+                };
                 let answer = match p::decode_offset_commit(&body) {
                     Err(e) => Answer::Done(Err(e.to_string())),
                     Ok(parts) => match parts.iter().find(|(_, _, e)| *e != p::code::NONE) {
@@ -300,6 +349,7 @@ impl GroupClient {
             match self.call_addr(
                 st,
                 addr,
+                0,
                 FIND_COORDINATOR,
                 FIND_COORDINATOR_VERSION,
                 std::slice::from_ref(&body),
@@ -316,6 +366,10 @@ impl GroupClient {
         Err(Unavailable(last))
     }
 
+    /// Sends `bodies` to the coordinator over up to `lanes` connections, each lane a
+    /// contiguous share pipelined on its own connection, the lanes in parallel. One answer
+    /// per body, in order; `Err` for the bodies of a lane whose connection failed (the others
+    /// stand). `Unavailable` when no connection works or the broker lacks the version.
     fn call(
         &self,
         st: &mut State,
@@ -323,36 +377,122 @@ impl GroupClient {
         api_key: i16,
         version: i16,
         bodies: &[Vec<u8>],
-    ) -> Result<Vec<Vec<u8>>, Unavailable> {
+        lanes: usize,
+    ) -> Result<Vec<Result<Vec<u8>, String>>, Unavailable> {
         let addr = format!("{}:{}", coord.host, coord.port);
-        self.call_addr(st, &addr, api_key, version, bodies)
+        let lanes = lanes.clamp(1, bodies.len().max(1));
+        if lanes == 1 {
+            return Ok(self
+                .call_addr(st, &addr, 0, api_key, version, bodies)?
+                .into_iter()
+                .map(Ok)
+                .collect());
+        }
+        // Lane 0 decides availability (versions); extra lanes that fail to open are skipped.
+        self.ensure_conn(st, &addr, 0, api_key, version)?;
+        let mut conns: Vec<(usize, Conn)> = Vec::with_capacity(lanes);
+        for lane in 0..lanes {
+            if lane > 0 && self.ensure_conn(st, &addr, lane, api_key, version).is_err() {
+                continue;
+            }
+            if let Some(c) = st.conns.remove(&(addr.clone(), lane)) {
+                conns.push((lane, c));
+            }
+        }
+        let share = bodies.len().div_ceil(conns.len().max(1));
+        let chunks: Vec<&[Vec<u8>]> = bodies.chunks(share).collect();
+        let flexible = p::is_flexible(api_key, version);
+        let mut work = Vec::with_capacity(conns.len());
+        for (i, (lane, conn)) in conns.into_iter().enumerate() {
+            let Some(chunk) = chunks.get(i).copied() else {
+                st.conns.insert((addr.clone(), lane), conn);
+                continue;
+            };
+            let first = st.correlation;
+            st.correlation = st.correlation.wrapping_add(chunk.len() as i32);
+            work.push((lane, conn, chunk, first));
+        }
+        let client_id = self.client_id.as_str();
+        let done: Vec<LaneDone> = std::thread::scope(|scope| {
+            let handles: Vec<_> = work
+                .into_iter()
+                .map(|(lane, mut conn, chunk, first)| {
+                    scope.spawn(move || {
+                        let r = pipeline(
+                            &mut conn.stream,
+                            api_key,
+                            version,
+                            first,
+                            client_id,
+                            chunk,
+                            flexible,
+                        );
+                        (lane, conn, chunk.len(), r)
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("pipeline thread panicked"))
+                .collect()
+        });
+        let mut out = Vec::with_capacity(bodies.len());
+        for (lane, conn, n, r) in done {
+            match r {
+                Ok(answers) => {
+                    st.conns.insert((addr.clone(), lane), conn);
+                    out.extend(answers.into_iter().map(Ok));
+                }
+                Err(e) => {
+                    let e = format!("broker {addr}: {e}");
+                    out.extend((0..n).map(|_| Err(e.clone())));
+                }
+            }
+        }
+        Ok(out)
     }
 
-    /// Sends `bodies` pipelined on the connection to `addr` (opened and version-checked when
-    /// absent) and reads their answers in order. A failed connection is dropped.
-    fn call_addr(
+    /// Opens the connection `lane` to `addr` when absent and checks it serves the version.
+    fn ensure_conn(
         &self,
         st: &mut State,
         addr: &str,
+        lane: usize,
         api_key: i16,
         version: i16,
-        bodies: &[Vec<u8>],
-    ) -> Result<Vec<Vec<u8>>, Unavailable> {
-        if !st.conns.contains_key(addr) {
+    ) -> Result<(), Unavailable> {
+        let key = (addr.to_string(), lane);
+        if !st.conns.contains_key(&key) {
             let conn = self.connect(st, addr)?;
-            st.conns.insert(addr.to_string(), conn);
+            st.conns.insert(key.clone(), conn);
         }
-        let conn = st.conns.get_mut(addr).expect("inserted above");
-        if !p::supports(&conn.versions, api_key, version) {
+        if !p::supports(&st.conns[&key].versions, api_key, version) {
             let why = format!(
                 "broker {addr} does not support API {api_key} v{version} (Kafka 3.0+); using one request per group"
             );
             st.unsupported = Some(why.clone());
             return Err(Unavailable(why));
         }
+        Ok(())
+    }
+
+    /// Sends `bodies` pipelined on connection `lane` to `addr` (opened and version-checked
+    /// when absent) and reads their answers in order. A failed connection is dropped.
+    fn call_addr(
+        &self,
+        st: &mut State,
+        addr: &str,
+        lane: usize,
+        api_key: i16,
+        version: i16,
+        bodies: &[Vec<u8>],
+    ) -> Result<Vec<Vec<u8>>, Unavailable> {
+        self.ensure_conn(st, addr, lane, api_key, version)?;
+        let key = (addr.to_string(), lane);
         let first = st.correlation;
         st.correlation = st.correlation.wrapping_add(bodies.len() as i32);
         let flexible = p::is_flexible(api_key, version);
+        let conn = st.conns.get_mut(&key).expect("opened above");
         let result = pipeline(
             &mut conn.stream,
             api_key,
@@ -363,7 +503,7 @@ impl GroupClient {
             flexible,
         );
         if result.is_err() {
-            st.conns.remove(addr);
+            st.conns.remove(&key);
         }
         result.map_err(|e| Unavailable(format!("broker {addr}: {e}")))
     }
@@ -455,4 +595,31 @@ fn pipeline(
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lanes_table() {
+        // (requests, per lane, lanes)
+        let cases = [
+            (0, 256, 1),
+            (1, 256, 1),
+            (511, 256, 1),
+            (512, 256, 2),
+            (10_000, 256, MAX_LANES),
+            (3, 1, 3),
+            (10, 1, MAX_LANES),
+            (5, 0, MAX_LANES),
+        ];
+        for (requests, per_lane, want) in cases {
+            assert_eq!(
+                lanes_for(requests, per_lane),
+                want,
+                "{requests} requests, {per_lane} per lane"
+            );
+        }
+    }
 }

@@ -10,7 +10,9 @@
 //! | `commit_failures_total` | checkpoint | target group commits that failed otherwise |
 //! | `translations_total` | kind | partition translations per cycle by kind: `exact`, `safe`, `clamped`, `no_sync` |
 //! | `translation_fallbacks_total` | kind | the non-exact ones (`safe`, `clamped`, `no_sync`) |
-//! | `cycle_seconds` | checkpoint | wall time of the last cycle |
+//! | `cycle_seconds` | checkpoint | wall time of the last cycle (the group sync runs beside it) |
+//! | `group_sync_seconds` | checkpoint | wall time of the last group sync |
+//! | `group_syncs_superseded_total` | checkpoint | cycle plans replaced by newer ones before the group sync took them |
 //! | `cycle_errors_total` | checkpoint | cycles that failed as a whole |
 //! | `sync_partitions` | — | source partitions with an offset-sync history (memory: × 64 syncs) |
 
@@ -73,6 +75,10 @@ pub struct CheckpointMetrics {
     pub cycle_seconds: GaugeVec,
     /// `cycle_errors_total{checkpoint}`.
     pub cycle_errors: IntCounterVec,
+    /// `group_sync_seconds{checkpoint}`.
+    pub group_sync_seconds: GaugeVec,
+    /// `group_syncs_superseded_total{checkpoint}`.
+    pub group_syncs_superseded: IntCounterVec,
     /// `sync_partitions`.
     pub sync_partitions: IntGauge,
 }
@@ -130,6 +136,17 @@ impl CheckpointMetrics {
             opts("cycle_errors_total", "Cycles that failed as a whole"),
             &["checkpoint"],
         )?;
+        let group_sync_seconds = GaugeVec::new(
+            opts("group_sync_seconds", "Wall time of the last group sync"),
+            &["checkpoint"],
+        )?;
+        let group_syncs_superseded = IntCounterVec::new(
+            opts(
+                "group_syncs_superseded_total",
+                "Cycle plans replaced by newer ones before the group sync took them",
+            ),
+            &["checkpoint"],
+        )?;
         let sync_partitions = IntGauge::with_opts(opts(
             "sync_partitions",
             "Source partitions with an offset-sync history (each holds at most 64 syncs)",
@@ -146,6 +163,8 @@ impl CheckpointMetrics {
         registry.register(Box::new(fallbacks.clone()))?;
         registry.register(Box::new(cycle_seconds.clone()))?;
         registry.register(Box::new(cycle_errors.clone()))?;
+        registry.register(Box::new(group_sync_seconds.clone()))?;
+        registry.register(Box::new(group_syncs_superseded.clone()))?;
         registry.register(Box::new(sync_partitions.clone()))?;
         // Zero series from the start, so rate() works before the first event.
         for kind in TRANSLATION_KINDS {
@@ -164,6 +183,8 @@ impl CheckpointMetrics {
             fallbacks,
             cycle_seconds,
             cycle_errors,
+            group_sync_seconds,
+            group_syncs_superseded,
             sync_partitions,
         })
     }
@@ -176,6 +197,7 @@ impl CheckpointMetrics {
             &self.groups_refused,
             &self.commit_failures,
             &self.cycle_errors,
+            &self.group_syncs_superseded,
         ] {
             c.with_label_values(&[checkpoint]);
         }
@@ -211,10 +233,12 @@ impl CheckpointMetrics {
             &self.groups_refused,
             &self.commit_failures,
             &self.cycle_errors,
+            &self.group_syncs_superseded,
         ] {
             let _ = c.remove_label_values(&[checkpoint]);
         }
         let _ = self.cycle_seconds.remove_label_values(&[checkpoint]);
+        let _ = self.group_sync_seconds.remove_label_values(&[checkpoint]);
     }
 }
 
@@ -251,6 +275,7 @@ mod tests {
         for needle in [
             "mirrorflow_checkpoint_written_total{checkpoint=\"cp\"} 3",
             "mirrorflow_checkpoint_groups_refused_total{checkpoint=\"cp\"} 0",
+            "mirrorflow_checkpoint_group_syncs_superseded_total{checkpoint=\"cp\"} 0",
             "mirrorflow_checkpoint_translations_total{kind=\"exact\"} 1",
             "mirrorflow_checkpoint_translation_fallbacks_total{kind=\"safe\"} 1",
             "mirrorflow_checkpoint_translation_fallbacks_total{kind=\"no_sync\"} 1",

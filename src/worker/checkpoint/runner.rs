@@ -20,16 +20,22 @@
 //! 2. read the offset-syncs topic up to its current end, then the target end offsets;
 //! 3. plan each group ([`plan_group`]) and write the new checkpoint records (when
 //!    `emitCheckpointsTopic`); only acknowledged records become the checkpoints in force;
-//! 4. when `syncGroupOffsets`: list the target's groups; a group with active members is left
-//!    alone and reported (`ActiveOnTarget`, retried next interval, not sooner); otherwise its
-//!    committed offsets are read and the checkpoints that move it forward are committed.
+//! 4. when `syncGroupOffsets`: hand the plans to the group sync, which runs beside the
+//!    cycles (one loop in the same task) so committing to thousands of target groups never
+//!    delays the next cycle; it always takes the newest plans of a checkpoint, never a
+//!    backlog ([`super::group_sync`]). Per plan it lists the target's groups; a group with
+//!    active members is left alone and reported (`ActiveOnTarget`, retried with the next
+//!    plans, not sooner); otherwise its committed offsets are read and the checkpoints that
+//!    move it forward are committed.
 //!
 //! With `emitCheckpointsTopic: false` the checkpoints in force live only in memory; after a
 //! restart the target groups' committed offsets (never moved backwards) keep the sync
 //! monotonic.
 //!
 //! Memory: the offset-sync histories are bounded by `partitions × 64` syncs (see
-//! [`SyncStore`]); the checkpoints in force take one entry per (group, target partition).
+//! [`SyncStore`]); the checkpoints in force take one entry per (group, target partition);
+//! the group sync holds at most two cycles' plans per checkpoint (the one it syncs, the
+//! newest waiting).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
@@ -52,6 +58,7 @@ use crate::kafka::secrets::FlowSecrets;
 use crate::kafka::wire;
 use crate::worker::replicate::select::{TopicDecision, TopicFilter};
 
+use super::group_sync::{merge_owned_failures, sync_owned, Mailbox};
 use super::groups::{assign_groups, GroupSelection};
 use super::io::{self, TopicTail};
 use super::metrics::CheckpointMetrics;
@@ -230,12 +237,32 @@ impl CheckpointRunner {
                 },
             }
         }
-        let mut worker = startup.expect("set above");
+        let worker = startup.expect("set above");
         self.state_tx.send_modify(|s| {
             s.started = true;
             s.startup_error = None;
         });
         worker.publish_store_state(&self.state_tx);
+        // The group sync runs beside the cycles in this same task, so it stops with them.
+        let handoff = Handoff::default();
+        let syncs = self.run_group_syncs(worker.target.clone(), &handoff);
+        tokio::pin!(syncs);
+        tokio::select! {
+            r = self.run_cycles(worker, &mut shutdown, secrets, &handoff) => r,
+            never = &mut syncs => match never {},
+        }
+    }
+
+    /// The cycles of the OffsetCheckpoints (module docs), handing each cycle's plans to the
+    /// group sync.
+    async fn run_cycles<F: Future<Output = ()>>(
+        &self,
+        mut worker: Worker,
+        shutdown: &mut std::pin::Pin<&mut F>,
+        secrets: &mut Option<FlowSecrets>,
+        handoff: &Handoff,
+    ) -> anyhow::Result<Ended> {
+        let mut shutdown = shutdown.as_mut();
         let mut specs_rx = self.specs_tx.subscribe();
         specs_rx.mark_changed();
         let mut schedule: BTreeMap<String, Instant> = BTreeMap::new();
@@ -263,6 +290,7 @@ impl CheckpointRunner {
                         st.generation = cp.metadata.generation;
                     }
                 });
+                handoff.retain(|n| next.contains_key(n));
                 active = next;
                 selections = sel;
                 groups_listed = None; // new selections see new groups at once
@@ -302,10 +330,12 @@ impl CheckpointRunner {
                     .unwrap_or_default();
                 // A cycle stopped half-way is harmless: written checkpoints are reloaded
                 // at the next start, and commits never move a group backwards.
+                let mut offer = None;
                 let outcome = tokio::select! {
                     _ = &mut shutdown => return Ok(Ended::Shutdown),
-                    r = worker.cycle(self, &name, cp, &groups) => r,
+                    r = worker.cycle(self, &name, cp, &groups, &mut offer) => r,
                 };
+                let outcome = (outcome, offer);
                 let interval = secs(cp.spec.interval_seconds);
                 schedule.insert(name.clone(), started + interval);
                 let took = started.elapsed();
@@ -313,6 +343,7 @@ impl CheckpointRunner {
                     .cycle_seconds
                     .with_label_values(&[&name])
                     .set(took.as_secs_f64());
+                let (outcome, offer) = outcome;
                 if let Err(e) = &outcome {
                     self.metrics.cycle_errors.with_label_values(&[&name]).inc();
                     tracing::warn!(flow = %self.flow_name, checkpoint = %name, error = %e, "checkpoint cycle failed");
@@ -326,6 +357,14 @@ impl CheckpointRunner {
                     st.last_error = outcome.err();
                 });
                 worker.publish_store_state(&self.state_tx);
+                if let Some(offer) = offer {
+                    if handoff.offer(&name, offer) {
+                        self.metrics
+                            .group_syncs_superseded
+                            .with_label_values(&[&name])
+                            .inc();
+                    }
+                }
             }
             let next_due = schedule.values().min().copied();
             let next_refresh = groups_listed.map(|t| t + refresh);
@@ -568,13 +607,15 @@ impl Worker {
     }
 
     /// One cycle of one OffsetCheckpoint (module docs). Group-level problems are recorded in
-    /// the state; an error means the cycle failed as a whole.
+    /// the state; an error means the cycle failed as a whole. With `syncGroupOffsets`, the
+    /// plans for the group sync are left in `offer` (also when the write failed for some).
     async fn cycle(
         &mut self,
         runner: &CheckpointRunner,
         name: &str,
         cp: &OffsetCheckpoint,
         groups: &[String],
+        offer: &mut Option<SyncOffer>,
     ) -> Result<(), String> {
         let t0 = Instant::now();
         // 1. Committed offsets on the source.
@@ -666,12 +707,6 @@ impl Worker {
             }
         }
         let t_written = t0.elapsed();
-        // 4. Group offset sync.
-        let mut sync_results: HashMap<String, Result<bool, (GroupFailureReason, String)>> =
-            HashMap::new();
-        if cp.spec.sync_group_offsets && plans.iter().any(|p| p.checkpointed() > 0) {
-            sync_results = self.sync_groups(name, &plans, &failed_groups).await?;
-        }
         tracing::debug!(
             checkpoint = %name,
             groups = groups.len(),
@@ -679,7 +714,6 @@ impl Worker {
             source_offsets_ms = t_read.as_millis() as u64,
             syncs_and_ends_ms = (t_syncs_ends - t_read).as_millis() as u64,
             write_ms = (t_written - t_syncs_ends).as_millis() as u64,
-            group_sync_ms = (t0.elapsed() - t_written).as_millis() as u64,
             "checkpoint cycle"
         );
         // 5. State.
@@ -700,20 +734,26 @@ impl Worker {
                 }
                 g.partitions = i32::try_from(plan.checkpointed()).unwrap_or(i32::MAX);
                 g.target_lag = plan.target_lag();
-                let mut failures: Vec<(GroupFailureReason, String)> =
+                let failures: Vec<(GroupFailureReason, String)> =
                     plan.failure().into_iter().collect();
-                match sync_results.get(&plan.group) {
-                    Some(Ok(synced)) => g.synced = *synced,
-                    Some(Err(f)) => {
-                        g.synced = false;
-                        failures.push(f.clone());
-                    }
-                    None => g.synced = false,
+                if cp.spec.sync_group_offsets {
+                    // `synced` and the sync's failures are the group sync's to report.
+                    g.failures =
+                        merge_owned_failures(&g.failures, failures, |r| !sync_owned(r), now);
+                } else {
+                    g.synced = false;
+                    g.failures = merge_failures(&g.failures, failures, now);
                 }
-                g.failures = merge_failures(&g.failures, failures, now);
             }
         });
         self.metrics.retain_groups(name, |g| selected.contains(g));
+        // 4. The group sync takes the plans beside the next cycles (`run_group_syncs`).
+        if cp.spec.sync_group_offsets {
+            *offer = Some(SyncOffer {
+                plans,
+                skip: failed_groups,
+            });
+        }
         if let Some(e) = write_error {
             return Err(e);
         }
@@ -722,102 +762,216 @@ impl Worker {
         }
         Ok(())
     }
+}
 
-    /// Commits the checkpoints in force to the target groups that have no active members.
-    /// Per group: `Ok(true)` synced (committed or already there), `Ok(false)` nothing to do,
-    /// `Err` refused or failed.
-    async fn sync_groups(
-        &self,
-        name: &str,
-        plans: &[GroupPlan],
-        skip: &BTreeSet<String>,
-    ) -> Result<HashMap<String, Result<bool, (GroupFailureReason, String)>>, String> {
-        let mut out = HashMap::new();
-        let target = self.target.clone();
-        let listing = blocking(move || target.list_groups()).await??;
-        let members: HashMap<String, u32> =
-            listing.into_iter().map(|g| (g.group, g.members)).collect();
-        let mut candidates: Vec<&GroupPlan> = Vec::new();
-        for plan in plans {
-            if skip.contains(&plan.group) || plan.checkpointed() == 0 {
-                continue;
-            }
-            match members.get(&plan.group) {
-                Some(&m) if m > 0 => {
-                    runner_refused(&self.metrics, name);
-                    out.insert(
+/// Commits the checkpoints in force to the target groups that have no active members.
+/// Per group: `Ok(true)` synced (committed or already there), `Ok(false)` nothing to do,
+/// `Err` refused or failed.
+async fn sync_groups(
+    target: &Arc<GroupAdmin>,
+    metrics: &CheckpointMetrics,
+    name: &str,
+    plans: &[GroupPlan],
+    skip: &BTreeSet<String>,
+) -> Result<SyncResults, String> {
+    let mut out = HashMap::new();
+    if !plans
+        .iter()
+        .any(|p| !skip.contains(&p.group) && p.checkpointed() > 0)
+    {
+        return Ok(out);
+    }
+    let admin = target;
+    let target = admin.clone();
+    let listing = blocking(move || target.list_groups()).await??;
+    let members: HashMap<String, u32> = listing.into_iter().map(|g| (g.group, g.members)).collect();
+    let mut candidates: Vec<&GroupPlan> = Vec::new();
+    for plan in plans {
+        if skip.contains(&plan.group) || plan.checkpointed() == 0 {
+            continue;
+        }
+        match members.get(&plan.group) {
+            Some(&m) if m > 0 => {
+                runner_refused(metrics, name);
+                out.insert(
                         plan.group.clone(),
                         Err((
                             GroupFailureReason::ActiveOnTarget,
                             format!("the group has {m} active member(s) on the target; its offsets are left alone (retried next interval)"),
                         )),
                     );
-                }
-                _ => candidates.push(plan),
             }
+            _ => candidates.push(plan),
         }
-        let target = self.target.clone();
-        let names: Vec<String> = candidates.iter().map(|p| p.group.clone()).collect();
-        let committed = blocking(move || target.list_offsets(&names)).await?;
-        let mut commits: Vec<(String, Vec<GroupOffset>)> = Vec::new();
-        for (plan, c) in candidates.iter().zip(committed) {
-            let committed: HashMap<(String, i32), i64> = match c {
-                Ok(offs) => offs
-                    .into_iter()
-                    .map(|o| ((o.topic, o.partition), o.offset))
-                    .collect(),
-                Err(e) => {
-                    out.insert(
-                        plan.group.clone(),
-                        Err((GroupFailureReason::CommitFailed, e)),
-                    );
-                    continue;
-                }
-            };
-            match plan_group_sync(plan, members.get(&plan.group).copied(), &committed) {
-                SyncPlan::Commit(offsets) => commits.push((plan.group.clone(), offsets)),
-                SyncPlan::UpToDate => {
-                    out.insert(plan.group.clone(), Ok(true));
-                }
-                SyncPlan::Nothing => {
-                    out.insert(plan.group.clone(), Ok(false));
-                }
-                SyncPlan::Refused { members } => {
-                    runner_refused(&self.metrics, name);
-                    out.insert(
+    }
+    let target = admin.clone();
+    let names: Vec<String> = candidates.iter().map(|p| p.group.clone()).collect();
+    let committed = blocking(move || target.list_offsets(&names)).await?;
+    let mut commits: Vec<(String, Vec<GroupOffset>)> = Vec::new();
+    for (plan, c) in candidates.iter().zip(committed) {
+        let committed: HashMap<(String, i32), i64> = match c {
+            Ok(offs) => offs
+                .into_iter()
+                .map(|o| ((o.topic, o.partition), o.offset))
+                .collect(),
+            Err(e) => {
+                out.insert(
+                    plan.group.clone(),
+                    Err((GroupFailureReason::CommitFailed, e)),
+                );
+                continue;
+            }
+        };
+        match plan_group_sync(plan, members.get(&plan.group).copied(), &committed) {
+            SyncPlan::Commit(offsets) => commits.push((plan.group.clone(), offsets)),
+            SyncPlan::UpToDate => {
+                out.insert(plan.group.clone(), Ok(true));
+            }
+            SyncPlan::Nothing => {
+                out.insert(plan.group.clone(), Ok(false));
+            }
+            SyncPlan::Refused { members } => {
+                runner_refused(metrics, name);
+                out.insert(
                         plan.group.clone(),
                         Err((
                             GroupFailureReason::ActiveOnTarget,
                             format!("the group has {members} active member(s) on the target; its offsets are left alone (retried next interval)"),
                         )),
                     );
-                }
             }
         }
-        let target = self.target.clone();
-        let to_commit = commits.clone();
-        let results = blocking(move || target.alter_offsets(&to_commit)).await?;
-        for ((group, _), r) in commits.iter().zip(results) {
-            match r {
-                Ok(()) => {
-                    self.metrics.groups_synced.with_label_values(&[name]).inc();
-                    out.insert(group.clone(), Ok(true));
+    }
+    let target = admin.clone();
+    let to_commit = commits.clone();
+    let results = blocking(move || target.alter_offsets(&to_commit)).await?;
+    for ((group, _), r) in commits.iter().zip(results) {
+        match r {
+            Ok(()) => {
+                metrics.groups_synced.with_label_values(&[name]).inc();
+                out.insert(group.clone(), Ok(true));
+            }
+            Err(e) => {
+                let reason = classify_commit_error(&e);
+                if reason == GroupFailureReason::ActiveOnTarget {
+                    runner_refused(metrics, name);
+                } else {
+                    metrics.commit_failures.with_label_values(&[name]).inc();
                 }
-                Err(e) => {
-                    let reason = classify_commit_error(&e);
-                    if reason == GroupFailureReason::ActiveOnTarget {
-                        runner_refused(&self.metrics, name);
-                    } else {
-                        self.metrics
-                            .commit_failures
-                            .with_label_values(&[name])
-                            .inc();
+                out.insert(group.clone(), Err((reason, e)));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Per group: `Ok(synced)`, or the refusal or failure.
+type SyncResults = HashMap<String, Result<bool, (GroupFailureReason, String)>>;
+
+/// One cycle's plans for the group sync.
+struct SyncOffer {
+    plans: Vec<GroupPlan>,
+    /// Groups whose checkpoints were not written this cycle: not synced from these plans.
+    skip: BTreeSet<String>,
+}
+
+/// Where cycles leave their plans for the group sync (`group_sync::Mailbox`).
+#[derive(Default)]
+struct Handoff {
+    mailbox: std::sync::Mutex<Mailbox<SyncOffer>>,
+    arrived: tokio::sync::Notify,
+}
+
+impl Handoff {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Mailbox<SyncOffer>> {
+        self.mailbox.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Returns whether unsynced plans were superseded.
+    fn offer(&self, checkpoint: &str, offer: SyncOffer) -> bool {
+        let superseded = self.lock().offer(checkpoint, offer);
+        // Stores a permit when the sync is busy, so it looks again when done.
+        self.arrived.notify_one();
+        superseded
+    }
+
+    fn retain(&self, keep: impl Fn(&str) -> bool) {
+        self.lock().retain(keep);
+    }
+
+    async fn next(&self) -> (String, SyncOffer) {
+        loop {
+            if let Some(next) = self.lock().take() {
+                return next;
+            }
+            self.arrived.notified().await;
+        }
+    }
+}
+
+impl CheckpointRunner {
+    /// The group sync (module docs, step 4), beside the cycles: syncs the newest plans of
+    /// each checkpoint, one checkpoint at a time, and reports per group. Never returns.
+    async fn run_group_syncs(
+        &self,
+        target: Arc<GroupAdmin>,
+        handoff: &Handoff,
+    ) -> std::convert::Infallible {
+        loop {
+            let (name, offer) = handoff.next().await;
+            let t0 = Instant::now();
+            let result =
+                sync_groups(&target, &self.metrics, &name, &offer.plans, &offer.skip).await;
+            let took = t0.elapsed();
+            self.metrics
+                .group_sync_seconds
+                .with_label_values(&[&name])
+                .set(took.as_secs_f64());
+            tracing::debug!(checkpoint = %name, groups = offer.plans.len(), group_sync_ms = took.as_millis() as u64, "group sync");
+            if let Err(e) = &result {
+                tracing::warn!(flow = %self.flow_name, checkpoint = %name, error = %e, "group sync failed");
+            }
+            let now = Timestamp::now();
+            self.state_tx.send_modify(|s| {
+                // A checkpoint removed meanwhile is not brought back.
+                let Some(st) = s.specs.get_mut(&name) else {
+                    return;
+                };
+                st.group_syncs += 1;
+                st.last_group_sync = Some(now);
+                st.last_group_sync_duration = Some(took);
+                let results = match &result {
+                    Ok(r) => {
+                        st.last_sync_error = None;
+                        r
                     }
-                    out.insert(group.clone(), Err((reason, e)));
+                    Err(e) => {
+                        st.last_sync_error = Some(e.clone());
+                        return;
+                    }
+                };
+                for plan in &offer.plans {
+                    let Some(g) = st.groups.get_mut(&plan.group) else {
+                        continue;
+                    };
+                    let failures = match results.get(&plan.group) {
+                        Some(Ok(synced)) => {
+                            g.synced = *synced;
+                            vec![]
+                        }
+                        Some(Err(f)) => {
+                            g.synced = false;
+                            vec![f.clone()]
+                        }
+                        None => {
+                            g.synced = false;
+                            vec![]
+                        }
+                    };
+                    g.failures = merge_owned_failures(&g.failures, failures, sync_owned, now);
                 }
-            }
+            });
         }
-        Ok(out)
     }
 }
 

@@ -67,6 +67,16 @@ pub struct SpecState {
     pub last_cycle_duration: Option<Duration>,
     /// Error of the last cycle, if it failed as a whole.
     pub last_error: Option<String>,
+    /// Group syncs completed (successfully or not); they run beside the cycles and take
+    /// the newest plans (`group_sync`), so there may be fewer than cycles.
+    pub group_syncs: u64,
+    /// End of the last group sync.
+    pub last_group_sync: Option<Timestamp>,
+    /// Wall time the last group sync took.
+    pub last_group_sync_duration: Option<Duration>,
+    /// Error of the last group sync, if it failed as a whole (e.g. the target's groups
+    /// could not be listed).
+    pub last_sync_error: Option<String>,
     /// Groups currently selected, by id.
     pub groups: BTreeMap<String, GroupState>,
 }
@@ -155,7 +165,8 @@ pub fn checkpoint_status(
         reports: reports.as_ref(),
         now,
     });
-    let error = startup_error.or(ran.and_then(|s| s.last_error.as_deref()));
+    let error = startup_error
+        .or(ran.and_then(|s| s.last_error.as_deref().or(s.last_sync_error.as_deref())));
     if let Some(error) = error {
         let previous = checkpoint
             .status
@@ -232,6 +243,7 @@ mod tests {
                 .into_iter()
                 .map(|(g, s)| (g.to_string(), s))
                 .collect(),
+            ..SpecState::default()
         }
     }
 
@@ -346,6 +358,21 @@ mod tests {
                     vec![("a", group(Some(2), vec![]))],
                     Some("source cluster dc1: list consumer groups: timed out"),
                 )),
+                None,
+                ("False", "CheckpointFailed"),
+                ("False", "Fresh"),
+                1,
+                Some(2),
+                0,
+            ),
+            (
+                "group sync failing as a whole",
+                Some(SpecState {
+                    last_sync_error: Some(
+                        "target cluster dc2: list consumer groups: timed out".into(),
+                    ),
+                    ..spec(vec![("a", group(Some(2), vec![]))], None)
+                }),
                 None,
                 ("False", "CheckpointFailed"),
                 ("False", "Fresh"),
