@@ -302,10 +302,12 @@ impl LeaderElector {
         let mut shutdown = std::pin::pin!(shutdown);
         let s = &self.settings;
         loop {
+            let due = Instant::now() + s.retry_period;
             tokio::select! {
                 _ = &mut shutdown => return HoldOutcome::Shutdown,
                 _ = tokio::time::sleep(s.retry_period) => {}
             }
+            let woke = Instant::now();
             let renewed_at = self
                 .renewed_at
                 .lock()
@@ -332,6 +334,14 @@ impl LeaderElector {
                 Ok(a) => a,
                 Err(_) => Err(None),
             };
+            let done = Instant::now();
+            tracing::debug!(
+                lease = %s.name,
+                woke_late_ms = woke.saturating_duration_since(due).as_millis() as u64,
+                renew_ms = done.saturating_duration_since(woke).as_millis() as u64,
+                ok = attempt.is_ok(),
+                "lease renewal"
+            );
             match attempt {
                 Ok(Attempt::Leader) => {}
                 Ok(Attempt::Follower { holder }) => {
