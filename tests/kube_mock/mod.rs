@@ -201,7 +201,10 @@ impl World {
                     return (404, status_error(404, "NotFound", "not found"));
                 };
                 if body["metadata"]["resourceVersion"] != old["metadata"]["resourceVersion"] {
-                    return (409, status_error(409, "Conflict", "the object has been modified"));
+                    return (
+                        409,
+                        status_error(409, "Conflict", "the object has been modified"),
+                    );
                 }
                 self.version += 1;
                 let mut obj = body.clone();

@@ -169,7 +169,7 @@ impl Scratch {
     /// Keep the directory after the run (its logs), not only when it fails.
     pub fn keep(&mut self) {
         if let Some(d) = self.dir.take() {
-            d.keep();
+            let _ = d.keep();
         }
     }
 }
