@@ -206,7 +206,11 @@ async fn main() {
     }
     let audit = cluster.audit().expect("our API server has an audit log");
     let cluster = Arc::new(cluster);
-    let scratch = Scratch::new("mf-bench-controller-");
+    let mut scratch = Scratch::new("mf-bench-controller-");
+    if std::env::var_os("MIRRORFLOW_KEEP_K8S").is_some() {
+        scratch.keep();
+        eprintln!("controller logs kept in {}", scratch.path.display());
+    }
     let (deployment, _) = chart::install(&cluster).await;
     let token = cluster.sa_token_kubectl(NAMESPACE, RELEASE);
     let kubeconfig = cluster.kubeconfig_for("controller", &token, NAMESPACE);
@@ -328,6 +332,14 @@ async fn main() {
     let per_minute = sorted(per_minute);
     let rss = sorted(rss);
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    // Every controller that exited because it could not renew or lost the lease says so.
+    let lease_losses: usize = std::fs::read_dir(&scratch.path)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .map(|log| log.matches("lost leadership").count())
+        .sum();
 
     println!(
         "controller bench: {flows} flows × {workers} workers (heartbeats simulated every {}s), real kube-apiserver, steady window {:.0} s",
@@ -348,6 +360,10 @@ async fn main() {
     row(
         "controller restarts: before / during the window",
         format!("{restarts_before} / {}", restarts - restarts_before),
+    );
+    row(
+        "lease losses (\"lost leadership\" in the controller logs)",
+        lease_losses.to_string(),
     );
     row(
         "simulated worker applies: done / failed",

@@ -12,6 +12,7 @@ use kube::runtime::controller::Action;
 use mirrorflow::api::{MirrorFlow, OffsetCheckpoint};
 use mirrorflow::controller::build::{spec_hash, SPEC_HASH_ANNOTATION, WORKER_COUNT_ANNOTATION};
 use mirrorflow::controller::diff::APPLIED_HASH_ANNOTATION;
+use mirrorflow::controller::leader::{LeaseSettings, LeaseState, LeaseThread};
 use mirrorflow::controller::metrics::FLOW;
 use mirrorflow::controller::reconcile::{
     error_policy, flow_trigger, next_check, reconcile_checkpoint, reconcile_flow, Context,
@@ -866,4 +867,68 @@ async fn flows_whose_target_topics_cannot_meet_both_run() {
             "{ns}/{name}"
         );
     }
+}
+
+const LEASE_COLLECTION: &str = "/apis/coordination.k8s.io/v1/namespaces/kafka/leases";
+const LEASE: &str = "/apis/coordination.k8s.io/v1/namespaces/kafka/leases/mirrorflow-controller";
+
+/// Waits on this (blocking) thread until `done`, at most a minute (a guard against hanging,
+/// not a timing assertion).
+fn block_until(what: &str, done: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !done() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "gave up waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The lease is held on a thread and runtime of its own with its own client: while the
+/// controller's runtime cannot run anything (this thread blocked, its client's requests never
+/// answered), renewals go on, a 504 on one renewal is retried, and leadership holds.
+#[test]
+fn the_lease_is_renewed_while_the_controller_runtime_is_stuck() {
+    let lease_api = FakeApi::new();
+    let mut settings = LeaseSettings::new("mirrorflow-controller", NS, "replica-a");
+    settings.retry_period = Duration::from_millis(20);
+    let leadership = Leadership::elected();
+    let lease = {
+        let api = lease_api.clone();
+        LeaseThread::spawn(move || Ok(api.client()), settings, leadership.clone()).unwrap()
+    };
+    // The controller's runtime: one thread, blocked by what follows, so nothing spawned on it
+    // (its client's request buffer included) ever runs.
+    let controller_rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let controller_api = FakeApi::new();
+    let _client = controller_rt.block_on(async { controller_api.client() });
+
+    block_until("the lease acquired", || {
+        lease_api.count("POST", LEASE_COLLECTION) == 1
+    });
+    block_until("renewals", || lease_api.count("PUT", LEASE) >= 3);
+    lease_api.fail_times("PUT", LEASE, 504, "request timed out", 1);
+    let before = lease_api.count("PUT", LEASE);
+    block_until("the 504 and two renewals after it", || {
+        lease_api.count("PUT", LEASE) >= before + 3
+    });
+    assert!(leadership.holds(), "a 504 on one renewal is retried");
+    assert!(controller_api.requests().is_empty());
+
+    controller_rt.block_on(async {
+        assert_eq!(lease.elected().await, LeaseState::Leader);
+        lease.stop();
+        assert_eq!(lease.settled().await, LeaseState::Stopped);
+    });
+    assert!(!leadership.holds(), "released");
+    let released = lease_api.object(LEASE).unwrap();
+    assert_eq!(
+        released["spec"]["holderIdentity"],
+        Value::Null,
+        "{released}"
+    );
 }

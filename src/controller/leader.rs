@@ -302,10 +302,12 @@ impl LeaderElector {
         let mut shutdown = std::pin::pin!(shutdown);
         let s = &self.settings;
         loop {
+            let due = Instant::now() + s.retry_period;
             tokio::select! {
                 _ = &mut shutdown => return HoldOutcome::Shutdown,
                 _ = tokio::time::sleep(s.retry_period) => {}
             }
+            let woke = Instant::now();
             let renewed_at = self
                 .renewed_at
                 .lock()
@@ -332,6 +334,14 @@ impl LeaderElector {
                 Ok(a) => a,
                 Err(_) => Err(None),
             };
+            let done = Instant::now();
+            tracing::debug!(
+                lease = %s.name,
+                woke_late_ms = woke.saturating_duration_since(due).as_millis() as u64,
+                renew_ms = done.saturating_duration_since(woke).as_millis() as u64,
+                ok = attempt.is_ok(),
+                "lease renewal"
+            );
             match attempt {
                 Ok(Attempt::Leader) => {}
                 Ok(Attempt::Follower { holder }) => {
@@ -374,6 +384,107 @@ impl LeaderElector {
             .await?;
         tracing::info!(lease = %s.name, "released the leader lease");
         Ok(())
+    }
+}
+
+/// Where the elector thread is ([`LeaseThread`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseState {
+    /// Waiting for the lease.
+    Acquiring,
+    /// We hold it.
+    Leader,
+    /// Leadership is lost (or the lease client could not be built): why.
+    Lost(String),
+    /// Stopped on request (after releasing the lease if we held it).
+    Stopped,
+}
+
+/// The elector on a thread of its own, with its own single-threaded runtime and its own
+/// [`Client`] (own connections): the reconcilers' bursts (their runtime's run queue, the
+/// shared client's request buffer and connection pool) cannot delay a renewal. client-go gets
+/// the same from preemptive goroutines and a separate leader-election client.
+pub struct LeaseThread {
+    state: tokio::sync::watch::Receiver<LeaseState>,
+    stop: tokio::sync::watch::Sender<bool>,
+}
+
+impl LeaseThread {
+    /// Start electing on a new thread; `client` builds the lease client there (its request
+    /// buffer and connections are spawned on the runtime it is built on).
+    pub fn spawn(
+        client: impl FnOnce() -> Result<Client, kube::Error> + Send + 'static,
+        settings: LeaseSettings,
+        leadership: Leadership,
+    ) -> std::io::Result<Self> {
+        let (state_tx, state) = tokio::sync::watch::channel(LeaseState::Acquiring);
+        let (stop, stop_rx) = tokio::sync::watch::channel(false);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        std::thread::Builder::new()
+            .name("leader-election".into())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    let stopped = move || {
+                        let mut rx = stop_rx.clone();
+                        async move {
+                            let _ = rx.wait_for(|s| *s).await;
+                        }
+                    };
+                    let client = match client() {
+                        Ok(c) => c,
+                        Err(e) => {
+                            let _ = state_tx.send(LeaseState::Lost(format!(
+                                "cannot build the lease client: {e}"
+                            )));
+                            return;
+                        }
+                    };
+                    let elector = LeaderElector::new(client, settings, leadership);
+                    if !elector.acquire(stopped()).await {
+                        let _ = state_tx.send(LeaseState::Stopped);
+                        return;
+                    }
+                    let _ = state_tx.send(LeaseState::Leader);
+                    match elector.hold(stopped()).await {
+                        HoldOutcome::Shutdown => {
+                            if let Err(e) = elector.release().await {
+                                tracing::warn!(error = %e, "could not release the leader lease");
+                            }
+                            let _ = state_tx.send(LeaseState::Stopped);
+                        }
+                        HoldOutcome::Lost(why) => {
+                            let _ = state_tx.send(LeaseState::Lost(why));
+                        }
+                    }
+                })
+            })?;
+        Ok(Self { state, stop })
+    }
+
+    /// Wait until the state is no longer `Acquiring` (or, for [`Self::settled`], no longer
+    /// `Leader` either) and return it; a thread that died counts as lost.
+    async fn wait(&self, done: impl Fn(&LeaseState) -> bool) -> LeaseState {
+        let mut rx = self.state.clone();
+        let state = rx.wait_for(|s| done(s)).await.map(|s| s.clone());
+        state.unwrap_or_else(|_| LeaseState::Lost("the leader-election thread ended".into()))
+    }
+
+    /// `Leader`, `Lost` or `Stopped`, whichever comes first.
+    pub async fn elected(&self) -> LeaseState {
+        self.wait(|s| *s != LeaseState::Acquiring).await
+    }
+
+    /// `Lost` or `Stopped`: the end of leadership.
+    pub async fn settled(&self) -> LeaseState {
+        self.wait(|s| matches!(s, LeaseState::Lost(_) | LeaseState::Stopped))
+            .await
+    }
+
+    /// Stop electing; a held lease is released. [`Self::settled`] tells when that is done.
+    pub fn stop(&self) {
+        let _ = self.stop.send(true);
     }
 }
 

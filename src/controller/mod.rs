@@ -42,7 +42,7 @@ use tokio::sync::watch;
 use crate::api::{MirrorFlow, OffsetCheckpoint};
 
 use self::build::{BuildSettings, FIELD_MANAGER, LABEL_MANAGED_BY};
-use self::leader::{HoldOutcome, LeaderElector, LeaseSettings};
+use self::leader::{LeaseSettings, LeaseState, LeaseThread};
 use self::metrics::Metrics;
 use self::reconcile::{
     error_policy, flow_trigger, reconcile_checkpoint, reconcile_flow, Context, Leadership, Stores,
@@ -305,8 +305,10 @@ async fn run_controllers(
 /// Run the operator until SIGTERM / Ctrl-C (then `Ok`) or until leadership is lost (then an
 /// error, so the process exits and restarts as a follower).
 pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
-    let client = Client::try_default()
+    let config = kube::Config::infer()
         .await
+        .context("cannot build a Kubernetes client (in-cluster config or KUBECONFIG)")?;
+    let client = Client::try_from(config.clone())
         .context("cannot build a Kubernetes client (in-cluster config or KUBECONFIG)")?;
     let registry = Registry::new();
     let metrics = Metrics::new(&registry).context("register controller metrics")?;
@@ -350,7 +352,7 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
     } else {
         Leadership::always()
     };
-    let elector = if args.leader_election {
+    let lease = if args.leader_election {
         let ns = args
             .lease_namespace
             .clone()
@@ -360,14 +362,38 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
         settings.lease_duration = Duration::from_secs(args.lease_duration_seconds);
         settings.renew_deadline = Duration::from_secs(args.renew_deadline_seconds);
         settings.retry_period = Duration::from_secs(args.retry_period_seconds);
-        let elector = LeaderElector::new(client.clone(), settings, leadership.clone());
-        if !elector.acquire(shutdown()).await {
-            let _ = stop.send(true);
-            let _ = server.await;
-            return Ok(());
+        // The renewal loop retries failures itself (logged, bounded by the renew deadline);
+        // the client's own retries of 429/503/504 would hide them.
+        let mut lease_config = config.clone();
+        lease_config.default_retry = false;
+        let lease = LeaseThread::spawn(
+            move || Client::try_from(lease_config),
+            settings,
+            leadership.clone(),
+        )
+        .context("start the leader-election thread")?;
+        let elected = tokio::select! {
+            s = lease.elected() => s,
+            _ = shutdown() => {
+                lease.stop();
+                lease.settled().await
+            }
+        };
+        match elected {
+            LeaseState::Leader => {}
+            LeaseState::Lost(why) => {
+                let _ = stop.send(true);
+                let _ = server.await;
+                anyhow::bail!("leader election failed: {why}");
+            }
+            LeaseState::Acquiring | LeaseState::Stopped => {
+                let _ = stop.send(true);
+                let _ = server.await;
+                return Ok(());
+            }
         }
         metrics.leader.set(1);
-        Some(elector)
+        Some(lease)
     } else {
         tracing::info!("leader election disabled (--leader-election off): run a single replica");
         None
@@ -406,23 +432,22 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
             .with_leadership(leadership.clone());
             run_controllers(client.clone(), ns, ctx, flows, all_flows.clone(), &shutdown)
         }));
-    let outcome = match &elector {
+    let outcome = match &lease {
         None => {
             controllers.await;
             Ok(())
         }
-        Some(elector) => {
+        Some(lease) => {
             tokio::select! {
                 _ = controllers => {
                     // Graceful shutdown finished: hand over at once instead of after expiry.
-                    if let Err(e) = elector.release().await {
-                        tracing::warn!(error = %e, "could not release the leader lease");
-                    }
+                    lease.stop();
+                    lease.settled().await;
                     Ok(())
                 }
-                lost = elector.hold(futures::future::pending::<()>()) => match lost {
-                    HoldOutcome::Lost(why) => Err(anyhow::anyhow!("lost leadership: {why}")),
-                    HoldOutcome::Shutdown => Ok(()),
+                s = lease.settled() => match s {
+                    LeaseState::Lost(why) => Err(anyhow::anyhow!("lost leadership: {why}")),
+                    _ => Ok(()),
                 },
             }
         }

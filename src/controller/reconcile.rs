@@ -402,7 +402,9 @@ pub async fn reconcile_flow(flow: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<
         .filter(|cp| validate_checkpoint(&cp.spec).is_ok())
         .collect();
     // A flow that would write a target topic an earlier flow writes runs no worker.
+    let overlap_started = std::time::Instant::now();
     let overlap = target_overlap(&ctx, &flow, &ns);
+    tracing::debug!(flow = %name, overlap_ms = overlap_started.elapsed().as_millis() as u64, "overlap check");
     let replicas = if overlap.is_some() {
         0
     } else {

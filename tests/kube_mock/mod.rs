@@ -46,6 +46,8 @@ struct World {
     objects: BTreeMap<String, Value>,
     /// `(method, path)` → (code, message) of a forced failure.
     fail: BTreeMap<(String, String), (u16, String)>,
+    /// `(method, path)` → (code, message, times left) of failures that pass.
+    fail_times: BTreeMap<(String, String), (u16, String, usize)>,
     requests: Vec<Recorded>,
     version: u64,
 }
@@ -132,6 +134,14 @@ impl World {
         if let Some((code, message)) = self.fail.get(&(method.to_string(), path.to_string())) {
             return (*code, status_error(*code, "Forbidden", message));
         }
+        if let Some((code, message, left)) = self
+            .fail_times
+            .get_mut(&(method.to_string(), path.to_string()))
+            .filter(|f| f.2 > 0)
+        {
+            *left -= 1;
+            return (*code, status_error(*code, "Timeout", message));
+        }
         match method {
             "GET" => {
                 if let Some(o) = self.objects.get(path) {
@@ -172,6 +182,36 @@ impl World {
                 )
             }
             "POST" if path.ends_with("/events") => (201, body.clone()),
+            // Create (leases): the object at the collection's path plus its name.
+            "POST" => {
+                let name = body["metadata"]["name"].as_str().expect("metadata.name");
+                let object = format!("{path}/{name}");
+                if self.objects.contains_key(&object) {
+                    return (409, status_error(409, "AlreadyExists", "already exists"));
+                }
+                self.version += 1;
+                let mut obj = body.clone();
+                obj["metadata"]["resourceVersion"] = self.version.to_string().into();
+                self.objects.insert(object, obj.clone());
+                (201, obj)
+            }
+            // Replace (leases), with optimistic concurrency on resourceVersion.
+            "PUT" => {
+                let Some(old) = self.objects.get(path) else {
+                    return (404, status_error(404, "NotFound", "not found"));
+                };
+                if body["metadata"]["resourceVersion"] != old["metadata"]["resourceVersion"] {
+                    return (
+                        409,
+                        status_error(409, "Conflict", "the object has been modified"),
+                    );
+                }
+                self.version += 1;
+                let mut obj = body.clone();
+                obj["metadata"]["resourceVersion"] = self.version.to_string().into();
+                self.objects.insert(path.to_string(), obj.clone());
+                (200, obj)
+            }
             "PATCH" => {
                 self.version += 1;
                 let rv = self.version.to_string();
@@ -305,6 +345,26 @@ impl FakeApi {
             .unwrap()
             .fail
             .insert((method.into(), path.into()), (code, message.into()));
+    }
+
+    /// Makes the next `times` requests `method path` fail with `code` and `message`.
+    pub fn fail_times(&self, method: &str, path: &str, code: u16, message: &str, times: usize) {
+        self.world
+            .lock()
+            .unwrap()
+            .fail_times
+            .insert((method.into(), path.into()), (code, message.into(), times));
+    }
+
+    /// How many `method path` requests the fake answered (or failed) so far.
+    pub fn count(&self, method: &str, path: &str) -> usize {
+        self.world
+            .lock()
+            .unwrap()
+            .requests
+            .iter()
+            .filter(|r| r.method == method && r.path == path)
+            .count()
     }
 
     pub fn requests(&self) -> Vec<Recorded> {

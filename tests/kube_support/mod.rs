@@ -165,6 +165,15 @@ impl Scratch {
     }
 }
 
+impl Scratch {
+    /// Keep the directory after the run (its logs), not only when it fails.
+    pub fn keep(&mut self) {
+        if let Some(d) = self.dir.take() {
+            let _ = d.keep();
+        }
+    }
+}
+
 impl Drop for Scratch {
     fn drop(&mut self) {
         if std::thread::panicking() {

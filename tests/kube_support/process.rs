@@ -7,9 +7,12 @@ use std::time::Duration;
 
 use tokio::process::{Child, Command};
 
-/// The `mirrorflow` binary of this build.
+/// The `mirrorflow` binary of this build, or `MIRRORFLOW_BIN` (to compare two builds with one
+/// bench binary).
 pub fn binary() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_mirrorflow"))
+    std::env::var_os("MIRRORFLOW_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_mirrorflow")))
 }
 
 /// A free loopback port.
