@@ -19,8 +19,8 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::producer::{DeliveryResult, ProducerContext};
 
-use super::events::ProducerEvents;
 use crate::kafka::context::LogContext;
+use crate::kafka::events::ProducerEvents;
 
 /// Result of one record: its target offset, or why it was not delivered.
 pub type DeliveryReport = Result<i64, KafkaError>;

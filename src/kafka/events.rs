@@ -17,10 +17,11 @@ use rdkafka::bindings as rd;
 use rdkafka::producer::{BaseProducer, Producer};
 use tokio::io::unix::AsyncFd;
 
-use super::delivery::DeliveryContext;
+use crate::kafka::delivery::DeliveryContext;
 
-/// The target producer: polled by whoever waits on it (see [`ProducerEvents`]).
-pub type TargetProducer = BaseProducer<DeliveryContext>;
+/// A producer whose reports go to a [`crate::kafka::delivery::Tracker`], polled by whoever waits
+/// on it (see [`ProducerEvents`]).
+pub type DeliveryProducer = BaseProducer<DeliveryContext>;
 
 /// Events served per call: a full queue never holds the loop for long.
 const SERVE_MAX: usize = 256;
@@ -38,12 +39,12 @@ pub struct ProducerEvents {
     /// Events were left in the queue by the last `serve`.
     backlog: AtomicBool,
     queue: MainQueue,
-    producer: Weak<TargetProducer>,
+    producer: Weak<DeliveryProducer>,
 }
 
 impl ProducerEvents {
     /// Signals `producer`'s main queue on a new eventfd. Must run inside the tokio runtime.
-    pub fn new(producer: &Arc<TargetProducer>) -> io::Result<Self> {
+    pub fn new(producer: &Arc<DeliveryProducer>) -> io::Result<Self> {
         // SAFETY: plain syscall; the fd is owned below.
         let raw = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
         if raw < 0 {

@@ -10,9 +10,9 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
 use crate::kafka::context::LogContext;
+use crate::kafka::producer::{EventProducer, Outgoing};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Headers};
-use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 
@@ -215,21 +215,20 @@ pub async fn ensure_checkpoints_topic(
 }
 
 /// A producer for checkpoint records (idempotent, acks=all).
-pub fn checkpoint_producer(config: &ClientConfig) -> Result<FutureProducer, String> {
+pub fn checkpoint_producer(config: &ClientConfig) -> Result<EventProducer, String> {
     let mut config = config.clone();
     config
         .set("acks", "all")
         .set("enable.idempotence", "true")
         .set("linger.ms", "5");
-    config
-        .create()
+    EventProducer::create(&config, LogContext::new("target"))
         .map_err(|e| format!("target cluster: create checkpoint producer: {e}"))
 }
 
 /// Writes checkpoint records to partition 0 of `topic`, pipelined. Returns, per input
 /// record, whether it was acknowledged (with the error text if not).
 pub async fn write_checkpoints(
-    producer: &FutureProducer,
+    producer: &EventProducer,
     topic: &str,
     records: &[wire::Checkpoint],
     timeout: Duration,
@@ -247,17 +246,27 @@ pub async fn write_checkpoints(
             Ok((key, value))
         })
         .collect();
-    let sends = encoded.iter().map(|e| async move {
-        let (key, value) = e.as_ref().map_err(Clone::clone)?;
-        let record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic)
-            .partition(0)
-            .key(key.as_slice())
-            .payload(value.as_slice());
-        producer
-            .send(record, timeout)
-            .await
-            .map(|_| ())
-            .map_err(|(e, _)| format!("write checkpoint to {topic}: {e}"))
-    });
-    futures::future::join_all(sends).await
+    let outgoing: Vec<Outgoing<'_>> = encoded
+        .iter()
+        .flatten()
+        .map(|(key, value)| Outgoing {
+            topic,
+            partition: Some(0),
+            key: Some(key),
+            value: Some(value),
+            timestamp: None,
+        })
+        .collect();
+    let mut reports = producer.send_all(&outgoing, timeout).await.into_iter();
+    encoded
+        .iter()
+        .map(|e| {
+            e.as_ref().map_err(Clone::clone)?;
+            match reports.next() {
+                Some(Ok(_)) => Ok(()),
+                Some(Err(e)) => Err(format!("write checkpoint to {topic}: {e}")),
+                None => Err(format!("write checkpoint to {topic}: no delivery report")),
+            }
+        })
+        .collect()
 }

@@ -46,7 +46,6 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use jiff::Timestamp;
 use prometheus::Registry;
-use rdkafka::producer::FutureProducer;
 use rdkafka::{ClientConfig, Message as _};
 use tokio::sync::watch;
 
@@ -68,6 +67,7 @@ use super::store::{SyncStore, SYNC_SEQUENCE_HEADER};
 use super::translate::{reload_checkpoints, CheckpointKey, CheckpointState};
 use crate::kafka::admin::{GroupAdmin, GroupOffset};
 use crate::kafka::blocking;
+use crate::kafka::producer::EventProducer;
 
 /// Bound for every cluster call of a cycle.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -541,7 +541,7 @@ fn apply_sync(store: &mut SyncStore, m: &rdkafka::message::BorrowedMessage<'_>) 
 struct Worker {
     source: Arc<GroupAdmin>,
     target: Arc<GroupAdmin>,
-    producer: FutureProducer,
+    producer: EventProducer,
     checkpoints_topic: String,
     /// Taken while a blocking read runs.
     tail: Option<TopicTail>,

@@ -16,7 +16,6 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use rdkafka::consumer::{Consumer, StreamConsumer};
-use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Message, Offset, TopicPartitionList};
 use tokio::sync::watch;
 use tracing::{info, warn};
@@ -25,6 +24,7 @@ use crate::api::{MirrorFlowSpec, ReplicationLatency};
 use crate::kafka::config::{client_properties, ClientProperties};
 use crate::kafka::context::LogContext;
 use crate::kafka::naming::target_topic;
+use crate::kafka::producer::{EventProducer, Outgoing};
 use crate::kafka::wire::{Heartbeat, HEARTBEATS_TOPIC};
 use crate::telemetry::metrics::WorkerMetrics;
 use crate::worker::replicate::io;
@@ -59,7 +59,7 @@ struct Side {
     alias: String,
     /// What the transient topic clients are built from (the session's Secrets).
     props: ClientProperties,
-    producer: FutureProducer<LogContext>,
+    producer: EventProducer,
     /// Its `heartbeats` topic exists (created or found).
     topic_ready: bool,
     /// Replication factor of its `heartbeats` topic when created: `internalTopics` on the
@@ -127,8 +127,7 @@ impl Session {
             Ok::<_, String>(Side {
                 alias: alias.to_string(),
                 props: props.clone(),
-                producer: config
-                    .create_with_context(ctx(alias))
+                producer: EventProducer::create(&config, ctx(alias))
                     .map_err(|e| what("producer", &e))?,
                 topic_ready: false,
                 replication_factor: None,
@@ -289,19 +288,21 @@ impl Side {
 
 /// Writes one heartbeat to partition 0 (MM2: one partition, the heartbeat's timestamp as
 /// the record's).
-async fn write(producer: &FutureProducer<LogContext>, hb: &Heartbeat) -> Result<(), String> {
+async fn write(producer: &EventProducer, hb: &Heartbeat) -> Result<(), String> {
     let key = hb.encode_key().map_err(|e| e.to_string())?;
     let value = hb.encode_value().map_err(|e| e.to_string())?;
-    let record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(HEARTBEATS_TOPIC)
-        .partition(0)
-        .key(key.as_slice())
-        .payload(value.as_slice())
-        .timestamp(hb.timestamp_ms);
-    producer
-        .send(record, TIMEOUT)
-        .await
-        .map(|_| ())
-        .map_err(|(e, _)| e.to_string())
+    let record = Outgoing {
+        topic: HEARTBEATS_TOPIC,
+        partition: Some(0),
+        key: Some(&key),
+        value: Some(&value),
+        timestamp: Some(hb.timestamp_ms),
+    };
+    match producer.send_all(&[record], TIMEOUT).await.pop() {
+        Some(Ok(_)) => Ok(()),
+        Some(Err(e)) => Err(e.to_string()),
+        None => Err("no delivery report".to_string()),
+    }
 }
 
 /// The next replica read on the target, as `(key, value)`; pending while nothing is read.

@@ -33,7 +33,6 @@ use tracing::{debug, error, info, warn};
 use super::batch::BatchLimits;
 use super::clients::Clients;
 use super::discovery::{Discovery, RefreshPlan};
-use super::events::ProducerEvents;
 use super::intake::{classify_consumer_error, ConsumerError, ReadAhead};
 use super::io;
 use super::partitions::PartitionTable;
@@ -47,6 +46,7 @@ use super::validate::{
 use crate::api::status::worker_id;
 use crate::api::MirrorFlowSpec;
 use crate::kafka::context::LogContext;
+use crate::kafka::events::ProducerEvents;
 use crate::kafka::secrets::FlowSecrets;
 use crate::kafka::wire::{offset_syncs_topic, progress_topic};
 use crate::telemetry::metrics::ErrorKind;

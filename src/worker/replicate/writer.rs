@@ -8,10 +8,11 @@ use rdkafka::error::KafkaError;
 use rdkafka::producer::Producer;
 use rdkafka::types::RDKafkaErrorCode;
 
-use super::delivery::{DeliveryContext, Tracker};
-use super::events::{ProducerEvents, TargetProducer};
 use crate::kafka::config::ClientProperties;
 use crate::kafka::context::LogContext;
+use crate::kafka::delivery::Tracker;
+use crate::kafka::events::{DeliveryProducer, ProducerEvents};
+use crate::kafka::producer::EventProducer;
 
 /// Producer tuning (see the module docs of `replicate` for the memory bound).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,10 +125,7 @@ pub fn describe_error(err: &KafkaError) -> String {
 
 /// The target producer.
 pub struct TargetWriter {
-    // Before `producer`: dropped first, so librdkafka stops signalling before it goes.
-    events: Arc<ProducerEvents>,
-    producer: Arc<TargetProducer>,
-    tracker: Tracker,
+    inner: EventProducer,
     transactional: bool,
     limits: ProducerLimits,
     in_transaction: bool,
@@ -199,27 +197,15 @@ impl TargetWriter {
                 limits.transaction_timeout.as_millis().to_string(),
             );
         }
-        let tracker = Tracker::default();
-        let producer: TargetProducer =
-            config.create_with_context(DeliveryContext::new(ctx, tracker.clone()))?;
-        let producer = Arc::new(producer);
-        let events = Arc::new(ProducerEvents::new(&producer).map_err(|e| {
-            KafkaError::ClientCreation(format!("the producer's event signal: {e}"))
-        })?);
-        tracker.serve_from(&events);
+        let inner = EventProducer::create(&config, ctx)?;
         if transactional_id.is_some() {
-            let p = producer.clone();
             let timeout = limits.transaction_timeout;
-            let init = tokio::task::spawn_blocking(move || p.init_transactions(timeout));
-            tracker
-                .serving(init)
-                .await
-                .map_err(|_| KafkaError::Canceled)??;
+            inner
+                .blocking(move |p| p.init_transactions(timeout))
+                .await??;
         }
         Ok(Self {
-            events,
-            producer,
-            tracker,
+            inner,
             transactional: transactional_id.is_some(),
             limits,
             in_transaction: false,
@@ -227,29 +213,29 @@ impl TargetWriter {
     }
 
     /// The producer, to send records (delivery opaque: a ticket of [`TargetWriter::tracker`]).
-    pub fn producer(&self) -> &Arc<TargetProducer> {
-        &self.producer
+    pub fn producer(&self) -> &Arc<DeliveryProducer> {
+        self.inner.producer()
     }
 
     /// The producer's event signal.
     pub fn events(&self) -> &Arc<ProducerEvents> {
-        &self.events
+        self.inner.events()
     }
 
     /// Serves the producer's queued events.
     pub fn serve(&self) {
-        self.events.serve();
+        self.events().serve();
     }
 
     /// Where the producer's delivery reports go.
     pub fn tracker(&self) -> &Tracker {
-        &self.tracker
+        self.inner.tracker()
     }
 
     /// The producer's fatal error, if it has one (e.g. fenced; then every later call fails
     /// and delivery reports only say "purged").
     pub fn fatal_error(&self) -> Option<(RDKafkaErrorCode, String)> {
-        self.producer.client().fatal_error()
+        self.inner.producer().client().fatal_error()
     }
 
     /// Whether this writer uses transactions.
@@ -265,7 +251,7 @@ impl TargetWriter {
     /// Opens a transaction (no-op without transactions).
     pub fn begin(&mut self) -> Result<(), KafkaError> {
         if self.transactional && !self.in_transaction {
-            self.producer.begin_transaction()?;
+            self.inner.producer().begin_transaction()?;
             self.in_transaction = true;
         }
         Ok(())
@@ -273,25 +259,22 @@ impl TargetWriter {
 
     /// Commits the open transaction (flushing it first); without transactions, flushes.
     pub async fn commit(&mut self) -> Result<(), KafkaError> {
-        let p = self.producer.clone();
         let timeout = if self.transactional {
             self.limits.commit_timeout
         } else {
             self.limits.transaction_timeout
         };
         let transactional = self.transactional;
-        let call = tokio::task::spawn_blocking(move || {
-            if transactional {
-                p.commit_transaction(timeout)
-            } else {
-                p.flush(timeout)
-            }
-        });
         let r = self
-            .tracker
-            .serving(call)
-            .await
-            .map_err(|_| KafkaError::Canceled)?;
+            .inner
+            .blocking(move |p| {
+                if transactional {
+                    p.commit_transaction(timeout)
+                } else {
+                    p.flush(timeout)
+                }
+            })
+            .await?;
         if r.is_ok() {
             self.in_transaction = false;
         }
@@ -303,14 +286,11 @@ impl TargetWriter {
         if !self.in_transaction {
             return Ok(());
         }
-        let p = self.producer.clone();
         let timeout = self.limits.transaction_timeout;
-        let call = tokio::task::spawn_blocking(move || p.abort_transaction(timeout));
         let r = self
-            .tracker
-            .serving(call)
-            .await
-            .map_err(|_| KafkaError::Canceled)?;
+            .inner
+            .blocking(move |p| p.abort_transaction(timeout))
+            .await?;
         if r.is_ok() {
             self.in_transaction = false;
         }

@@ -10,9 +10,9 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::BaseRecord;
 use tracing::{debug, error, info, warn};
 
-use super::super::delivery::GroupHandle;
 use super::send::{first_failure, send_waiting, Dispatched, MetaPending};
 use super::verdict::{self, commit_error_action, CommitAction, CommitPlan, Judgement, Verdict};
+use crate::kafka::delivery::GroupHandle;
 
 /// Commit attempts of one transaction before its outcome counts as unknown.
 const MAX_COMMIT_ATTEMPTS: u32 = 5;

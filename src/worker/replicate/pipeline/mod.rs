@@ -26,13 +26,13 @@ use tracing::{info, warn};
 
 use super::batch::{Batch, BatchLimits, BatchRecord};
 use super::engine::{EngineError, EngineSettings, Tuning};
-use super::events::ProducerEvents;
 use super::intake::{detach_record, headers_and_size};
 use super::partitions::PartitionTable;
 use super::writer::{classify_error, describe_error, ErrorClass, TargetWriter};
 use crate::api::{Delivery, MirrorFlowSpec};
 use crate::kafka::config::ClientProperties;
 use crate::kafka::context::LogContext;
+use crate::kafka::events::ProducerEvents;
 use crate::kafka::health::ClusterHealth;
 use crate::kafka::wire::{offset_syncs_topic, progress_topic};
 use crate::telemetry::metrics::{ErrorKind, WorkerMetrics};

@@ -13,11 +13,11 @@ use rdkafka::types::RDKafkaErrorCode;
 use tracing::debug;
 
 use super::super::batch::Batch;
-use super::super::delivery::{DeliveryReport, GroupHandle};
-use super::super::events::TargetProducer;
 use super::super::partitions::PartitionTable;
 use super::verdict::RecordFailure;
 use crate::api::TopicPartitionRef;
+use crate::kafka::delivery::{DeliveryReport, GroupHandle};
+use crate::kafka::events::DeliveryProducer;
 
 /// What was handed to the producer for one batch so far. Built by `dispatch`, or record by
 /// record while the batch is read (AtLeastOnce, pipelined: `Pipeline::on_message`).
@@ -164,7 +164,7 @@ pub fn first_failure(group: &GroupHandle, sent: usize) -> Option<RecordFailure> 
 /// Hands a record to the producer; if its queue is full (`target.config` may make it smaller
 /// than the batch window), waits for the queue to empty once and tries again.
 pub async fn send_waiting(
-    producer: &Arc<TargetProducer>,
+    producer: &Arc<DeliveryProducer>,
     record: BaseRecord<'_, [u8], [u8], usize>,
     timeout: Duration,
 ) -> Result<(), KafkaError> {
@@ -179,7 +179,7 @@ pub async fn send_waiting(
 }
 
 /// Sends everything queued in the producer now and waits for its reports (bounded).
-pub async fn flush(producer: &Arc<TargetProducer>, timeout: Duration) {
+pub async fn flush(producer: &Arc<DeliveryProducer>, timeout: Duration) {
     let p = producer.clone();
     let r = tokio::task::spawn_blocking(move || p.flush(timeout)).await;
     if let Ok(Err(e)) = r {

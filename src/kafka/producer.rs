@@ -1,0 +1,133 @@
+//! A producer without a polling thread: its events are served by the task that waits for
+//! them ([`ProducerEvents`]), its delivery reports collected per group ([`Tracker`]). The
+//! replication engine's writer, the heartbeats and the checkpoints use it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rdkafka::config::ClientConfig;
+use rdkafka::error::KafkaError;
+use rdkafka::producer::BaseRecord;
+use rdkafka::types::RDKafkaErrorCode;
+
+use crate::kafka::context::LogContext;
+use crate::kafka::delivery::{DeliveryContext, DeliveryReport, Tracker};
+use crate::kafka::events::{DeliveryProducer, ProducerEvents};
+
+/// A producer, its event signal and where its reports go.
+pub struct EventProducer {
+    // Before `producer`: dropped first, so librdkafka stops signalling before it goes.
+    events: Arc<ProducerEvents>,
+    producer: Arc<DeliveryProducer>,
+    tracker: Tracker,
+}
+
+/// One record for [`EventProducer::send_all`].
+#[derive(Debug, Clone, Copy)]
+pub struct Outgoing<'a> {
+    pub topic: &'a str,
+    pub partition: Option<i32>,
+    pub key: Option<&'a [u8]>,
+    pub value: Option<&'a [u8]>,
+    pub timestamp: Option<i64>,
+}
+
+impl EventProducer {
+    /// Creates the producer from `config`. Must run inside the tokio runtime.
+    pub fn create(config: &ClientConfig, ctx: LogContext) -> Result<Self, KafkaError> {
+        let tracker = Tracker::default();
+        let producer: DeliveryProducer =
+            config.create_with_context(DeliveryContext::new(ctx, tracker.clone()))?;
+        let producer = Arc::new(producer);
+        let events = Arc::new(ProducerEvents::new(&producer).map_err(|e| {
+            KafkaError::ClientCreation(format!("the producer's event signal: {e}"))
+        })?);
+        tracker.serve_from(&events);
+        Ok(Self {
+            events,
+            producer,
+            tracker,
+        })
+    }
+
+    /// The producer (delivery opaque: a ticket of [`EventProducer::tracker`]).
+    pub fn producer(&self) -> &Arc<DeliveryProducer> {
+        &self.producer
+    }
+
+    /// Where the delivery reports go.
+    pub fn tracker(&self) -> &Tracker {
+        &self.tracker
+    }
+
+    /// The event signal.
+    pub fn events(&self) -> &Arc<ProducerEvents> {
+        &self.events
+    }
+
+    /// Runs a blocking producer call (a transactional one, a flush) on the blocking pool,
+    /// serving the producer's events meanwhile (librdkafka waits for reports someone must
+    /// serve).
+    pub async fn blocking<T: Send + 'static>(
+        &self,
+        call: impl FnOnce(&DeliveryProducer) -> T + Send + 'static,
+    ) -> Result<T, KafkaError> {
+        let p = Arc::clone(&self.producer);
+        let task = tokio::task::spawn_blocking(move || call(&p));
+        self.tracker
+            .serving(task)
+            .await
+            .map_err(|_| KafkaError::Canceled)
+    }
+
+    /// Sends `records` and waits for their reports, at most `timeout` (a record not
+    /// acknowledged by then reports `MessageTimedOut`). A full queue waits for the records
+    /// sent so far. Reports are in the order of `records`.
+    pub async fn send_all(
+        &self,
+        records: &[Outgoing<'_>],
+        timeout: Duration,
+    ) -> Vec<DeliveryReport> {
+        let group = self.tracker.group(records.len());
+        let mut refused: Vec<Option<KafkaError>> = vec![None; records.len()];
+        let mut sent = 0;
+        let waited = tokio::time::timeout(timeout, async {
+            for (i, r) in records.iter().enumerate() {
+                let mut br = BaseRecord::with_opaque_to(r.topic, group.ticket(i));
+                br.partition = r.partition;
+                br.key = r.key;
+                br.payload = r.value;
+                br.timestamp = r.timestamp;
+                loop {
+                    match self.producer.send(br) {
+                        Ok(()) => sent += 1,
+                        Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                            group.expect(sent);
+                            group.complete().await;
+                            br = back;
+                            continue;
+                        }
+                        Err((e, _)) => refused[i] = Some(e),
+                    }
+                    break;
+                }
+            }
+            group.expect(sent);
+            group.complete().await;
+        })
+        .await;
+        let timed_out = waited.is_err();
+        (0..records.len())
+            .map(|i| match refused[i].take() {
+                Some(e) => Err(e),
+                None => group.take(i).unwrap_or_else(|| {
+                    Err(KafkaError::MessageProduction(if timed_out {
+                        RDKafkaErrorCode::MessageTimedOut
+                    } else {
+                        RDKafkaErrorCode::Fail
+                    }))
+                }),
+            })
+            .collect()
+    }
+}
