@@ -131,3 +131,87 @@ impl EventProducer {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdkafka::mocking::MockCluster;
+
+    fn outgoing(partition: i32, value: &[u8]) -> Outgoing<'_> {
+        Outgoing {
+            topic: "t",
+            partition: Some(partition),
+            key: None,
+            value: Some(value),
+            timestamp: None,
+        }
+    }
+
+    // Nobody polls a BaseProducer here: the reports arrive only if the waiting task serves
+    // them (else each record times out).
+    #[tokio::test]
+    async fn send_all_reports_each_record_in_order_served_by_the_waiting_task() {
+        let mock = MockCluster::new(1).expect("mock cluster");
+        mock.create_topic("t", 2, 1).expect("topic");
+        let mut config = ClientConfig::new();
+        config
+            .set("bootstrap.servers", mock.bootstrap_servers())
+            .set("message.max.bytes", "2000")
+            // A queue of two records: the rest of the group waits for room.
+            .set("queue.buffering.max.messages", "2");
+        let p = EventProducer::create(&config, LogContext::new("test")).expect("producer");
+        let big = vec![7u8; 5000];
+        let records = [
+            outgoing(0, b"a"),
+            outgoing(1, &big),
+            outgoing(0, b"b"),
+            outgoing(1, b"c"),
+            outgoing(0, b"d"),
+            outgoing(0, b"e"),
+        ];
+        let reports = p.send_all(&records, Duration::from_secs(20)).await;
+        let got: Vec<Result<i64, Option<RDKafkaErrorCode>>> = reports
+            .into_iter()
+            .map(|r| r.map_err(|e| e.rdkafka_error_code()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                Ok(0),
+                Err(Some(RDKafkaErrorCode::MessageSizeTooLarge)),
+                Ok(1),
+                Ok(0),
+                Ok(2),
+                Ok(3),
+            ]
+        );
+        // A second group on the same producer starts where the first left off.
+        let again = p
+            .send_all(&[outgoing(1, b"f")], Duration::from_secs(20))
+            .await;
+        assert_eq!(
+            again.into_iter().map(|r| r.ok()).collect::<Vec<_>>(),
+            vec![Some(1)]
+        );
+    }
+
+    #[tokio::test]
+    async fn records_never_acknowledged_report_a_timeout() {
+        let mock = MockCluster::new(1).expect("mock cluster");
+        mock.create_topic("t", 1, 1).expect("topic");
+        let mut config = ClientConfig::new();
+        config.set("bootstrap.servers", mock.bootstrap_servers());
+        let p = EventProducer::create(&config, LogContext::new("test")).expect("producer");
+        // The broker is down: nothing is acknowledged within the bound.
+        mock.broker_down(1).expect("broker down");
+        let reports = p
+            .send_all(&[outgoing(0, b"a")], Duration::from_millis(300))
+            .await;
+        assert!(matches!(
+            reports.as_slice(),
+            [Err(KafkaError::MessageProduction(
+                RDKafkaErrorCode::MessageTimedOut
+            ))]
+        ));
+    }
+}
