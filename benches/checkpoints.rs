@@ -256,7 +256,8 @@ spec:
     let mut tail_config = ClientConfig::new();
     tail_config.set("bootstrap.servers", &dst);
     let tail = TopicTail::new(&tail_config, "src.checkpoints.internal", "bench").expect("tail");
-    type Written = (TopicTail, HashMap<(String, i32), i64>);
+    /// Per (group, partition): the latest checkpoint's upstream offset and record timestamp.
+    type Written = (TopicTail, HashMap<(String, i32), (i64, i64)>);
     let written: std::sync::Arc<std::sync::Mutex<Written>> =
         std::sync::Arc::new(std::sync::Mutex::new((tail, HashMap::new())));
     // Per round: when each group's checkpoints (all partitions) were written, and when its
@@ -286,24 +287,35 @@ spec:
                         let _ = tail.catch_up(Duration::from_secs(30), |m| {
                             if let (Some(k), Some(v)) = (m.key(), m.payload()) {
                                 if let Ok(c) = wire::Checkpoint::decode(k, v) {
-                                    latest.insert((c.group, c.partition), c.upstream_offset);
+                                    let ts = m.timestamp().to_millis().unwrap_or(0);
+                                    latest.insert((c.group, c.partition), (c.upstream_offset, ts));
                                 }
                             }
                         });
-                        let at = t0.elapsed().as_secs_f64();
-                        let done: Vec<usize> = (0..groups.len())
-                            .filter(|g| {
-                                (0..partitions).all(|p| {
-                                    latest.get(&(groups[*g].clone(), p)) == Some(&offset(*g, p, r))
-                                })
+                        // When a group's last partition was written: its checkpoint records'
+                        // timestamps (the runner's clock, the bench's host), not when this
+                        // loop saw them (a catch-up over 100,000 records takes seconds).
+                        let t0_ms = jiff::Timestamp::now().as_millisecond()
+                            - t0.elapsed().as_millis() as i64;
+                        let done: Vec<(usize, f64)> = (0..groups.len())
+                            .filter_map(|g| {
+                                (0..partitions)
+                                    .map(|p| match latest.get(&(groups[g].clone(), p)) {
+                                        Some((o, ts)) if *o == offset(g, p, r) => Some(*ts),
+                                        _ => None,
+                                    })
+                                    .collect::<Option<Vec<i64>>>()
+                                    .map(|ts| {
+                                        let last = ts.into_iter().max().unwrap_or(t0_ms);
+                                        (g, (last - t0_ms).max(0) as f64 / 1000.0)
+                                    })
                             })
                             .collect();
-                        (done, at)
+                        done
                     })
                     .await;
                     bench_cpu += cpu;
-                    let (done, at) = seen_at;
-                    for g in done {
+                    for (g, at) in seen_at {
                         checkpointed.entry(g).or_insert(at);
                     }
                 }
