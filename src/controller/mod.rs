@@ -11,6 +11,7 @@ pub mod diff;
 pub mod error;
 pub mod events;
 pub mod leader;
+pub mod memo;
 pub mod metrics;
 pub mod overlap;
 pub mod reconcile;

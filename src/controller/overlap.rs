@@ -29,13 +29,14 @@
 //!   two writers are not.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::Arc;
 
 use regex_automata::dfa::{dense, Automaton, StartKind};
 use regex_automata::util::primitives::StateID;
 use regex_automata::util::start;
 use regex_automata::{Anchored, MatchKind};
 
+use super::memo::Memo;
 use crate::api::validate::full_match_regex;
 use crate::api::{MirrorFlowSpec, ReplicationPolicyType};
 
@@ -89,22 +90,11 @@ struct Selection {
 /// Compiled pattern lists, by list. Every reconcile compares its flow with each earlier one,
 /// and building the DFAs took 0.05-2 s of CPU per reconcile at 100 flows (the reconcilers'
 /// runtime starved); the lists rarely change, and flows share their exclude list.
-static COMPILED: LazyLock<Mutex<HashMap<Vec<String>, Compiled>>> = LazyLock::new(Default::default);
+static COMPILED: Memo<Vec<String>, Compiled> = Memo::new(4096);
 type Compiled = Result<Arc<dense::DFA<Vec<u32>>>, String>;
-/// Lists kept before the cache starts over (edited specs leave stale entries).
-const COMPILED_MAX: usize = 4096;
 
 fn compile(patterns: &[String]) -> Compiled {
-    if let Some(hit) = COMPILED.lock().expect("DFA cache lock").get(patterns) {
-        return hit.clone();
-    }
-    let built = build_dfa(patterns).map(Arc::new);
-    let mut cache = COMPILED.lock().expect("DFA cache lock");
-    if cache.len() >= COMPILED_MAX {
-        cache.clear();
-    }
-    cache.insert(patterns.to_vec(), built.clone());
-    built
+    COMPILED.get_or_compute(patterns, || build_dfa(patterns).map(Arc::new))
 }
 
 fn build_dfa(patterns: &[String]) -> Result<dense::DFA<Vec<u32>>, String> {
@@ -185,11 +175,8 @@ impl Selection {
 type PairKey = [(String, String, Vec<String>, Vec<String>); 2];
 
 /// Overlaps already decided, by what they depend on. A reconcile compares its flow with every
-/// earlier one, about twice a minute per flow: at 100 flows the searches alone kept the
-/// controller at 19 % of a core; pairs rarely change.
-static DECIDED: LazyLock<Mutex<HashMap<PairKey, Overlap>>> = LazyLock::new(Default::default);
-/// Pairs kept before the memo starts over (edited specs leave stale entries).
-const DECIDED_MAX: usize = 100_000;
+/// earlier one, about twice a minute per flow, and pairs rarely change.
+static DECIDED: Memo<PairKey, Overlap> = Memo::new(100_000);
 
 fn pair_key(a: &MirrorFlowSpec, b: &MirrorFlowSpec) -> PairKey {
     let of = |s: &MirrorFlowSpec| {
@@ -209,17 +196,7 @@ pub fn overlap(a: &MirrorFlowSpec, b: &MirrorFlowSpec) -> Overlap {
     if shared_addresses(&a.target.bootstrap_servers, &b.target.bootstrap_servers).is_empty() {
         return Overlap::Disjoint;
     }
-    let key = pair_key(a, b);
-    if let Some(hit) = DECIDED.lock().expect("overlap memo lock").get(&key) {
-        return hit.clone();
-    }
-    let decided = decide(a, b);
-    let mut memo = DECIDED.lock().expect("overlap memo lock");
-    if memo.len() >= DECIDED_MAX {
-        memo.clear();
-    }
-    memo.insert(key, decided.clone());
-    decided
+    DECIDED.get_or_compute(&pair_key(a, b), || decide(a, b))
 }
 
 fn decide(a: &MirrorFlowSpec, b: &MirrorFlowSpec) -> Overlap {

@@ -47,6 +47,7 @@ use super::build::{
 use super::diff::{applied_hash, unchanged, APPLIED_HASH_ANNOTATION};
 use super::error::{Error, ErrorCategory};
 use super::events::{checkpoint_events, flow_events, EventSeverity, StatusEvent};
+use super::memo::Memo;
 use super::metrics::{Metrics, CHECKPOINT, FLOW};
 use super::overlap::{first_collision, FlowEntry};
 use crate::api::status::{
@@ -467,24 +468,13 @@ pub async fn reconcile_flow(flow: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<
 /// every flow, and compiling their topic patterns again was half the controller's CPU at 100
 /// flows (perf); a spec changes only with its generation.
 fn peer_valid(f: &MirrorFlow) -> bool {
-    static VALID: std::sync::LazyLock<
-        std::sync::Mutex<std::collections::HashMap<(String, i64), bool>>,
-    > = std::sync::LazyLock::new(Default::default);
-    let (Some(uid), Some(generation)) = (&f.metadata.uid, f.metadata.generation) else {
-        return validate_flow(&f.spec).is_ok();
-    };
-    let key = (uid.clone(), generation);
-    if let Some(v) = VALID.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
-        return *v;
+    static VALID: Memo<(String, i64), bool> = Memo::new(10_000);
+    match (&f.metadata.uid, f.metadata.generation) {
+        (Some(uid), Some(generation)) => VALID.get_or_compute(&(uid.clone(), generation), || {
+            validate_flow(&f.spec).is_ok()
+        }),
+        _ => validate_flow(&f.spec).is_ok(),
     }
-    let valid = validate_flow(&f.spec).is_ok();
-    let mut known = VALID.lock().unwrap_or_else(|p| p.into_inner());
-    // Deleted flows and old generations leave entries: start over now and then.
-    if known.len() >= 10_000 {
-        known.clear();
-    }
-    known.insert(key, valid);
-    valid
 }
 
 /// Ready's message when `flow` would write a target topic that an earlier flow (any watched
