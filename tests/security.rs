@@ -638,6 +638,22 @@ async fn acl_sync_runs_on_nisshi_and_its_calls_and_store_reach_the_broker() {
     );
 }
 
+/// A flow from a plaintext source to the TLS + SCRAM-SHA-512 target (Secrets `target-ca`
+/// and `target-user`) with an OffsetCheckpoint for group `billing`, all every second.
+fn tls_scram_target_flow(name: &str, src: &str, tgt: &str) -> String {
+    format!(
+        "apiVersion: mirrorflow.io/v1alpha1\nkind: MirrorFlow\nmetadata: {{name: {name}}}\nspec:\n  \
+         source: {{alias: dc1, bootstrapServers: '{src}'}}\n  \
+         target:\n    alias: dc2\n    bootstrapServers: '{tgt}'\n    \
+         tls: {{ca: {{secretName: target-ca, key: ca.crt}}}}\n    \
+         sasl: {{mechanism: SCRAM-SHA-512, credentials: {{secretName: target-user}}}}\n  \
+         topics: {{include: [orders], refreshIntervalSeconds: 1}}\n  delivery: AtLeastOnce\n\
+         ---\napiVersion: mirrorflow.io/v1alpha1\nkind: OffsetCheckpoint\nmetadata: {{name: billing}}\n\
+         spec:\n  flowRef: {{name: {name}}}\n  groups: {{include: [billing], refreshIntervalSeconds: 1}}\n  \
+         intervalSeconds: 1\n"
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rotated_ca_and_password_are_picked_up_without_a_restart_or_position_loss() {
     let dir = tempfile::tempdir().unwrap();
@@ -661,21 +677,7 @@ async fn rotated_ca_and_password_are_picked_up_without_a_restart_or_position_los
     )
     .unwrap();
     let flow = dir.path().join("flow.yaml");
-    std::fs::write(
-        &flow,
-        format!(
-            "apiVersion: mirrorflow.io/v1alpha1\nkind: MirrorFlow\nmetadata: {{name: rotating}}\nspec:\n  \
-             source: {{alias: dc1, bootstrapServers: '{src}'}}\n  \
-             target:\n    alias: dc2\n    bootstrapServers: '{tgt}'\n    \
-             tls: {{ca: {{secretName: target-ca, key: ca.crt}}}}\n    \
-             sasl: {{mechanism: SCRAM-SHA-512, credentials: {{secretName: target-user}}}}\n  \
-             topics: {{include: [orders], refreshIntervalSeconds: 1}}\n  delivery: AtLeastOnce\n\
-             ---\napiVersion: mirrorflow.io/v1alpha1\nkind: OffsetCheckpoint\nmetadata: {{name: billing}}\n\
-             spec:\n  flowRef: {{name: rotating}}\n  groups: {{include: [billing], refreshIntervalSeconds: 1}}\n  \
-             intervalSeconds: 1\n"
-        ),
-    )
-    .unwrap();
+    std::fs::write(&flow, tls_scram_target_flow("rotating", &src, &tgt)).unwrap();
     let worker = Standalone::start(&standalone_args(&flow, &secrets), Vec::new());
     let mut total = 0usize;
     // Timestamps of now: nisshi's SQLite storage applies retention when it restarts, and
@@ -812,19 +814,85 @@ async fn rotated_ca_and_password_are_picked_up_without_a_restart_or_position_los
         }
         c.commit(&tpl, CommitMode::Sync).unwrap();
     }
+    wait_target_group(&tgt, &group_at, "after both rotations").await;
+    worker.stop().await;
+}
+
+/// Waits (bounded) until the target group `billing` has `want` on `dc1.orders`.
+async fn wait_target_group(tgt: &str, want: &BTreeMap<i32, i64>, what: &str) {
     let deadline = Instant::now() + WAIT;
     loop {
-        let c = committed(&tgt, "billing", "dc1.orders");
-        if c.len() == group_at.len() {
-            assert_eq!(c, group_at, "translated offsets after both rotations");
-            break;
+        let c = committed(tgt, "billing", "dc1.orders");
+        if c.len() == want.len() {
+            assert_eq!(&c, want, "translated offsets {what}");
+            return;
         }
         assert!(
             Instant::now() < deadline,
-            "target group not synced after the rotations; have {c:?}"
+            "target group not synced {what}; have {c:?}"
         );
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
+}
+
+/// A worker started with a wrong target password: once the Secret is fixed, replication
+/// and the checkpoint runner both start with it (the runner used to retry its start-up
+/// with the Secrets it was built with, for ever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_fixed_while_the_worker_cannot_connect_is_picked_up_by_every_part() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new("target ca");
+    let Some(source) = brokers::broker_or_skip(BrokerKind::Nisshi).await else {
+        return;
+    };
+    let Some(target) = tls_scram_target(dir.path(), &ca).await else {
+        return;
+    };
+    let (src, tgt) = (source.bootstrap_servers(), target.bootstrap_servers());
+    brokers::create_topic(&src, "orders", PARTITIONS, &[])
+        .await
+        .unwrap();
+    let produced = records("a", PARTITIONS, 20);
+    brokers::produce(&src, "orders", &produced).await.unwrap();
+    let group_at: BTreeMap<i32, i64> = [(0, 15), (1, 13)].into_iter().collect();
+    {
+        let c = group_consumer(&src, "billing");
+        let mut tpl = TopicPartitionList::new();
+        for (p, o) in &group_at {
+            tpl.add_partition_offset("orders", *p, Offset::Offset(*o))
+                .unwrap();
+        }
+        c.commit(&tpl, CommitMode::Sync).unwrap();
+    }
+    let secrets = secrets_dir(dir.path());
+    write_secret(&secrets, "target-ca", &[("ca.crt", ca.pem.as_bytes())]).unwrap();
+    write_secret(
+        &secrets,
+        "target-user",
+        &[("username", b"mirror"), ("password", b"not-the-password")],
+    )
+    .unwrap();
+    let flow = dir.path().join("flow.yaml");
+    std::fs::write(&flow, tls_scram_target_flow("fixed", &src, &tgt)).unwrap();
+    let worker = Standalone::start(&standalone_args(&flow, &secrets), Vec::new());
+    wait_http(
+        worker.addr,
+        "/status",
+        "authentication failure reported",
+        |b| b.contains("target cluster dc2: authentication failed"),
+    )
+    .await;
+    write_secret(
+        &secrets,
+        "target-user",
+        &[("username", b"mirror"), ("password", b"tgt-mirror-pw")],
+    )
+    .unwrap();
+    wait_topic(&tgt, "dc1.orders").await;
+    let s = read_n(&src, "orders", produced.len()).await;
+    let t = read_n(&tgt, "dc1.orders", produced.len()).await;
+    assert_same(&s, &t, "after the password Secret was fixed");
+    wait_target_group(&tgt, &group_at, "after the password Secret was fixed").await;
     worker.stop().await;
 }
 

@@ -222,8 +222,11 @@ impl CheckpointRunner {
         let mut shutdown = shutdown.as_mut();
         let mut startup = None;
         while startup.is_none() {
+            // Secrets that change while starting restart with them: a start that fails on a
+            // wrong password or CA would otherwise retry with it for ever.
             tokio::select! {
                 _ = &mut shutdown => return Ok(Ended::Shutdown),
+                _ = crate::kafka::secrets::rotated(secrets) => return Ok(Ended::Rotated),
                 r = self.start() => match r {
                     Ok(s) => startup = Some(s),
                     Err(e) => {
@@ -231,6 +234,7 @@ impl CheckpointRunner {
                         self.state_tx.send_modify(|s| s.startup_error = Some(e));
                         tokio::select! {
                             _ = &mut shutdown => return Ok(Ended::Shutdown),
+                            _ = crate::kafka::secrets::rotated(secrets) => return Ok(Ended::Rotated),
                             _ = tokio::time::sleep(STARTUP_RETRY) => {}
                         }
                     }
@@ -331,8 +335,11 @@ impl CheckpointRunner {
                 // A cycle stopped half-way is harmless: written checkpoints are reloaded
                 // at the next start, and commits never move a group backwards.
                 let mut offer = None;
+                // Secrets that change mid-cycle cut it short too: against a cluster that
+                // refuses the old ones, each of its calls would wait out its timeout first.
                 let outcome = tokio::select! {
                     _ = &mut shutdown => return Ok(Ended::Shutdown),
+                    _ = crate::kafka::secrets::rotated(secrets) => return Ok(Ended::Rotated),
                     r = worker.cycle(self, &name, cp, &groups, &mut offer) => r,
                 };
                 let outcome = (outcome, offer);

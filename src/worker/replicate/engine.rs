@@ -255,8 +255,15 @@ impl Engine {
         while !self.start_step().await? {
             let delay = self.pipeline.retry.next_delay();
             self.publish();
+            // Secrets that changed (also during the failed step) take effect before the next
+            // attempt: a start that fails on a wrong password or CA must not retry with it.
             tokio::select! {
                 _ = shutdown.as_mut() => return Ok(false),
+                side = crate::kafka::secrets::rotated(&mut self.secrets), if self.secrets.is_some() => {
+                    if !self.rotate(side, shutdown).await? {
+                        return Ok(false);
+                    }
+                }
                 _ = tokio::time::sleep(delay) => {}
             }
         }

@@ -50,6 +50,16 @@ fn admin_options(timeout: Duration) -> AdminOptions {
         .operation_timeout(Some(timeout))
 }
 
+/// Serves a metadata client's queued events after a failed call, so that its context
+/// classifies the client errors behind it: nothing else polls this client, and a refused
+/// password or an untrusted certificate would only show as the call's transport failure
+/// (`kafka::health`). Bounded: a poll that serves a log event also returns nothing.
+fn serve_errors(client: &BaseConsumer<LogContext>) {
+    for _ in 0..64 {
+        let _ = client.poll(Duration::ZERO);
+    }
+}
+
 /// A blocking librdkafka call that fails with a message, on tokio's blocking pool.
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, String> + Send + 'static,
@@ -77,9 +87,10 @@ pub async fn list_topics_with_replicas(
 ) -> Result<BTreeMap<String, (i32, i32)>, String> {
     let client = client.clone();
     blocking(move || {
-        let md = client
-            .fetch_metadata(None, timeout)
-            .map_err(|e| format!("fetch metadata: {e}"))?;
+        let md = client.fetch_metadata(None, timeout).map_err(|e| {
+            serve_errors(&client);
+            format!("fetch metadata: {e}")
+        })?;
         let n = |v: usize| i32::try_from(v).unwrap_or(i32::MAX);
         Ok(md
             .topics()
@@ -119,9 +130,10 @@ pub async fn watermarks(
                 tpl.add_partition_offset(t, *p, at)
                     .map_err(|e| format!("list offsets of {t}/{p}: {e}"))?;
             }
-            client
-                .offsets_for_times(tpl, timeout)
-                .map_err(|e| format!("list offsets of {} partitions: {e}", partitions.len()))
+            client.offsets_for_times(tpl, timeout).map_err(|e| {
+                serve_errors(&client);
+                format!("list offsets of {} partitions: {e}", partitions.len())
+            })
         })
     };
     let (low, high) = futures::try_join!(list(Offset::Beginning), list(Offset::End))?;
