@@ -25,7 +25,7 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use super::ffi::{admin_options, code_text, error_text, queue, Handle};
-use super::group_client::{GroupClient, Unavailable};
+use super::group_client::{GroupClient, Lanes, Unavailable};
 
 /// Environment switch: `0` keeps every group call on librdkafka (one group per request).
 pub const DIRECT_GROUP_CALLS_ENV: &str = "MIRRORFLOW_DIRECT_GROUP_CALLS";
@@ -119,7 +119,7 @@ impl GroupAdmin {
             .create()
             .map_err(|e| format!("{what}: create admin client: {e}"))?;
         let direct = batching
-            .then(|| GroupClient::for_config(config, timeout))
+            .then(|| GroupClient::for_config(config, timeout, Lanes::default()))
             .flatten();
         Ok(Self {
             admin,

@@ -34,10 +34,35 @@ pub const MAX_LANES: usize = 4;
 /// Commits per extra connection: a handful of groups is not worth a connection.
 const COMMITS_PER_LANE: usize = 256;
 
-/// Connections to use for `requests` requests when each connection should carry at least
-/// `per_lane` of them: between 1 and [`MAX_LANES`].
-pub fn lanes_for(requests: usize, per_lane: usize) -> usize {
-    (requests / per_lane.max(1)).clamp(1, MAX_LANES)
+/// How a call's requests are spread over connections per coordinator; the production
+/// values are [`Lanes::default`] (tests lower them to reach several connections with few
+/// groups).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lanes {
+    /// Connections per coordinator at most.
+    pub max: usize,
+    /// Commits per connection before another one is opened.
+    pub commits_per_lane: usize,
+    /// Groups per OffsetFetch request (each request is worth a connection of its own).
+    pub groups_per_fetch: usize,
+}
+
+impl Default for Lanes {
+    fn default() -> Self {
+        Self {
+            max: MAX_LANES,
+            commits_per_lane: COMMITS_PER_LANE,
+            groups_per_fetch: MAX_GROUPS_PER_FETCH,
+        }
+    }
+}
+
+impl Lanes {
+    /// Connections to use for `requests` requests when each connection should carry at
+    /// least `per_lane` of them: between 1 and `max`.
+    pub fn lanes_for(&self, requests: usize, per_lane: usize) -> usize {
+        (requests / per_lane.max(1)).clamp(1, self.max.max(1))
+    }
 }
 
 /// This path cannot serve the call; use librdkafka's.
@@ -64,6 +89,7 @@ pub struct GroupClient {
     bootstrap: Vec<String>,
     client_id: String,
     timeout: Duration,
+    lanes: Lanes,
     state: Mutex<State>,
 }
 
@@ -79,7 +105,7 @@ enum Answer<T> {
 impl GroupClient {
     /// A client for the cluster of `config`, or `None` when its connections need TLS or SASL
     /// (or it has no bootstrap servers).
-    pub fn for_config(config: &ClientConfig, timeout: Duration) -> Option<Self> {
+    pub fn for_config(config: &ClientConfig, timeout: Duration, lanes: Lanes) -> Option<Self> {
         let plaintext = config
             .get("security.protocol")
             .is_none_or(|s| s.eq_ignore_ascii_case("plaintext"));
@@ -94,6 +120,7 @@ impl GroupClient {
             bootstrap,
             client_id: config.get("client.id").unwrap_or("mirrorflow").to_string(),
             timeout,
+            lanes,
             state: Mutex::new(State::default()),
         })
     }
@@ -112,11 +139,11 @@ impl GroupClient {
         self.many(
             &mut st,
             groups,
-            MAX_GROUPS_PER_FETCH,
+            self.lanes.groups_per_fetch,
             |st, coord, batches| {
                 let bodies: Vec<Vec<u8>> =
                     batches.iter().map(|b| p::offset_fetch_body(b)).collect();
-                let lanes = lanes_for(bodies.len(), 1);
+                let lanes = self.lanes.lanes_for(bodies.len(), 1);
                 let answers = self.call(
                     st,
                     coord,
@@ -180,7 +207,9 @@ impl GroupClient {
                 .iter()
                 .map(|g| p::offset_commit_body(g, offsets[g.as_str()]))
                 .collect();
-            let lanes = lanes_for(bodies.len(), COMMITS_PER_LANE);
+            let lanes = self
+                .lanes
+                .lanes_for(bodies.len(), self.lanes.commits_per_lane);
             let answers = self.call(
                 st,
                 coord,
@@ -600,6 +629,7 @@ fn pipeline(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeSet;
 
     #[test]
     fn lanes_table() {
@@ -616,10 +646,210 @@ mod tests {
         ];
         for (requests, per_lane, want) in cases {
             assert_eq!(
-                lanes_for(requests, per_lane),
+                Lanes::default().lanes_for(requests, per_lane),
                 want,
                 "{requests} requests, {per_lane} per lane"
             );
+        }
+    }
+
+    /// Against a broker (testkit feature): lanes lowered so that few groups take the
+    /// several-connection path of commits and fetches.
+    #[cfg(feature = "testkit")]
+    mod on_broker {
+        use super::*;
+        use crate::testkit::brokers::{broker_or_skip, create_topic, BrokerKind, LocalBroker};
+
+        /// 40 commits at 8 per lane: 4 connections; 40 groups at 5 per fetch: 8 fetches on
+        /// 4 connections.
+        const LOW: Lanes = Lanes {
+            max: 4,
+            commits_per_lane: 8,
+            groups_per_fetch: 5,
+        };
+        const GROUPS: usize = 40;
+
+        /// Every group its own offsets, so that an answer given to the wrong group shows.
+        fn offsets(g: usize, bump: i64) -> Vec<GroupOffset> {
+            (0..2)
+                .map(|p| GroupOffset {
+                    topic: "t".into(),
+                    partition: p,
+                    offset: (g * 100) as i64 + i64::from(p) + bump,
+                    metadata: String::new(),
+                })
+                .collect()
+        }
+
+        fn commits(bump: i64) -> Vec<(String, Vec<GroupOffset>)> {
+            (0..GROUPS)
+                .map(|g| (format!("g{g:02}"), offsets(g, bump)))
+                .collect()
+        }
+
+        async fn broker() -> Option<LocalBroker> {
+            let broker = broker_or_skip(BrokerKind::Nisshi).await?;
+            create_topic(&broker.bootstrap_servers(), "t", 2, &[])
+                .await
+                .unwrap();
+            Some(broker)
+        }
+
+        fn client_of(broker: &LocalBroker) -> GroupClient {
+            let mut c = ClientConfig::new();
+            c.set("bootstrap.servers", broker.bootstrap_servers());
+            GroupClient::for_config(&c, Duration::from_secs(30), LOW).unwrap()
+        }
+
+        /// Each group's committed offsets by partition (nisshi answers OffsetFetch v8 without
+        /// the commit metadata, so only offsets are compared).
+        fn read(client: &GroupClient, groups: &[String]) -> Vec<Vec<(i32, i64)>> {
+            client
+                .list_offsets(groups)
+                .unwrap()
+                .into_iter()
+                .zip(groups)
+                .map(|(r, g)| {
+                    let mut v: Vec<(i32, i64)> = r
+                        .unwrap_or_else(|e| panic!("read {g}: {e}"))
+                        .into_iter()
+                        .map(|o| (o.partition, o.offset))
+                        .collect();
+                    v.sort();
+                    v
+                })
+                .collect()
+        }
+
+        fn want(g: usize, bump: i64) -> Vec<(i32, i64)> {
+            offsets(g, bump)
+                .into_iter()
+                .map(|o| (o.partition, o.offset))
+                .collect()
+        }
+
+        /// The connections open to the coordinator of `group`, by lane.
+        fn lanes_open(client: &GroupClient, group: &str) -> BTreeSet<usize> {
+            let st = client.lock();
+            let c = &st.coordinators[group];
+            let addr = format!("{}:{}", c.host, c.port);
+            st.conns
+                .keys()
+                .filter(|(a, _)| *a == addr)
+                .map(|(_, lane)| *lane)
+                .collect()
+        }
+
+        /// Shuts down connection `lane` to the coordinator of the groups (all on one broker).
+        fn break_lane(st: &State, lane: usize) {
+            let c = &st.coordinators["g00"];
+            let addr = format!("{}:{}", c.host, c.port);
+            st.conns[&(addr, lane)]
+                .stream
+                .shutdown(std::net::Shutdown::Both)
+                .unwrap();
+        }
+
+        #[tokio::test(flavor = "multi_thread")]
+        async fn many_groups_over_several_connections_keep_their_own_answers() {
+            let Some(broker) = broker().await else {
+                return;
+            };
+            let client = client_of(&broker);
+            // One group's commit is refused (a topic the broker does not know); it sits in
+            // the third lane's share, so its answer must come back to it and only to it.
+            let refused = 25;
+            let mut commits = commits(0);
+            commits[refused].1[0].topic = "missing".into();
+            let mut names: Vec<String> = commits.iter().map(|(g, _)| g.clone()).collect();
+            tokio::task::block_in_place(|| {
+                let results = client.commit_offsets(&commits).unwrap();
+                assert_eq!(lanes_open(&client, "g00"), BTreeSet::from([0, 1, 2, 3]));
+                for (g, r) in results.iter().enumerate() {
+                    if g == refused {
+                        let e = r.as_ref().expect_err("commit to an unknown topic");
+                        assert!(e.contains("\"g25\"") && e.contains("missing/0"), "{e}");
+                    } else {
+                        assert!(r.is_ok(), "group {g}: {r:?}");
+                    }
+                }
+                names.push("never".into());
+                // A client of its own, so that the connections it opens are the fetches'.
+                let reader = client_of(&broker);
+                let got = read(&reader, &names);
+                assert_eq!(lanes_open(&reader, "g00"), BTreeSet::from([0, 1, 2, 3]));
+                for (g, got) in got.iter().enumerate() {
+                    let want = match g {
+                        // Partitions are committed one by one: its other one stands.
+                        _ if g == refused => vec![want(g, 0)[1]],
+                        GROUPS => vec![],
+                        _ => want(g, 0),
+                    };
+                    assert_eq!(got, &want, "group {}", names[g]);
+                }
+            });
+        }
+
+        #[tokio::test(flavor = "multi_thread")]
+        async fn a_failed_connection_fails_only_its_own_groups() {
+            let Some(broker) = broker().await else {
+                return;
+            };
+            let client = client_of(&broker);
+            let names: Vec<String> = commits(0).into_iter().map(|(g, _)| g).collect();
+            tokio::task::block_in_place(|| {
+                assert!(client
+                    .commit_offsets(&commits(0))
+                    .unwrap()
+                    .iter()
+                    .all(Result::is_ok));
+                assert_eq!(lanes_open(&client, "g00"), BTreeSet::from([0, 1, 2, 3]));
+                // Lane 2 (groups 20-29, a contiguous quarter) loses its connection.
+                let mut st = client.lock();
+                break_lane(&st, 2);
+                let coord = st.coordinators["g00"].clone();
+                let bodies: Vec<Vec<u8>> = commits(1)
+                    .iter()
+                    .map(|(g, o)| p::offset_commit_body(g, o))
+                    .collect();
+                let answers = client
+                    .call(
+                        &mut st,
+                        &coord,
+                        OFFSET_COMMIT,
+                        OFFSET_COMMIT_VERSION,
+                        &bodies,
+                        LOW.max,
+                    )
+                    .unwrap();
+                drop(st);
+                assert_eq!(answers.len(), GROUPS);
+                for (g, a) in answers.iter().enumerate() {
+                    match a {
+                        Err(e) => assert!((20..30).contains(&g), "group {g}: {e}"),
+                        Ok(body) => {
+                            assert!(!(20..30).contains(&g), "group {g} answered");
+                            let parts = p::decode_offset_commit(body).unwrap();
+                            assert!(parts.iter().all(|(_, _, e)| *e == p::code::NONE));
+                        }
+                    }
+                }
+                let bumped = |g: usize| if (20..30).contains(&g) { 0 } else { 1 };
+                for (g, got) in read(&client, &names).iter().enumerate() {
+                    assert_eq!(got, &want(g, bumped(g)), "group {g}");
+                }
+                // Through `commit_offsets`, the groups of a failed connection are looked up
+                // again and retried: nothing is lost. (The read above reopened lane 2.)
+                break_lane(&client.lock(), 2);
+                assert!(client
+                    .commit_offsets(&commits(2))
+                    .unwrap()
+                    .iter()
+                    .all(Result::is_ok));
+                for (g, got) in read(&client, &names).iter().enumerate() {
+                    assert_eq!(got, &want(g, 2), "group {g}");
+                }
+            });
         }
     }
 }

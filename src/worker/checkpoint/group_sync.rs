@@ -1,29 +1,36 @@
-//! The group offset sync beside the checkpoint cycle, as pure decisions.
+//! The group sync: commits the checkpoints in force to the target groups, in a loop beside
+//! the checkpoint cycles (`run_group_syncs`, in the runner's task).
 //!
-//! Committing translated offsets to the target groups takes longer than the rest of a cycle
-//! at scale (10,000 groups: about 10 s on one connection against 3-4 s for reading,
-//! translating and writing the checkpoints), so it runs as its own loop and never delays
-//! the next cycle. Each cycle hands its plans over through a [`Mailbox`]: one slot per
-//! OffsetCheckpoint holding only the newest plans. A sync still running when newer plans
-//! arrive is followed by a sync of the newest, never by a backlog of older ones, so a sync
-//! is at most one plan behind and memory holds at most two plans per checkpoint.
+//! Committing takes longer than the rest of a cycle at scale (10,000 groups: about 10 s on
+//! one connection against 3-4 s for reading, translating and writing the checkpoints), so it
+//! never delays the next cycle. Each cycle hands its plans over through a [`Mailbox`]: one
+//! slot per OffsetCheckpoint holding only the newest plans, so a sync is at most one plan
+//! behind (never a backlog) and memory holds at most two plans per checkpoint.
 //!
-//! Safety is the same as when the sync ran inside the cycle: the plans are checkpoints in
-//! force (safe translations, never past what was replicated), and right before committing
-//! the sync lists the target's groups (active members: left alone) and reads their committed
-//! offsets (never moved backwards; `plan::plan_group_sync`).
+//! Safety: the plans are checkpoints in force (safe translations, never past what was
+//! replicated), and right before committing the sync lists the target's groups (active
+//! members: left alone, retried with the next plans) and reads their committed offsets
+//! (never moved backwards; `plan::plan_group_sync`).
 //!
 //! Who reports what: a group's `NoOffsetSync` failure comes from the cycle, its
 //! `ActiveOnTarget` and `CommitFailed` failures and its `synced` flag from the sync
 //! ([`sync_owned`]); each side replaces only its own ([`merge_owned_failures`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Instant;
 
 use jiff::Timestamp;
+use tokio::sync::watch;
 
 use crate::api::GroupFailureReason;
+use crate::kafka::admin::{GroupAdmin, GroupOffset};
+use crate::kafka::blocking;
 
-use super::status::{merge_failures, FailureState};
+use super::metrics::CheckpointMetrics;
+use super::plan::{classify_commit_error, plan_group_sync, GroupPlan, SyncPlan};
+use super::status::{merge_failures, FailureState, RunnerState};
 
 /// The newest plans per OffsetCheckpoint waiting for the group sync (module docs).
 #[derive(Debug)]
@@ -106,6 +113,220 @@ pub fn merge_owned_failures(
     out.extend(merge_failures(previous, current, now));
     out.sort_by_key(|f| sync_owned(f.reason));
     out
+}
+
+/// Commits the checkpoints in force to the target groups that have no active members.
+/// Per group: `Ok(true)` synced (committed or already there), `Ok(false)` nothing to do,
+/// `Err` refused or failed.
+async fn sync_groups(
+    target: &Arc<GroupAdmin>,
+    metrics: &CheckpointMetrics,
+    name: &str,
+    plans: &[GroupPlan],
+    skip: &BTreeSet<String>,
+) -> Result<SyncResults, String> {
+    let mut out = HashMap::new();
+    if !plans
+        .iter()
+        .any(|p| !skip.contains(&p.group) && p.checkpointed() > 0)
+    {
+        return Ok(out);
+    }
+    let admin = target;
+    let target = admin.clone();
+    let listing = blocking(move || target.list_groups()).await??;
+    let members: HashMap<String, u32> = listing.into_iter().map(|g| (g.group, g.members)).collect();
+    let mut candidates: Vec<&GroupPlan> = Vec::new();
+    for plan in plans {
+        if skip.contains(&plan.group) || plan.checkpointed() == 0 {
+            continue;
+        }
+        match members.get(&plan.group) {
+            Some(&m) if m > 0 => {
+                runner_refused(metrics, name);
+                out.insert(
+                        plan.group.clone(),
+                        Err((
+                            GroupFailureReason::ActiveOnTarget,
+                            format!("the group has {m} active member(s) on the target; its offsets are left alone (retried next interval)"),
+                        )),
+                    );
+            }
+            _ => candidates.push(plan),
+        }
+    }
+    let target = admin.clone();
+    let names: Vec<String> = candidates.iter().map(|p| p.group.clone()).collect();
+    let committed = blocking(move || target.list_offsets(&names)).await?;
+    let mut commits: Vec<(String, Vec<GroupOffset>)> = Vec::new();
+    for (plan, c) in candidates.iter().zip(committed) {
+        let committed: HashMap<(String, i32), i64> = match c {
+            Ok(offs) => offs
+                .into_iter()
+                .map(|o| ((o.topic, o.partition), o.offset))
+                .collect(),
+            Err(e) => {
+                out.insert(
+                    plan.group.clone(),
+                    Err((GroupFailureReason::CommitFailed, e)),
+                );
+                continue;
+            }
+        };
+        match plan_group_sync(plan, members.get(&plan.group).copied(), &committed) {
+            SyncPlan::Commit(offsets) => commits.push((plan.group.clone(), offsets)),
+            SyncPlan::UpToDate => {
+                out.insert(plan.group.clone(), Ok(true));
+            }
+            SyncPlan::Nothing => {
+                out.insert(plan.group.clone(), Ok(false));
+            }
+            SyncPlan::Refused { members } => {
+                runner_refused(metrics, name);
+                out.insert(
+                        plan.group.clone(),
+                        Err((
+                            GroupFailureReason::ActiveOnTarget,
+                            format!("the group has {members} active member(s) on the target; its offsets are left alone (retried next interval)"),
+                        )),
+                    );
+            }
+        }
+    }
+    let target = admin.clone();
+    let to_commit = commits.clone();
+    let results = blocking(move || target.alter_offsets(&to_commit)).await?;
+    for ((group, _), r) in commits.iter().zip(results) {
+        match r {
+            Ok(()) => {
+                metrics.groups_synced.with_label_values(&[name]).inc();
+                out.insert(group.clone(), Ok(true));
+            }
+            Err(e) => {
+                let reason = classify_commit_error(&e);
+                if reason == GroupFailureReason::ActiveOnTarget {
+                    runner_refused(metrics, name);
+                } else {
+                    metrics.commit_failures.with_label_values(&[name]).inc();
+                }
+                out.insert(group.clone(), Err((reason, e)));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Per group: `Ok(synced)`, or the refusal or failure.
+type SyncResults = HashMap<String, Result<bool, (GroupFailureReason, String)>>;
+
+/// One cycle's plans for the group sync.
+pub(super) struct SyncOffer {
+    pub(super) plans: Vec<GroupPlan>,
+    /// Groups whose checkpoints were not written this cycle: not synced from these plans.
+    pub(super) skip: BTreeSet<String>,
+}
+
+/// Where cycles leave their plans for the group sync (a [`Mailbox`]).
+#[derive(Default)]
+pub(super) struct Handoff {
+    mailbox: std::sync::Mutex<Mailbox<SyncOffer>>,
+    arrived: tokio::sync::Notify,
+}
+
+impl Handoff {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Mailbox<SyncOffer>> {
+        self.mailbox.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Returns whether unsynced plans were superseded.
+    pub(super) fn offer(&self, checkpoint: &str, offer: SyncOffer) -> bool {
+        let superseded = self.lock().offer(checkpoint, offer);
+        // Stores a permit when the sync is busy, so it looks again when done.
+        self.arrived.notify_one();
+        superseded
+    }
+
+    pub(super) fn retain(&self, keep: impl Fn(&str) -> bool) {
+        self.lock().retain(keep);
+    }
+
+    async fn next(&self) -> (String, SyncOffer) {
+        loop {
+            if let Some(next) = self.lock().take() {
+                return next;
+            }
+            self.arrived.notified().await;
+        }
+    }
+}
+
+/// The group sync (module docs), beside the cycles: syncs the newest plans of each
+/// checkpoint, one checkpoint at a time, and reports per group in `state`. Never returns.
+pub(super) async fn run_group_syncs(
+    flow_name: &str,
+    target: Arc<GroupAdmin>,
+    handoff: &Handoff,
+    metrics: &CheckpointMetrics,
+    state: &watch::Sender<RunnerState>,
+) -> Infallible {
+    loop {
+        let (name, offer) = handoff.next().await;
+        let t0 = Instant::now();
+        let result = sync_groups(&target, metrics, &name, &offer.plans, &offer.skip).await;
+        let took = t0.elapsed();
+        metrics
+            .group_sync_seconds
+            .with_label_values(&[&name])
+            .set(took.as_secs_f64());
+        tracing::debug!(checkpoint = %name, groups = offer.plans.len(), group_sync_ms = took.as_millis() as u64, "group sync");
+        if let Err(e) = &result {
+            tracing::warn!(flow = %flow_name, checkpoint = %name, error = %e, "group sync failed");
+        }
+        let now = Timestamp::now();
+        state.send_modify(|s| {
+            // A checkpoint removed meanwhile is not brought back.
+            let Some(st) = s.specs.get_mut(&name) else {
+                return;
+            };
+            st.group_syncs += 1;
+            st.last_group_sync = Some(now);
+            st.last_group_sync_duration = Some(took);
+            let results = match &result {
+                Ok(r) => {
+                    st.last_sync_error = None;
+                    r
+                }
+                Err(e) => {
+                    st.last_sync_error = Some(e.clone());
+                    return;
+                }
+            };
+            for plan in &offer.plans {
+                let Some(g) = st.groups.get_mut(&plan.group) else {
+                    continue;
+                };
+                let failures = match results.get(&plan.group) {
+                    Some(Ok(synced)) => {
+                        g.synced = *synced;
+                        vec![]
+                    }
+                    Some(Err(f)) => {
+                        g.synced = false;
+                        vec![f.clone()]
+                    }
+                    None => {
+                        g.synced = false;
+                        vec![]
+                    }
+                };
+                g.failures = merge_owned_failures(&g.failures, failures, sync_owned, now);
+            }
+        });
+    }
+}
+
+fn runner_refused(metrics: &CheckpointMetrics, name: &str) {
+    metrics.groups_refused.with_label_values(&[name]).inc();
 }
 
 #[cfg(test)]

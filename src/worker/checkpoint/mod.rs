@@ -5,12 +5,12 @@
 //! - [`store`]: offset-sync histories per partition, fed from the offset-syncs topic.
 //! - [`groups`]: which groups each OffsetCheckpoint selects.
 //! - [`plan`]: one group's cycle as pure decisions.
-//! - [`group_sync`]: handing plans to the group sync beside the cycle (coalescing), who
-//!   reports which failures.
+//! - [`group_sync`]: the group sync beside the cycles: the hand-off of plans (coalescing),
+//!   the commits to the target groups, who reports which failures.
 //! - [`status`]: runner state → `OffsetCheckpointStatus`.
 //! - [`metrics`]: Prometheus series.
 //! - [`io`] and [`crate::kafka::admin`]: cluster calls.
-//! - [`runner`]: the loop run by worker 0 of a flow.
+//! - [`runner`]: start-up and the cycles, run by worker 0 of a flow.
 //! - [`cli`]: `mirrorflow translate`.
 pub mod cli;
 pub mod group_sync;

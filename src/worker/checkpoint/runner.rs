@@ -20,13 +20,9 @@
 //! 2. read the offset-syncs topic up to its current end, then the target end offsets;
 //! 3. plan each group ([`plan_group`]) and write the new checkpoint records (when
 //!    `emitCheckpointsTopic`); only acknowledged records become the checkpoints in force;
-//! 4. when `syncGroupOffsets`: hand the plans to the group sync, which runs beside the
-//!    cycles (one loop in the same task) so committing to thousands of target groups never
-//!    delays the next cycle; it always takes the newest plans of a checkpoint, never a
-//!    backlog ([`super::group_sync`]). Per plan it lists the target's groups; a group with
-//!    active members is left alone and reported (`ActiveOnTarget`, retried with the next
-//!    plans, not sooner); otherwise its committed offsets are read and the checkpoints that
-//!    move it forward are committed.
+//! 4. when `syncGroupOffsets`: hand the plans to the group sync ([`super::group_sync`]),
+//!    which runs beside the cycles in the same task, so committing to thousands of target
+//!    groups never delays the next cycle.
 //!
 //! With `emitCheckpointsTopic: false` the checkpoints in force live only in memory; after a
 //! restart the target groups' committed offsets (never moved backwards) keep the sync
@@ -57,11 +53,11 @@ use crate::kafka::secrets::FlowSecrets;
 use crate::kafka::wire;
 use crate::worker::replicate::select::{TopicDecision, TopicFilter};
 
-use super::group_sync::{merge_owned_failures, sync_owned, Mailbox};
+use super::group_sync::{merge_owned_failures, run_group_syncs, sync_owned, Handoff, SyncOffer};
 use super::groups::{assign_groups, GroupSelection};
 use super::io::{self, TopicTail};
 use super::metrics::CheckpointMetrics;
-use super::plan::{classify_commit_error, plan_group, plan_group_sync, GroupPlan, SyncPlan};
+use super::plan::{plan_group, GroupPlan};
 use super::status::{checkpoint_status, merge_failures, RunnerState};
 use super::store::{SyncStore, SYNC_SEQUENCE_HEADER};
 use super::translate::{reload_checkpoints, CheckpointKey, CheckpointState};
@@ -249,7 +245,13 @@ impl CheckpointRunner {
         worker.publish_store_state(&self.state_tx);
         // The group sync runs beside the cycles in this same task, so it stops with them.
         let handoff = Handoff::default();
-        let syncs = self.run_group_syncs(worker.target.clone(), &handoff);
+        let syncs = run_group_syncs(
+            &self.flow_name,
+            worker.target.clone(),
+            &handoff,
+            &self.metrics,
+            &self.state_tx,
+        );
         tokio::pin!(syncs);
         tokio::select! {
             r = self.run_cycles(worker, &mut shutdown, secrets, &handoff) => r,
@@ -769,219 +771,4 @@ impl Worker {
         }
         Ok(())
     }
-}
-
-/// Commits the checkpoints in force to the target groups that have no active members.
-/// Per group: `Ok(true)` synced (committed or already there), `Ok(false)` nothing to do,
-/// `Err` refused or failed.
-async fn sync_groups(
-    target: &Arc<GroupAdmin>,
-    metrics: &CheckpointMetrics,
-    name: &str,
-    plans: &[GroupPlan],
-    skip: &BTreeSet<String>,
-) -> Result<SyncResults, String> {
-    let mut out = HashMap::new();
-    if !plans
-        .iter()
-        .any(|p| !skip.contains(&p.group) && p.checkpointed() > 0)
-    {
-        return Ok(out);
-    }
-    let admin = target;
-    let target = admin.clone();
-    let listing = blocking(move || target.list_groups()).await??;
-    let members: HashMap<String, u32> = listing.into_iter().map(|g| (g.group, g.members)).collect();
-    let mut candidates: Vec<&GroupPlan> = Vec::new();
-    for plan in plans {
-        if skip.contains(&plan.group) || plan.checkpointed() == 0 {
-            continue;
-        }
-        match members.get(&plan.group) {
-            Some(&m) if m > 0 => {
-                runner_refused(metrics, name);
-                out.insert(
-                        plan.group.clone(),
-                        Err((
-                            GroupFailureReason::ActiveOnTarget,
-                            format!("the group has {m} active member(s) on the target; its offsets are left alone (retried next interval)"),
-                        )),
-                    );
-            }
-            _ => candidates.push(plan),
-        }
-    }
-    let target = admin.clone();
-    let names: Vec<String> = candidates.iter().map(|p| p.group.clone()).collect();
-    let committed = blocking(move || target.list_offsets(&names)).await?;
-    let mut commits: Vec<(String, Vec<GroupOffset>)> = Vec::new();
-    for (plan, c) in candidates.iter().zip(committed) {
-        let committed: HashMap<(String, i32), i64> = match c {
-            Ok(offs) => offs
-                .into_iter()
-                .map(|o| ((o.topic, o.partition), o.offset))
-                .collect(),
-            Err(e) => {
-                out.insert(
-                    plan.group.clone(),
-                    Err((GroupFailureReason::CommitFailed, e)),
-                );
-                continue;
-            }
-        };
-        match plan_group_sync(plan, members.get(&plan.group).copied(), &committed) {
-            SyncPlan::Commit(offsets) => commits.push((plan.group.clone(), offsets)),
-            SyncPlan::UpToDate => {
-                out.insert(plan.group.clone(), Ok(true));
-            }
-            SyncPlan::Nothing => {
-                out.insert(plan.group.clone(), Ok(false));
-            }
-            SyncPlan::Refused { members } => {
-                runner_refused(metrics, name);
-                out.insert(
-                        plan.group.clone(),
-                        Err((
-                            GroupFailureReason::ActiveOnTarget,
-                            format!("the group has {members} active member(s) on the target; its offsets are left alone (retried next interval)"),
-                        )),
-                    );
-            }
-        }
-    }
-    let target = admin.clone();
-    let to_commit = commits.clone();
-    let results = blocking(move || target.alter_offsets(&to_commit)).await?;
-    for ((group, _), r) in commits.iter().zip(results) {
-        match r {
-            Ok(()) => {
-                metrics.groups_synced.with_label_values(&[name]).inc();
-                out.insert(group.clone(), Ok(true));
-            }
-            Err(e) => {
-                let reason = classify_commit_error(&e);
-                if reason == GroupFailureReason::ActiveOnTarget {
-                    runner_refused(metrics, name);
-                } else {
-                    metrics.commit_failures.with_label_values(&[name]).inc();
-                }
-                out.insert(group.clone(), Err((reason, e)));
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// Per group: `Ok(synced)`, or the refusal or failure.
-type SyncResults = HashMap<String, Result<bool, (GroupFailureReason, String)>>;
-
-/// One cycle's plans for the group sync.
-struct SyncOffer {
-    plans: Vec<GroupPlan>,
-    /// Groups whose checkpoints were not written this cycle: not synced from these plans.
-    skip: BTreeSet<String>,
-}
-
-/// Where cycles leave their plans for the group sync (`group_sync::Mailbox`).
-#[derive(Default)]
-struct Handoff {
-    mailbox: std::sync::Mutex<Mailbox<SyncOffer>>,
-    arrived: tokio::sync::Notify,
-}
-
-impl Handoff {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Mailbox<SyncOffer>> {
-        self.mailbox.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Returns whether unsynced plans were superseded.
-    fn offer(&self, checkpoint: &str, offer: SyncOffer) -> bool {
-        let superseded = self.lock().offer(checkpoint, offer);
-        // Stores a permit when the sync is busy, so it looks again when done.
-        self.arrived.notify_one();
-        superseded
-    }
-
-    fn retain(&self, keep: impl Fn(&str) -> bool) {
-        self.lock().retain(keep);
-    }
-
-    async fn next(&self) -> (String, SyncOffer) {
-        loop {
-            if let Some(next) = self.lock().take() {
-                return next;
-            }
-            self.arrived.notified().await;
-        }
-    }
-}
-
-impl CheckpointRunner {
-    /// The group sync (module docs, step 4), beside the cycles: syncs the newest plans of
-    /// each checkpoint, one checkpoint at a time, and reports per group. Never returns.
-    async fn run_group_syncs(
-        &self,
-        target: Arc<GroupAdmin>,
-        handoff: &Handoff,
-    ) -> std::convert::Infallible {
-        loop {
-            let (name, offer) = handoff.next().await;
-            let t0 = Instant::now();
-            let result =
-                sync_groups(&target, &self.metrics, &name, &offer.plans, &offer.skip).await;
-            let took = t0.elapsed();
-            self.metrics
-                .group_sync_seconds
-                .with_label_values(&[&name])
-                .set(took.as_secs_f64());
-            tracing::debug!(checkpoint = %name, groups = offer.plans.len(), group_sync_ms = took.as_millis() as u64, "group sync");
-            if let Err(e) = &result {
-                tracing::warn!(flow = %self.flow_name, checkpoint = %name, error = %e, "group sync failed");
-            }
-            let now = Timestamp::now();
-            self.state_tx.send_modify(|s| {
-                // A checkpoint removed meanwhile is not brought back.
-                let Some(st) = s.specs.get_mut(&name) else {
-                    return;
-                };
-                st.group_syncs += 1;
-                st.last_group_sync = Some(now);
-                st.last_group_sync_duration = Some(took);
-                let results = match &result {
-                    Ok(r) => {
-                        st.last_sync_error = None;
-                        r
-                    }
-                    Err(e) => {
-                        st.last_sync_error = Some(e.clone());
-                        return;
-                    }
-                };
-                for plan in &offer.plans {
-                    let Some(g) = st.groups.get_mut(&plan.group) else {
-                        continue;
-                    };
-                    let failures = match results.get(&plan.group) {
-                        Some(Ok(synced)) => {
-                            g.synced = *synced;
-                            vec![]
-                        }
-                        Some(Err(f)) => {
-                            g.synced = false;
-                            vec![f.clone()]
-                        }
-                        None => {
-                            g.synced = false;
-                            vec![]
-                        }
-                    };
-                    g.failures = merge_owned_failures(&g.failures, failures, sync_owned, now);
-                }
-            });
-        }
-    }
-}
-
-fn runner_refused(metrics: &CheckpointMetrics, name: &str) {
-    metrics.groups_refused.with_label_values(&[name]).inc();
 }
