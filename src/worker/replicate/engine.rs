@@ -641,8 +641,9 @@ impl Engine {
     }
 
     fn on_message(&mut self, m: &BorrowedMessage<'_>) {
-        if self.table.accept(m.topic(), m.partition(), m.offset()) {
-            self.pipeline.on_message(m, &mut self.table);
+        let topic = m.topic();
+        if self.table.accept(topic, m.partition(), m.offset()) {
+            self.pipeline.on_message(topic, m, &mut self.table);
         }
     }
 

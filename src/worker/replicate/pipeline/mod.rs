@@ -520,8 +520,10 @@ impl Pipeline {
     /// batch streams it is handed to the producer at once, copied only by librdkafka (as a
     /// bare copy loop does, and without a burst per batch); the batch keeps its
     /// bookkeeping. Otherwise its payload is copied into the batch.
-    pub fn on_message(&mut self, m: &BorrowedMessage<'_>, table: &mut PartitionTable) {
-        let (topic, partition, offset) = (m.topic(), m.partition(), m.offset());
+    /// `topic` is `m.topic()`, which the caller has already read (each read is a
+    /// `strlen` and a UTF-8 check).
+    pub fn on_message(&mut self, topic: &str, m: &BorrowedMessage<'_>, table: &mut PartitionTable) {
+        let (partition, offset) = (m.partition(), m.offset());
         let streaming = self.streaming(table);
         let writer = match self.writer.as_ref() {
             Some(w) if streaming => w,

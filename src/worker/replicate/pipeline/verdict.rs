@@ -273,7 +273,9 @@ pub fn commit_plan(
     if let Some(id) = &marker {
         progress.push(reset_marker(worker.0, worker.1, id));
     }
-    let mut counts: HashMap<String, (u64, u64)> = HashMap::new();
+    // Counted per slot, then per topic: a topic key per record cost a String clone and a
+    // hash each (perf: 4 % of the engine thread at 100 B records).
+    let mut per_slot = vec![(0u64, 0u64); slots.len()];
     let mut last_timestamps = vec![None; slots.len()];
     let mut delivered: Vec<usize> = outcomes.iter().map(|o| o.delivered.len()).collect();
     for rec in batch.records() {
@@ -281,11 +283,19 @@ pub fn commit_plan(
             continue;
         };
         *left -= 1;
-        let c = counts.entry(slots[rec.slot].tp.topic.clone()).or_default();
+        let c = &mut per_slot[rec.slot];
         c.0 += 1;
         c.1 += (rec.size - RECORD_OVERHEAD_BYTES) as u64;
         if rec.timestamp.is_some() {
             last_timestamps[rec.slot] = rec.timestamp;
+        }
+    }
+    let mut counts: HashMap<String, (u64, u64)> = HashMap::new();
+    for (slot, (n, bytes)) in per_slot.into_iter().enumerate() {
+        if n > 0 {
+            let c = counts.entry(slots[slot].tp.topic.clone()).or_default();
+            c.0 += n;
+            c.1 += bytes;
         }
     }
     CommitPlan {
@@ -462,6 +472,19 @@ mod tests {
             t.clear_pending(&k);
         }
         t
+    }
+
+    #[test]
+    fn counts_add_up_the_partitions_of_a_topic() {
+        let t = table(&[("a", 0, 0), ("a", 1, 0), ("b", 0, 0)]);
+        let b = batch(&[("a", 0, 0), ("a", 1, 0), ("b", 0, 0), ("a", 1, 1)]);
+        let results = vec![ok(0), ok(0), ok(0), ok(1)];
+        let j = judge(&b, &results, &[false; 3], false);
+        let plan = commit_plan(&b, &j.outcomes, &t, 100, (0, 1));
+        let (n, bytes) = plan.counts["b"];
+        assert_eq!(n, 1);
+        assert_eq!(plan.counts["a"], (3, 3 * bytes));
+        assert_eq!(plan.counts.len(), 2);
     }
 
     #[test]
