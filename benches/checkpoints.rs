@@ -267,18 +267,18 @@ spec:
         let target_admin = target_admin.clone();
         let written = written.clone();
         async move {
-            let mut latency: HashMap<usize, f64> = HashMap::new();
-            let mut checkpointed: HashMap<usize, f64> = HashMap::new();
-            let mut bench_cpu = 0.0;
             let deadline = t0 + Duration::from_secs(interval * 6 + 120);
-            while latency.len() < groups.len() || checkpointed.len() < groups.len() {
-                assert!(
-                    Instant::now() < deadline,
-                    "round {r}: only {} groups synced, {} checkpointed",
-                    latency.len(),
-                    checkpointed.len()
-                );
-                if checkpointed.len() < groups.len() {
+            // Two loops at their own pace: the checkpoints' catch-up (seconds over 100,000
+            // records) must not hold up the target polls, whose return time is the sample.
+            let checkpoints = async {
+                let mut checkpointed: HashMap<usize, f64> = HashMap::new();
+                let mut cpu_sum = 0.0;
+                while checkpointed.len() < groups.len() {
+                    assert!(
+                        Instant::now() < deadline,
+                        "round {r}: only {} groups checkpointed",
+                        checkpointed.len()
+                    );
                     let w = written.clone();
                     let groups = groups.clone();
                     let (seen_at, cpu) = measured(move || {
@@ -314,34 +314,50 @@ spec:
                         done
                     })
                     .await;
-                    bench_cpu += cpu;
+                    cpu_sum += cpu;
                     for (g, at) in seen_at {
                         checkpointed.entry(g).or_insert(at);
                     }
+                    tokio::time::sleep(Duration::from_millis(250)).await;
                 }
-                let pending: Vec<usize> = (0..groups.len())
-                    .filter(|g| !latency.contains_key(g))
-                    .collect();
-                if !pending.is_empty() {
-                    let names: Vec<String> = pending.iter().map(|g| groups[*g].clone()).collect();
-                    let a = target_admin.clone();
-                    let (answers, cpu) = measured(move || a.list_offsets(&names)).await;
-                    bench_cpu += cpu;
-                    let seen = t0.elapsed().as_secs_f64();
-                    for (g, answer) in pending.into_iter().zip(answers) {
-                        let Ok(offsets) = answer else { continue };
-                        let at: BTreeMap<i32, i64> = offsets
-                            .into_iter()
-                            .map(|o| (o.partition, o.offset))
-                            .collect();
-                        if (0..partitions).all(|p| at.get(&p) == Some(&offset(g, p, r))) {
-                            latency.insert(g, seen);
+                (checkpointed, cpu_sum)
+            };
+            let synced = async {
+                let mut latency: HashMap<usize, f64> = HashMap::new();
+                let mut cpu_sum = 0.0;
+                while latency.len() < groups.len() {
+                    assert!(
+                        Instant::now() < deadline,
+                        "round {r}: only {} groups synced",
+                        latency.len()
+                    );
+                    let pending: Vec<usize> = (0..groups.len())
+                        .filter(|g| !latency.contains_key(g))
+                        .collect();
+                    if !pending.is_empty() {
+                        let names: Vec<String> =
+                            pending.iter().map(|g| groups[*g].clone()).collect();
+                        let a = target_admin.clone();
+                        let (answers, cpu) = measured(move || a.list_offsets(&names)).await;
+                        cpu_sum += cpu;
+                        let seen = t0.elapsed().as_secs_f64();
+                        for (g, answer) in pending.into_iter().zip(answers) {
+                            let Ok(offsets) = answer else { continue };
+                            let at: BTreeMap<i32, i64> = offsets
+                                .into_iter()
+                                .map(|o| (o.partition, o.offset))
+                                .collect();
+                            if (0..partitions).all(|p| at.get(&p) == Some(&offset(g, p, r))) {
+                                latency.insert(g, seen);
+                            }
                         }
                     }
+                    tokio::time::sleep(Duration::from_millis(250)).await;
                 }
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
-            (latency, checkpointed, bench_cpu)
+                (latency, cpu_sum)
+            };
+            let ((checkpointed, c1), (latency, c2)) = tokio::join!(checkpoints, synced);
+            (latency, checkpointed, c1 + c2)
         }
     };
     let (first, _, _) = wait_round(0, started).await;
