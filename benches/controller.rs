@@ -298,6 +298,12 @@ async fn main() {
     let wall = t0.elapsed().as_secs_f64();
     let cpu = cpu_before + procfs::cpu_of(&[pid]) - cpu0;
     let hwm = procfs::status_kib(pid, "VmHWM").map_or(f64::NAN, procfs::mib);
+    // Where the resident memory is at the end: heap and stacks, or mapped files (the code).
+    let split: Vec<f64> = ["RssAnon", "RssFile"]
+        .iter()
+        .map(|f| procfs::status_kib(pid, f).map_or(f64::NAN, procfs::mib))
+        .collect();
+    let threads = procfs::status_kib(pid, "Threads");
     let list = api.list(&ListParams::default()).await.expect("list flows");
     let still_ready = list.items.iter().filter(|f| ready(f, workers)).count();
     let _ = stop_tx.send(true);
@@ -403,6 +409,14 @@ async fn main() {
     row(
         "controller peak RSS since start, VmHWM (MiB)",
         format!("{hwm:.1}"),
+    );
+    row(
+        "  at the end: heap (RssAnon) / file-backed (RssFile) (MiB)",
+        format!("{:.1} / {:.1}", split[0], split[1]),
+    );
+    row(
+        "  at the end: threads",
+        threads.map_or("?".to_string(), |t| t.to_string()),
     );
     row(
         "controller CPU in the window (% of one core)",

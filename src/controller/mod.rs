@@ -170,6 +170,13 @@ where
     }
 }
 
+/// What the caches keep of an object: everything but `metadata.managedFields`, which
+/// nothing here reads and which every worker's status apply grows by a field manager
+/// (per flow, an entry with its fields for each worker).
+fn strip_managed_fields<K: Resource>(obj: &mut K) {
+    obj.meta_mut().managed_fields = None;
+}
+
 /// A watch of the children of kind `K` (only those labelled as ours) into a cache.
 fn children<K>(
     client: &Client,
@@ -191,6 +198,7 @@ where
     let (store, writer) = reflector::store();
     let stream = watcher(api::<K>(client, ns), owned)
         .default_backoff()
+        .modify(strip_managed_fields)
         .reflect(writer)
         .touched_objects();
     (store, stream)
@@ -213,6 +221,7 @@ async fn run_controllers(
     // heartbeat (the cache still sees every version).
     let flow_triggers = watcher(api::<MirrorFlow>(&client, ns), watcher::Config::default())
         .default_backoff()
+        .modify(strip_managed_fields)
         .reflect(flow_writer)
         .applied_objects()
         .predicate_filter(flow_trigger, Default::default());
@@ -232,6 +241,7 @@ async fn run_controllers(
         watcher::Config::default(),
     )
     .default_backoff()
+    .modify(strip_managed_fields)
     .reflect(checkpoint_writer)
     .applied_objects()
     .predicate_filter(predicates::generation, Default::default());
