@@ -83,7 +83,8 @@
 //! pipeline's own cadence explains, where a pause would last the whole cycle; the rate during
 //! cycles ≥ 80 % of the rate outside; records reached the target during ≥ 90 % of the cycles
 //! (between two polls inside the span a cycle surely ran: from its latest possible start to
-//! its earliest possible end). Details in `benches/replication/refresh.rs`.
+//! its earliest possible end). These are the target's view: a build awaiting the refresh on
+//! the loop passed them too (see `benches/replication/refresh.rs`).
 //!
 //! # Environment
 //! `MIRRORFLOW_BENCH_RECORDS` (100 B records, default 1,000,000; 1 KB records are 2/5 of

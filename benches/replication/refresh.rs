@@ -14,8 +14,13 @@
 //! length to one poll after the step (the plan is applied on the loop right after the task
 //! ends). A *stall* is the time between two polls that saw the target grow; stalls that
 //! overlap a cycle's window are compared with the others, and the rate during the windows
-//! with the rate outside them. The direct evidence: in how many cycles the target grew
-//! between two polls that both lie in the span the cycle surely ran ([`analyze`]).
+//! with the rate outside them, and in how many cycles the target grew between two polls that
+//! both lie in the span the cycle surely ran ([`analyze`]). These are the target's view: a
+//! build that awaited the refresh on the loop (the engine before its restructuring) passed
+//! them too, with cycles of 200 and 500 ms (records handed over before the pause keep
+//! landing), so they do not show that the loop itself goes on; `tests/discovery.rs` does (a
+//! refresh held in the proxy while new records are replicated).
+//! `MIRRORFLOW_BENCH_KEEP_LOGS` also keeps every run's polls (`refresh-polls-r<run>.csv`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -317,6 +322,23 @@ impl Bench<'_> {
         }
         if std::env::var_os("MIRRORFLOW_BENCH_KEEP_LOGS").is_none() {
             let _ = std::fs::remove_file(&worker.log);
+        } else {
+            // The polls themselves, to look at a run again.
+            let csv: String = samples
+                .iter()
+                .map(|s| {
+                    let (n, last) = s.refreshes.unwrap_or((0, f64::NAN));
+                    format!(
+                        "{:.4},{},{:.4},{n},{last:.4}\n",
+                        s.at, s.count, s.metrics_at
+                    )
+                })
+                .collect();
+            let path = self.logs.join(format!("refresh-polls-r{}.csv", run.round));
+            std::fs::write(
+                &path,
+                format!("at,count,metrics_at,refreshes,last_refresh_s\n{csv}"),
+            )?;
         }
         let (start, end) = window.unwrap_or_default();
         let mut m = analyze(&samples, (start, end));
@@ -612,10 +634,12 @@ pub fn print_targets(rc: &RefreshConfig, runs: &[RefreshMeasured]) {
         growing,
         verdict(spanned > 0 && share >= GROWING_SHARE)
     );
-    if cycle_median < bound {
-        println!(
-            "  note: the median cycle ({:.0} ms) is shorter than the stall bound: a pause of a whole cycle would show as a stall just over it; the growing cycles show it directly",
-            cycle_median * 1e3
-        );
-    }
+    // Measured with a build that awaited the refresh on the loop: it passed too, so these
+    // figures show the target's progress, not that the loop itself goes on.
+    println!(
+        "  note: target growth cannot tell a running loop from one paused for a cycle while records handed over before still land:"
+    );
+    println!(
+        "        a build awaiting the refresh on the loop passed these checks too (docs/PERFORMANCE.md); tests/discovery.rs shows the loop goes on"
+    );
 }
