@@ -3,11 +3,14 @@
 //! `kcat -C … | kcat -P …` pipe, on the same two local nisshi brokers in one run, for
 //! 100 B, 1 KB and 1 KB lz4-compressed records; a scale curve (1 KB records over 1, 8, 100
 //! and 1,000 partitions, worker beside bare loop); then the peak RSS of a worker owning 1,000
-//! partitions. Prints tables with the ratios and PASS/MISS against the targets of issue #19:
+//! partitions; then the cost of a topic refresh at 1,000 partitions behind 20 ms of added
+//! round trip, and whether replication goes on while it runs (`refresh`, below). Prints
+//! tables with the ratios and PASS/MISS against the targets of issue #19:
 //! ≥ 95 % of the bare loop's rate and CPU ms/MB ≤ 1.05× the bare loop's (offset validation
 //! and offset syncs on), peak RSS at 1,000 partitions ≤ window (`workers.inFlightMiB`) + 32
-//! MiB, idle worker ≤ 24 MiB, idle worker reading a long offset-syncs history ≤ 32 MiB; kcat
-//! is a reference. No assertion depends on timing: a missed target is reported.
+//! MiB, idle worker ≤ 24 MiB, idle worker reading a long offset-syncs history ≤ 32 MiB, no
+//! pause of replication during a topic refresh; kcat is a reference. No assertion depends on
+//! timing: a missed target is reported.
 //!
 //! `cargo bench --bench replication`
 //!
@@ -65,13 +68,32 @@
 //! start (what a restarted worker finds on an uncompacted syncs topic). Heap (`RssAnon`) and
 //! file-backed (`RssFile`, the mapped binary) are sampled maxima, shown to locate the cost.
 //!
+//! # Topic refresh under latency (`refresh`)
+//! A third nisshi broker, the source, sits behind the testkit's Kafka proxy, which delays
+//! every client→broker request by 20 ms (it cannot delay the other direction: the whole added
+//! round trip is on the request). The bench produces a steady load through it (2,000 × 100 B
+//! records/s round-robin over 1,000 partitions) while a worker copies the topic with
+//! `spec.topics.refreshIntervalSeconds: 3`. Every 50 ms it reads the target's high watermarks
+//! and the worker's `/metrics`: `mirrorflow_worker_topic_refreshes_total` steps when a cycle
+//! ended, `mirrorflow_worker_topic_refresh_seconds` gives its length. Shown per run: the
+//! cycles (count, median, max), the longest *stall* (time between two polls that saw the
+//! target grow) overlapping a cycle and outside every cycle, the rate during and outside the
+//! cycles. Judged: the longest stall in a cycle ≤ max(stall bound, longest stall outside);
+//! the bound is the batch linger + 2 × the added round trip + 2 polls (240 ms), what the
+//! pipeline's own cadence explains, where a pause would last the whole cycle; the rate during
+//! cycles ≥ 80 % of the rate outside; records reached the target during ≥ 90 % of the cycles
+//! (between two polls inside the span a cycle surely ran: from its latest possible start to
+//! its earliest possible end). These are the target's view: a build awaiting the refresh on
+//! the loop passed them too (see `benches/replication/refresh.rs`).
+//!
 //! # Environment
 //! `MIRRORFLOW_BENCH_RECORDS` (100 B records, default 1,000,000; 1 KB records are 2/5 of
 //! it), `MIRRORFLOW_BENCH_PARTITIONS` (default 8), `MIRRORFLOW_BENCH_ROUNDS` (default 5; each
 //! contender's median round by records/s is shown, ratios are medians of per-round ratios), `MIRRORFLOW_BENCH_RSS_PARTITIONS` (default 1000),
 //! `MIRRORFLOW_BENCH_RSS_RECORDS` / `MIRRORFLOW_BENCH_RSS_LIGHT_RECORDS` (1 KB records per
 //! partition of the loaded / light RSS run, defaults 100 / 5), `MIRRORFLOW_BENCH_SCENARIOS`
-//! (comma list of `100`, `1024`, `1024-lz4`, `scale`, `rss`, `idle` (in `rss`); default all),
+//! (comma list of `100`, `1024`, `1024-lz4`, `scale`, `rss`, `idle` (in `rss`), `refresh`;
+//! default all),
 //! `MIRRORFLOW_BENCH_SCALE_PARTITIONS` (default `1,8,100,1000`),
 //! `MIRRORFLOW_BENCH_SCALE_RECORDS` (1 KB records per scale run, default 200,000),
 //! `MIRRORFLOW_BENCH_IDLE_SECONDS` (how long the idle worker runs, default 6; its settled RSS
@@ -83,13 +105,17 @@
 //! worker's `RUST_LOG`; `RUST_LOG` itself is removed so the brokers never log at debug
 //! level), `MIRRORFLOW_BENCH_WORKER_SOURCE_CONFIG` / `MIRRORFLOW_BENCH_WORKER_TARGET_CONFIG`
 //! (`key=value,...` added to the flow's `source.config` / `target.config`, for tuning
-//! experiments).
+//! experiments). The `refresh` scenario: `MIRRORFLOW_BENCH_REFRESH_PARTITIONS` (default
+//! 1000), `MIRRORFLOW_BENCH_REFRESH_RTT_MS` (added round trip, default 20),
+//! `MIRRORFLOW_BENCH_REFRESH_INTERVAL_SECONDS` (default 3), `MIRRORFLOW_BENCH_REFRESH_RATE`
+//! (100 B records/s, default 2000), `MIRRORFLOW_BENCH_REFRESH_SECONDS` (measured window per
+//! run after a 5 s warm-up, default 45), `MIRRORFLOW_BENCH_REFRESH_RUNS` (default 3).
 //!
 //! # Layout
 //! This file is the entry: the bare role, the configuration, the orchestration. Under
 //! `benches/replication/`: the rounds (`rounds.rs`), one contender run (`contender.rs`,
 //! `process.rs`), the contenders' specifics (`worker.rs`, `bare.rs`, `kcat.rs`), the Kafka
-//! helpers (`kafka.rs`) and the report (`report.rs`); the /proc readings
+//! helpers (`kafka.rs`), the refresh scenario (`refresh.rs`) and the report (`report.rs`); the /proc readings
 //! (`benches/common/procfs.rs`) are shared with the checkpoint bench.
 
 #[path = "replication/bare.rs"]
@@ -104,6 +130,8 @@ mod kcat;
 mod process;
 #[path = "common/procfs.rs"]
 mod procfs;
+#[path = "replication/refresh.rs"]
+mod refresh;
 #[path = "replication/report.rs"]
 mod report;
 #[path = "replication/rounds.rs"]
@@ -172,7 +200,7 @@ impl Config {
     fn from_env() -> Self {
         let records_100 = env_u64("MIRRORFLOW_BENCH_RECORDS", 1_000_000).max(1);
         let scenarios = std::env::var("MIRRORFLOW_BENCH_SCENARIOS")
-            .unwrap_or_else(|_| "100,1024,1024-lz4,scale,rss".to_string())
+            .unwrap_or_else(|_| "100,1024,1024-lz4,scale,rss,refresh".to_string())
             .split(',')
             .map(|s| s.trim().to_string())
             .filter(|s| !s.is_empty())
@@ -277,6 +305,9 @@ fn run() -> anyhow::Result<()> {
     }
     if cfg.wants("rss") || cfg.wants("idle") {
         bench.idle(&mut out);
+    }
+    if cfg.wants("refresh") {
+        bench.refresh(&mut out)?;
     }
 
     report::print(&cfg, &out);

@@ -203,6 +203,14 @@ async fn topic_configs_resync_only_on_topics_the_flow_created_nisshi() {
         BTreeMap::from([("cleanup.policy".to_string(), "compact".to_string())])
     );
     assert_eq!((changes("set"), changes("delete")), (2, 1));
+    // The start's refresh and the two that re-synced ran beside the loop: each one is
+    // counted and timed.
+    assert!(
+        w.metrics.refreshes.get() >= 3,
+        "{}",
+        w.metrics.refreshes.get()
+    );
+    assert!(w.metrics.refresh_seconds.get() > 0.0);
     let text = w.metrics.encode();
     assert!(
         text.contains("mirrorflow_worker_topic_config_changes_total{op=\"set\"} 2"),

@@ -138,6 +138,8 @@ pub struct Run<'a> {
     pub rt: &'a tokio::runtime::Runtime,
     /// Appended to the worker's source alias (see [`Run::alias`]).
     pub alias_suffix: &'a str,
+    /// The worker flow's `spec.topics.refreshIntervalSeconds` (`None`: the API's default).
+    pub refresh_interval: Option<u64>,
 }
 
 impl Run<'_> {

@@ -24,13 +24,19 @@ const SYNC_HISTORY_TARGET_MIB: f64 = 32.0;
 /// Prints the whole report: throughput, peak RSS (if measured), targets.
 pub fn print(cfg: &Config, out: &Outcome) {
     let med = medians(&out.results);
-    print_throughput(cfg, &out.results, &med);
+    // `MIRRORFLOW_BENCH_SCENARIOS=refresh` alone has no throughput table to print.
+    if !out.results.is_empty() {
+        print_throughput(cfg, &out.results, &med);
+    }
     if !out.scale.is_empty() {
         print_scale(&out.scale);
     }
     // The idle runs alone (`MIRRORFLOW_BENCH_SCENARIOS=idle`) print too.
     if !out.rss.is_empty() || !out.idle_rss.is_empty() {
         print_rss(cfg, &out.rss, &out.idle_rss);
+    }
+    if let Some(rc) = &out.refresh_config {
+        crate::refresh::print(rc, &out.refresh);
     }
     print_targets(cfg, out, &med);
 }
@@ -376,6 +382,9 @@ fn print_targets(cfg: &Config, out: &Outcome, med: &BTreeMap<(Scenario, Contende
             mib(*hwm) <= target,
             String::new(),
         );
+    }
+    if let Some(rc) = &out.refresh_config {
+        crate::refresh::print_targets(rc, &out.refresh);
     }
     for f in &out.failures {
         println!("  NOT MEASURED: {f}");

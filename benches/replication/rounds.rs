@@ -28,6 +28,9 @@ pub struct Outcome {
     pub rss: Vec<Measured>,
     /// Peak, heap and file-backed RSS (KiB) of idle workers, with what they read at start.
     pub idle_rss: Vec<(String, IdleRss)>,
+    /// Topic refresh runs (`refresh` scenario), with the scenario's knobs.
+    pub refresh: Vec<crate::refresh::RefreshMeasured>,
+    pub refresh_config: Option<crate::refresh::RefreshConfig>,
     pub failures: Vec<String>,
 }
 
@@ -45,7 +48,7 @@ pub struct Bench<'a> {
 
 impl Bench<'_> {
     /// A run of `topic` with the defaults: the throughput partitions, round 0, no records.
-    fn run<'b>(&'b self, topic: &'b str) -> Run<'b> {
+    pub(crate) fn run<'b>(&'b self, topic: &'b str) -> Run<'b> {
         Run {
             src: self.src,
             tgt: self.tgt,
@@ -62,6 +65,7 @@ impl Bench<'_> {
             mirrorflow_bin: self.mirrorflow_bin,
             rt: self.rt,
             alias_suffix: "",
+            refresh_interval: None,
         }
     }
 

@@ -83,7 +83,7 @@ fn free_port() -> anyhow::Result<u16> {
 }
 
 /// `GET path` on `127.0.0.1:port` (HTTP/1.0, whole body).
-fn http_get(port: u16, path: &str) -> anyhow::Result<String> {
+pub fn http_get(port: u16, path: &str) -> anyhow::Result<String> {
     let mut s = TcpStream::connect(("127.0.0.1", port))?;
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
     write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")?;
@@ -100,7 +100,7 @@ fn http_get(port: u16, path: &str) -> anyhow::Result<String> {
 
 /// Sum of the samples of a Prometheus metric (all label sets) whose line starts with
 /// `prefix`.
-fn metric_sum(metrics: &str, prefix: &str) -> f64 {
+pub fn metric_sum(metrics: &str, prefix: &str) -> f64 {
     metrics
         .lines()
         .filter(|l| l.starts_with(prefix))
@@ -165,7 +165,7 @@ spec:
     alias: dc2
     bootstrapServers: \"{tgt}\"{target_config}
   topics:
-    include: [\"{topic}\"]
+    include: [\"{topic}\"]{refresh}
   # nisshi refuses transactions.
   delivery: AtLeastOnce
   offsetValidation:
@@ -178,6 +178,10 @@ spec:
         heartbeats = match std::env::var("MIRRORFLOW_BENCH_HEARTBEAT_SECONDS") {
             Ok(s) => format!("\n  heartbeats:\n    intervalSeconds: {}", s.trim()),
             Err(_) => String::new(),
+        },
+        refresh = match run.refresh_interval {
+            Some(s) => format!("\n    refreshIntervalSeconds: {s}"),
+            None => String::new(),
         },
         lag = lag_max(),
         in_flight = in_flight_mib(),

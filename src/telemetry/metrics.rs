@@ -16,6 +16,8 @@
 //! | `ready` | — | 1 once replication runs |
 //! | `topic_config_changes_total` | op (set, delete) | config changes applied to target topics the flow created (`syncTopicConfigs`) |
 //! | `topics_unwritable` | — | target topics this worker cannot write to: creation refused, or replication factor below `min.insync.replicas` |
+//! | `topic_refresh_seconds` | — | how long the last topic refresh took (listing both clusters, target topics, watermarks, offset validation); it runs beside the copy loop |
+//! | `topic_refreshes_total` | — | topic refreshes completed (failed ones included) |
 //! | `replication_latency_seconds` | — | histogram: heartbeat written on the source → read on the target (worker 0, `spec.heartbeats`) |
 //! | `replication_latency_last_seconds` | — | the latest of those, or how long an earlier heartbeat has been missing on the target |
 //! | `heartbeats_total` | cluster (source, target), outcome (written, failed) | heartbeats emitted (worker 0) |
@@ -103,6 +105,10 @@ pub struct WorkerMetrics {
     pub topic_config_changes: IntCounterVec,
     /// `topics_unwritable`.
     pub topics_unwritable: IntGauge,
+    /// `topic_refresh_seconds`.
+    pub refresh_seconds: Gauge,
+    /// `topic_refreshes_total`.
+    pub refreshes: IntCounter,
     /// `replication_latency_seconds` (histogram).
     pub latency: Histogram,
     /// `replication_latency_last_seconds`.
@@ -177,6 +183,14 @@ impl WorkerMetrics {
             "topics_unwritable",
             "Target topics this worker cannot write to: creation refused, or replication factor below min.insync.replicas",
         ))?;
+        let refresh_seconds = Gauge::with_opts(opts(
+            "topic_refresh_seconds",
+            "How long the last topic refresh took: listing both clusters, target topics, watermarks, offset validation",
+        ))?;
+        let refreshes = IntCounter::with_opts(opts(
+            "topic_refreshes_total",
+            "Topic refreshes completed, failed ones included",
+        ))?;
         let latency = Histogram::with_opts(
             HistogramOpts::from(opts(
                 "replication_latency_seconds",
@@ -209,6 +223,8 @@ impl WorkerMetrics {
         registry.register(Box::new(ready.clone()))?;
         registry.register(Box::new(topic_config_changes.clone()))?;
         registry.register(Box::new(topics_unwritable.clone()))?;
+        registry.register(Box::new(refresh_seconds.clone()))?;
+        registry.register(Box::new(refreshes.clone()))?;
         registry.register(Box::new(latency.clone()))?;
         registry.register(Box::new(latency_last.clone()))?;
         registry.register(Box::new(heartbeats.clone()))?;
@@ -241,6 +257,8 @@ impl WorkerMetrics {
             ready,
             topic_config_changes,
             topics_unwritable,
+            refresh_seconds,
+            refreshes,
             latency,
             latency_last,
             heartbeats,
@@ -255,6 +273,12 @@ impl WorkerMetrics {
     /// Counts a config change applied to a target topic (`op`: set, delete).
     pub fn topic_config_change(&self, op: &str) {
         self.topic_config_changes.with_label_values(&[op]).inc();
+    }
+
+    /// Records a topic refresh that took `elapsed`.
+    pub fn refreshed(&self, elapsed: std::time::Duration) {
+        self.refresh_seconds.set(elapsed.as_secs_f64());
+        self.refreshes.inc();
     }
 
     /// Drops the per-partition series of a partition this worker no longer owns.
@@ -290,6 +314,7 @@ mod tests {
         m.records.with_label_values(&["orders"]).inc_by(3);
         m.lag_records.with_label_values(&["orders", "0"]).set(7);
         m.error(ErrorKind::RecordRejected);
+        m.refreshed(std::time::Duration::from_millis(250));
         let text = m.encode();
         for needle in [
             "mirrorflow_worker_records_replicated_total{topic=\"orders\"} 3",
@@ -298,6 +323,8 @@ mod tests {
             "mirrorflow_worker_errors_total{kind=\"fatal\"} 0",
             "mirrorflow_worker_transactions_total{outcome=\"abort\"} 0",
             "mirrorflow_worker_topic_config_changes_total{op=\"delete\"} 0",
+            "mirrorflow_worker_topic_refresh_seconds 0.25",
+            "mirrorflow_worker_topic_refreshes_total 1",
         ] {
             assert!(text.contains(needle), "missing {needle} in\n{text}");
         }

@@ -430,9 +430,17 @@ impl Discovery {
         }
     }
 
-    /// Lists, creates, looks up and judges; never touches the table.
+    /// Lists, creates, looks up and judges; never touches the table. Timed and counted
+    /// (`topic_refresh_seconds`, `topic_refreshes_total`) whether or not a cluster answered.
     pub async fn refresh(&self, input: RefreshInput) -> RefreshPlan {
         let begin = Instant::now();
+        let mut plan = self.plan(input).await;
+        plan.elapsed = begin.elapsed();
+        self.metrics.refreshed(plan.elapsed);
+        plan
+    }
+
+    async fn plan(&self, input: RefreshInput) -> RefreshPlan {
         let mut plan = RefreshPlan::default();
         let timeout = self.io_timeout;
         let Some(source) = self
@@ -524,7 +532,6 @@ impl Discovery {
         if input.validation {
             plan.checks = self.check(&input, &owned, &plan).await;
         }
-        plan.elapsed = begin.elapsed();
         plan
     }
 
