@@ -32,6 +32,17 @@ fn group_consumer(bootstrap: &str, group: &str) -> BaseConsumer {
     c.create().unwrap()
 }
 
+/// Commits `at` (partition → offset) of `topic` for `group`.
+fn commit_group(bootstrap: &str, group: &str, topic: &str, at: &BTreeMap<i32, i64>) {
+    let c = group_consumer(bootstrap, group);
+    let mut tpl = TopicPartitionList::new();
+    for (p, o) in at {
+        tpl.add_partition_offset(topic, *p, Offset::Offset(*o))
+            .unwrap();
+    }
+    c.commit(&tpl, CommitMode::Sync).unwrap();
+}
+
 fn committed(bootstrap: &str, group: &str, topic: &str) -> BTreeMap<i32, i64> {
     let c = group_consumer(bootstrap, group);
     let mut tpl = TopicPartitionList::new();
@@ -200,15 +211,7 @@ async fn mtls_scram256_source_to_tls_scram512_target_replicates_and_checkpoints(
     let recs = records("sec", PARTITIONS, 50);
     brokers::produce(&src, "orders", &recs).await.unwrap();
     let group_at: BTreeMap<i32, i64> = [(0, 10), (1, 50)].into_iter().collect();
-    {
-        let c = group_consumer(&src, "billing");
-        let mut tpl = TopicPartitionList::new();
-        for (p, o) in &group_at {
-            tpl.add_partition_offset("orders", *p, Offset::Offset(*o))
-                .unwrap();
-        }
-        c.commit(&tpl, CommitMode::Sync).unwrap();
-    }
+    commit_group(&src, "billing", "orders", &group_at);
     assert!(
         *source.proxy.accepted.lock().unwrap() > 0,
         "the proxy saw TLS clients"
@@ -805,15 +808,7 @@ async fn rotated_ca_and_password_are_picked_up_without_a_restart_or_position_los
     let group_at: BTreeMap<i32, i64> = [(0, per_partition - 5), (1, per_partition - 7)]
         .into_iter()
         .collect();
-    {
-        let c = group_consumer(&src, "billing");
-        let mut tpl = TopicPartitionList::new();
-        for (p, o) in &group_at {
-            tpl.add_partition_offset("orders", *p, Offset::Offset(*o))
-                .unwrap();
-        }
-        c.commit(&tpl, CommitMode::Sync).unwrap();
-    }
+    commit_group(&src, "billing", "orders", &group_at);
     wait_target_group(&tgt, &group_at, "after both rotations").await;
     worker.stop().await;
 }
@@ -855,15 +850,7 @@ async fn a_secret_fixed_while_the_worker_cannot_connect_is_picked_up_by_every_pa
     let produced = records("a", PARTITIONS, 20);
     brokers::produce(&src, "orders", &produced).await.unwrap();
     let group_at: BTreeMap<i32, i64> = [(0, 15), (1, 13)].into_iter().collect();
-    {
-        let c = group_consumer(&src, "billing");
-        let mut tpl = TopicPartitionList::new();
-        for (p, o) in &group_at {
-            tpl.add_partition_offset("orders", *p, Offset::Offset(*o))
-                .unwrap();
-        }
-        c.commit(&tpl, CommitMode::Sync).unwrap();
-    }
+    commit_group(&src, "billing", "orders", &group_at);
     let secrets = secrets_dir(dir.path());
     write_secret(&secrets, "target-ca", &[("ca.crt", ca.pem.as_bytes())]).unwrap();
     write_secret(

@@ -12,10 +12,8 @@ use mirrorflow::worker::replicate::Tuning;
 use rdkafka::client::ClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
-use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::contender::Run;
@@ -137,15 +135,8 @@ pub fn run_from_env() -> anyhow::Result<()> {
         if let Some(h) = headers {
             record = record.headers(h);
         }
-        loop {
-            match producer.send(record) {
-                Ok(()) => break,
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                    record = back;
-                    producer.poll(Duration::from_millis(5));
-                }
-                Err((e, _)) => bail!("producing to {target_topic}: {e}"),
-            }
+        if let Err(e) = crate::kafka::send_waiting(&producer, record, Duration::from_millis(5)) {
+            bail!("producing to {target_topic}: {e}");
         }
         copied += 1;
         if copied.is_multiple_of(1024) {

@@ -12,6 +12,31 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 
+/// Hands `record` to `producer`, waiting `wait` (serving its events) while its queue is
+/// full: the bench's producers and the bare loop push back the same way.
+pub fn send_waiting<'a, C, Part, K, P>(
+    producer: &BaseProducer<C, Part>,
+    mut record: BaseRecord<'a, K, P, C::DeliveryOpaque>,
+    wait: Duration,
+) -> Result<(), KafkaError>
+where
+    C: rdkafka::producer::ProducerContext<Part>,
+    Part: rdkafka::producer::Partitioner,
+    K: rdkafka::message::ToBytes + ?Sized,
+    P: rdkafka::message::ToBytes + ?Sized,
+{
+    loop {
+        match producer.send(record) {
+            Ok(()) => return Ok(()),
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                record = back;
+                producer.poll(wait);
+            }
+            Err((e, _)) => return Err(e),
+        }
+    }
+}
+
 /// Key bytes of every record (`{i:012}`); the value fills the rest of the record size.
 const KEY_BYTES: usize = 12;
 
@@ -76,19 +101,12 @@ pub fn produce_source(
     };
     for i in 0..n {
         let key = key_of(i);
-        let mut record = BaseRecord::to(topic)
+        let record = BaseRecord::to(topic)
             .key(key.as_str())
             .payload(values[(i % values.len() as u64) as usize].as_slice())
             .partition((i % partitions as u64) as i32);
-        loop {
-            match producer.send(record) {
-                Ok(()) => break,
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                    record = back;
-                    producer.poll(Duration::from_millis(10));
-                }
-                Err((e, _)) => bail!("producing record {i} to {topic}: {e}"),
-            }
+        if let Err(e) = send_waiting(&producer, record, Duration::from_millis(10)) {
+            bail!("producing record {i} to {topic}: {e}");
         }
         if i.is_multiple_of(4096) {
             producer.poll(Duration::ZERO);

@@ -32,9 +32,7 @@ use mirrorflow::testkit::proxy::Faults;
 use mirrorflow::testkit::stats::median;
 use mirrorflow::worker::replicate::Tuning;
 use rdkafka::config::ClientConfig;
-use rdkafka::error::KafkaError;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-use rdkafka::types::RDKafkaErrorCode;
 
 use crate::contender::{Run, Scenario};
 use crate::env_u64;
@@ -393,19 +391,13 @@ fn produce_steadily(
         let due = (begin.elapsed().as_secs_f64() * rate as f64) as u64;
         while sent < due {
             let key = format!("{sent:012}");
-            let mut record = BaseRecord::to(topic)
+            let record = BaseRecord::to(topic)
                 .key(key.as_str())
                 .payload(value.as_slice())
                 .partition((sent % partitions as u64) as i32);
-            loop {
-                match producer.send(record) {
-                    Ok(()) => break,
-                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                        record = back;
-                        producer.poll(Duration::from_millis(5));
-                    }
-                    Err((e, _)) => bail!("producing record {sent} to {topic}: {e}"),
-                }
+            if let Err(e) = crate::kafka::send_waiting(&producer, record, Duration::from_millis(5))
+            {
+                bail!("producing record {sent} to {topic}: {e}");
             }
             sent += 1;
         }
