@@ -32,6 +32,16 @@ fn group_consumer(bootstrap: &str, group: &str) -> BaseConsumer {
     c.create().unwrap()
 }
 
+/// Secret `target-user` with user `mirror` and `password`, mounted the kubelet way.
+fn write_target_user(secrets: &std::path::Path, password: &[u8]) {
+    write_secret(
+        secrets,
+        "target-user",
+        &[("username", b"mirror"), ("password", password)],
+    )
+    .unwrap();
+}
+
 /// Commits `at` (partition → offset) of `topic` for `group`.
 fn commit_group(bootstrap: &str, group: &str, topic: &str, at: &BTreeMap<i32, i64>) {
     let c = group_consumer(bootstrap, group);
@@ -236,12 +246,7 @@ async fn mtls_scram256_source_to_tls_scram512_target_replicates_and_checkpoints(
     )
     .unwrap();
     write_secret(&secrets, "target-ca", &[("ca.crt", tgt_ca.pem.as_bytes())]).unwrap();
-    write_secret(
-        &secrets,
-        "target-user",
-        &[("username", b"mirror"), ("password", b"tgt-mirror-pw")],
-    )
-    .unwrap();
+    write_target_user(&secrets, b"tgt-mirror-pw");
     let flow = dir.path().join("flow.yaml");
     std::fs::write(&flow, flow_yaml(&src, &tgt)).unwrap();
 
@@ -673,12 +678,7 @@ async fn rotated_ca_and_password_are_picked_up_without_a_restart_or_position_los
         .unwrap();
     let secrets = secrets_dir(dir.path());
     write_secret(&secrets, "target-ca", &[("ca.crt", ca1.pem.as_bytes())]).unwrap();
-    write_secret(
-        &secrets,
-        "target-user",
-        &[("username", b"mirror"), ("password", b"tgt-mirror-pw")],
-    )
-    .unwrap();
+    write_target_user(&secrets, b"tgt-mirror-pw");
     let flow = dir.path().join("flow.yaml");
     std::fs::write(&flow, tls_scram_target_flow("rotating", &src, &tgt)).unwrap();
     let worker = Standalone::start(&standalone_args(&flow, &secrets), Vec::new());
@@ -782,12 +782,7 @@ async fn rotated_ca_and_password_are_picked_up_without_a_restart_or_position_los
         !body.contains("rotated-pw-2") && !body.contains("tgt-mirror-pw"),
         "{body}"
     );
-    write_secret(
-        &secrets,
-        "target-user",
-        &[("username", b"mirror"), ("password", b"rotated-pw-2")],
-    )
-    .unwrap();
+    write_target_user(&secrets, b"rotated-pw-2");
     wait_http(
         worker.addr,
         "/status",
@@ -853,12 +848,7 @@ async fn a_secret_fixed_while_the_worker_cannot_connect_is_picked_up_by_every_pa
     commit_group(&src, "billing", "orders", &group_at);
     let secrets = secrets_dir(dir.path());
     write_secret(&secrets, "target-ca", &[("ca.crt", ca.pem.as_bytes())]).unwrap();
-    write_secret(
-        &secrets,
-        "target-user",
-        &[("username", b"mirror"), ("password", b"not-the-password")],
-    )
-    .unwrap();
+    write_target_user(&secrets, b"not-the-password");
     let flow = dir.path().join("flow.yaml");
     std::fs::write(&flow, tls_scram_target_flow("fixed", &src, &tgt)).unwrap();
     let worker = Standalone::start(&standalone_args(&flow, &secrets), Vec::new());
@@ -869,12 +859,7 @@ async fn a_secret_fixed_while_the_worker_cannot_connect_is_picked_up_by_every_pa
         |b| b.contains("target cluster dc2: authentication failed"),
     )
     .await;
-    write_secret(
-        &secrets,
-        "target-user",
-        &[("username", b"mirror"), ("password", b"tgt-mirror-pw")],
-    )
-    .unwrap();
+    write_target_user(&secrets, b"tgt-mirror-pw");
     wait_topic(&tgt, "dc1.orders").await;
     let s = read_n(&src, "orders", produced.len()).await;
     let t = read_n(&tgt, "dc1.orders", produced.len()).await;
