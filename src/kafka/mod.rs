@@ -3,6 +3,7 @@
 pub mod acl;
 pub mod admin;
 pub mod config;
+pub mod consume;
 pub mod context;
 pub mod delivery;
 pub mod events;

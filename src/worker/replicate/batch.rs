@@ -172,16 +172,16 @@ pub struct Batch {
 }
 
 /// Size counted for a record: key, value, header names and values, plus overhead.
-pub fn record_size(
-    key: Option<&[u8]>,
-    value: Option<&[u8]>,
-    headers: &[(&str, Option<&[u8]>)],
-) -> usize {
-    let h: usize = headers
-        .iter()
+pub fn record_size(key: Option<&[u8]>, value: Option<&[u8]>, header_bytes: usize) -> usize {
+    key.map_or(0, <[u8]>::len) + value.map_or(0, <[u8]>::len) + header_bytes + RECORD_OVERHEAD_BYTES
+}
+
+/// The bytes of headers' names and values, as [`record_size`] counts them.
+pub fn header_bytes<'h>(headers: impl IntoIterator<Item = (&'h str, Option<&'h [u8]>)>) -> usize {
+    headers
+        .into_iter()
         .map(|(k, v)| k.len() + v.map_or(0, <[u8]>::len))
-        .sum();
-    key.map_or(0, <[u8]>::len) + value.map_or(0, <[u8]>::len) + h + RECORD_OVERHEAD_BYTES
+        .sum()
 }
 
 impl Batch {
@@ -546,13 +546,10 @@ mod tests {
 
     #[test]
     fn record_size_counts_everything() {
-        let size = record_size(
-            Some(b"kk"),
-            Some(b"vvv"),
-            &[("h", Some(b"12")), ("n", None)],
-        );
+        let headers = header_bytes([("h", Some(&b"12"[..])), ("n", None)]);
+        let size = record_size(Some(b"kk"), Some(b"vvv"), headers);
         assert_eq!(size, 2 + 3 + 1 + 2 + 1 + RECORD_OVERHEAD_BYTES);
-        assert_eq!(record_size(None, None, &[]), RECORD_OVERHEAD_BYTES);
+        assert_eq!(record_size(None, None, 0), RECORD_OVERHEAD_BYTES);
     }
 
     #[test]

@@ -24,8 +24,7 @@ use std::time::{Duration, Instant};
 use prometheus::IntCounterVec;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
-use rdkafka::message::BorrowedMessage;
-use rdkafka::{Message, Offset, TopicPartitionList};
+use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{debug, error, info, warn};
@@ -45,6 +44,7 @@ use super::validate::{
 };
 use crate::api::status::worker_id;
 use crate::api::MirrorFlowSpec;
+use crate::kafka::consume::{Polled, ReadyQueue, SourceMessage};
 use crate::kafka::context::LogContext;
 use crate::kafka::events::ProducerEvents;
 use crate::kafka::secrets::FlowSecrets;
@@ -381,7 +381,7 @@ impl Engine {
             }
             r = consumer.recv(), if consuming => {
                 match r {
-                    Ok(m) => self.on_message(&m),
+                    Ok(m) => self.on_message(SourceMessage::of(&m)),
                     Err(e) => self.on_consumer_error(e),
                 }
                 self.drain_ready(&consumer, limits);
@@ -564,7 +564,7 @@ impl Engine {
                         break (tokio::time::timeout(grace, write).await.ok(), true)
                     }
                     r = consumer.recv(), if ahead.open() => {
-                        ahead.push(r);
+                        ahead.push(r.as_ref().map(SourceMessage::of).map_err(Clone::clone));
                         ahead.drain(&consumer);
                     }
                 }
@@ -620,9 +620,9 @@ impl Engine {
     /// Takes the records librdkafka already has queued without another trip through the
     /// select loop (whose timers cost more than a record), up to the batch bound.
     fn drain_ready(&mut self, consumer: &StreamConsumer<LogContext>, limits: &BatchLimits) {
-        use futures::{FutureExt as _, StreamExt as _};
-        // One stream for the whole drain: each `recv` registers and drops a waker slot.
-        let mut stream = consumer.stream();
+        let Some(queue) = ReadyQueue::of(consumer) else {
+            return;
+        };
         for _ in 0..limits.max_records {
             // An out-of-range error must be handled (next loop turn) before taking more.
             if !(self.can_write()
@@ -632,15 +632,15 @@ impl Engine {
             {
                 return;
             }
-            match stream.next().now_or_never() {
-                Some(Some(Ok(m))) => self.on_message(&m),
-                Some(Some(Err(e))) => self.on_consumer_error(e),
-                _ => return,
+            match queue.poll() {
+                Some(Polled::Message(ev)) => self.on_message(ev.message()),
+                Some(Polled::Error(e)) => self.on_consumer_error(e),
+                None => return,
             }
         }
     }
 
-    fn on_message(&mut self, m: &BorrowedMessage<'_>) {
+    fn on_message(&mut self, m: SourceMessage<'_>) {
         let topic = m.topic();
         if self.table.accept(topic, m.partition(), m.offset()) {
             self.pipeline.on_message(topic, m, &mut self.table);

@@ -4,14 +4,14 @@
 
 use rdkafka::consumer::StreamConsumer;
 use rdkafka::error::KafkaError;
-use rdkafka::message::{BorrowedMessage, Headers, OwnedHeaders};
+use rdkafka::message::OwnedHeaders;
 use rdkafka::types::RDKafkaErrorCode;
-use rdkafka::Message;
 
-use super::batch::{record_size, BatchLimits, BatchRecord};
+use super::batch::{header_bytes, record_size, BatchLimits, BatchRecord};
 use super::engine::{EngineSettings, Tuning};
 use crate::api::MirrorFlowSpec;
 use crate::kafka::config::ClientProperties;
+use crate::kafka::consume::{Polled, ReadyQueue, SourceMessage};
 use crate::kafka::context::LogContext;
 
 /// The source consumer of worker `settings.worker_index`. With offset validation,
@@ -86,27 +86,27 @@ pub fn classify_consumer_error(e: &KafkaError) -> ConsumerError {
 
 /// Copies a consumed record out of librdkafka's buffer (one allocation for key and value;
 /// headers are parsed once).
-pub fn detach_record(m: &BorrowedMessage<'_>) -> BatchRecord {
+pub fn detach_record(m: SourceMessage<'_>) -> BatchRecord {
     let (headers, size) = headers_and_size(m);
     BatchRecord::new(
         m.offset(),
         m.key(),
         m.payload(),
         headers,
-        m.timestamp().to_millis(),
+        m.timestamp(),
         size,
     )
 }
 
 /// A consumed record's headers (parsed once) and the size it counts in a batch.
-pub fn headers_and_size(m: &BorrowedMessage<'_>) -> (Option<OwnedHeaders>, usize) {
+pub fn headers_and_size(m: SourceMessage<'_>) -> (Option<OwnedHeaders>, usize) {
     let (key, value) = (m.key(), m.payload());
     match m.headers() {
         Some(h) => {
-            let list: Vec<(&str, Option<&[u8]>)> = h.iter().map(|x| (x.key, x.value)).collect();
-            (Some(h.detach()), record_size(key, value, &list))
+            let bytes = header_bytes((0..h.count()).filter_map(|i| h.get(i)));
+            (Some(h.detach()), record_size(key, value, bytes))
         }
-        None => (None, record_size(key, value, &[])),
+        None => (None, record_size(key, value, 0)),
     }
 }
 
@@ -141,17 +141,18 @@ impl ReadAhead {
     }
 
     /// Takes one consumer result.
-    pub fn push(&mut self, r: Result<BorrowedMessage<'_>, KafkaError>) {
+    pub fn push(&mut self, r: Result<SourceMessage<'_>, KafkaError>) {
         match r {
             Ok(m) => {
-                let topic = match self.topics.iter().rposition(|t| t == m.topic()) {
+                let name = m.topic();
+                let topic = match self.topics.iter().rposition(|t| t == name) {
                     Some(i) => i,
                     None => {
-                        self.topics.push(m.topic().to_string());
+                        self.topics.push(name.to_string());
                         self.topics.len() - 1
                     }
                 };
-                let record = detach_record(&m);
+                let record = detach_record(m);
                 self.bytes += record.size;
                 self.items.push(Ok((topic, m.partition(), record)));
             }
@@ -167,13 +168,14 @@ impl ReadAhead {
 
     /// Takes what librdkafka already has queued, without waiting.
     pub fn drain(&mut self, consumer: &StreamConsumer<LogContext>) {
-        use futures::{FutureExt as _, StreamExt as _};
-        // One stream for the whole drain: each `recv` registers and drops a waker slot.
-        let mut stream = consumer.stream();
+        let Some(queue) = ReadyQueue::of(consumer) else {
+            return;
+        };
         while self.open {
-            match stream.next().now_or_never() {
-                Some(Some(r)) => self.push(r),
-                _ => return,
+            match queue.poll() {
+                Some(Polled::Message(ev)) => self.push(Ok(ev.message())),
+                Some(Polled::Error(e)) => self.push(Err(e)),
+                None => return,
             }
         }
     }

@@ -19,9 +19,7 @@ use std::time::{Duration, Instant};
 use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 use prometheus::IntCounterVec;
 use rdkafka::error::KafkaError;
-use rdkafka::message::BorrowedMessage;
 use rdkafka::types::RDKafkaErrorCode;
-use rdkafka::Message;
 use tracing::{info, warn};
 
 use super::batch::{Batch, BatchLimits, BatchRecord};
@@ -31,6 +29,7 @@ use super::partitions::PartitionTable;
 use super::writer::{classify_error, describe_error, ErrorClass, TargetWriter};
 use crate::api::{Delivery, MirrorFlowSpec};
 use crate::kafka::config::ClientProperties;
+use crate::kafka::consume::SourceMessage;
 use crate::kafka::context::LogContext;
 use crate::kafka::events::ProducerEvents;
 use crate::kafka::health::ClusterHealth;
@@ -522,7 +521,7 @@ impl Pipeline {
     /// bookkeeping. Otherwise its payload is copied into the batch.
     /// `topic` is `m.topic()`, which the caller has already read (each read is a
     /// `strlen` and a UTF-8 check).
-    pub fn on_message(&mut self, topic: &str, m: &BorrowedMessage<'_>, table: &mut PartitionTable) {
+    pub fn on_message(&mut self, topic: &str, m: SourceMessage<'_>, table: &mut PartitionTable) {
         let (partition, offset) = (m.partition(), m.offset());
         let streaming = self.streaming(table);
         let writer = match self.writer.as_ref() {
@@ -532,7 +531,7 @@ impl Pipeline {
                 return;
             }
         };
-        let timestamp = m.timestamp().to_millis();
+        let timestamp = m.timestamp();
         let (headers, size) = headers_and_size(m);
         let now = self.batch.opened_at().unwrap_or_else(Instant::now);
         self.batch.push(

@@ -322,7 +322,7 @@ mod tests {
         let mut b = Batch::new();
         let now = Instant::now();
         for (t, p, o) in records {
-            let size = record_size(Some(b"k"), Some(b"value"), &[]);
+            let size = record_size(Some(b"k"), Some(b"value"), 0);
             b.push(
                 t,
                 *p,

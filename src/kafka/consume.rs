@@ -1,0 +1,581 @@
+//! The source consumer's queued records, taken without rdkafka's per-message wrapper.
+//!
+//! rdkafka's `MessageStream` reads the clock, allocates an `Arc` and registers a waker slot
+//! for every message; at 100 B records that was about 7 % of the engine thread (perf,
+//! docs/PERFORMANCE.md). [`ReadyQueue::poll`] takes the next event of the same queue with
+//! librdkafka's event API and serves it as rdkafka would for a consumer whose context has no
+//! rebalance, commit or OAuth handling (the worker's: assigned partitions, no commits).
+
+use std::ffi::CStr;
+use std::marker::PhantomData;
+use std::os::raw::c_char;
+use std::ptr::NonNull;
+
+use rdkafka::bindings as rd;
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::consumer::{Consumer, ConsumerContext};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{BorrowedMessage, Header, OwnedHeaders};
+use rdkafka::types::RDKafkaErrorCode;
+
+/// A consumed record, borrowed from librdkafka for `'a`.
+#[derive(Clone, Copy)]
+pub struct SourceMessage<'a> {
+    ptr: NonNull<rd::rd_kafka_message_t>,
+    _life: PhantomData<&'a rd::rd_kafka_message_t>,
+}
+
+/// Borrowed bytes, `None` for a null pointer.
+///
+/// # Safety
+/// `ptr` must be null or point to `len` bytes valid for `'a`.
+unsafe fn bytes<'a>(ptr: *const std::ffi::c_void, len: usize) -> Option<&'a [u8]> {
+    if ptr.is_null() {
+        None
+    } else {
+        // SAFETY: the caller's contract.
+        Some(unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) })
+    }
+}
+
+impl<'a> SourceMessage<'a> {
+    /// The record rdkafka handed out.
+    pub fn of(m: &'a BorrowedMessage<'_>) -> Self {
+        Self {
+            // SAFETY-relevant: rdkafka's message pointer is never null.
+            ptr: NonNull::new(m.ptr()).expect("rdkafka messages are not null"),
+            _life: PhantomData,
+        }
+    }
+
+    fn raw(&self) -> &'a rd::rd_kafka_message_t {
+        // SAFETY: valid for 'a (constructed from a live message or event).
+        unsafe { self.ptr.as_ref() }
+    }
+
+    /// Its topic (Kafka topic names are ASCII).
+    pub fn topic(&self) -> &'a str {
+        // SAFETY: a consumed message has a topic handle whose name lives as long as it.
+        let name = unsafe { CStr::from_ptr(rd::rd_kafka_topic_name(self.raw().rkt)) };
+        name.to_str().expect("Kafka topic names are ASCII")
+    }
+
+    pub fn partition(&self) -> i32 {
+        self.raw().partition
+    }
+
+    pub fn offset(&self) -> i64 {
+        self.raw().offset
+    }
+
+    pub fn key(&self) -> Option<&'a [u8]> {
+        let m = self.raw();
+        // SAFETY: librdkafka's key pointer and length, valid while the message is.
+        unsafe { bytes(m.key, m.key_len) }
+    }
+
+    pub fn payload(&self) -> Option<&'a [u8]> {
+        let m = self.raw();
+        // SAFETY: as for the key.
+        unsafe { bytes(m.payload, m.len) }
+    }
+
+    /// Create or log-append time in ms, as rdkafka's `Timestamp::to_millis`.
+    pub fn timestamp(&self) -> Option<i64> {
+        let mut kind = rd::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_NOT_AVAILABLE;
+        // SAFETY: valid message; `kind` is written.
+        let ts = unsafe { rd::rd_kafka_message_timestamp(self.ptr.as_ptr(), &mut kind) };
+        match kind {
+            rd::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_NOT_AVAILABLE => None,
+            _ if ts == -1 => None,
+            _ => Some(ts),
+        }
+    }
+
+    /// Its headers, `None` when it has none.
+    pub fn headers(&self) -> Option<SourceHeaders<'a>> {
+        let mut h = std::ptr::null_mut();
+        // SAFETY: valid message; librdkafka parses the headers once and keeps them with it.
+        let err = unsafe { rd::rd_kafka_message_headers(self.ptr.as_ptr(), &mut h) };
+        let ptr = NonNull::new(h)
+            .filter(|_| err == rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR)?;
+        Some(SourceHeaders {
+            ptr,
+            _life: PhantomData,
+        })
+    }
+}
+
+/// A consumed record's headers, borrowed like the record.
+#[derive(Clone, Copy)]
+pub struct SourceHeaders<'a> {
+    ptr: NonNull<rd::rd_kafka_headers_t>,
+    _life: PhantomData<&'a rd::rd_kafka_headers_t>,
+}
+
+impl<'a> SourceHeaders<'a> {
+    pub fn count(&self) -> usize {
+        // SAFETY: valid headers.
+        unsafe { rd::rd_kafka_header_cnt(self.ptr.as_ptr()) }
+    }
+
+    /// Header `index`: its name and value (`None`: null). Names that are not UTF-8 read as
+    /// empty, as rdkafka's.
+    pub fn get(&self, index: usize) -> Option<(&'a str, Option<&'a [u8]>)> {
+        let mut name: *const c_char = std::ptr::null();
+        let mut value: *const std::ffi::c_void = std::ptr::null();
+        let mut size = 0usize;
+        // SAFETY: valid headers; the out pointers are written on success.
+        let err = unsafe {
+            rd::rd_kafka_header_get_all(self.ptr.as_ptr(), index, &mut name, &mut value, &mut size)
+        };
+        if err != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR || name.is_null() {
+            return None;
+        }
+        // SAFETY: librdkafka's name and value, valid with the headers.
+        let name = unsafe { CStr::from_ptr(name) }.to_str().unwrap_or("");
+        Some((name, unsafe { bytes(value, size) }))
+    }
+
+    /// An owned copy, in order, for the producer.
+    pub fn detach(&self) -> OwnedHeaders {
+        let n = self.count();
+        (0..n)
+            .filter_map(|i| self.get(i))
+            .fold(OwnedHeaders::new_with_capacity(n), |h, (key, value)| {
+                h.insert(Header { key, value })
+            })
+    }
+}
+
+/// What [`ReadyQueue::poll`] took: a record (in its event) or a consumer error.
+pub enum Polled {
+    Message(MessageEvent),
+    Error(KafkaError),
+}
+
+/// A fetch event holding one record; destroyed (and the record freed) on drop.
+pub struct MessageEvent {
+    event: NonNull<rd::rd_kafka_event_t>,
+    message: NonNull<rd::rd_kafka_message_t>,
+}
+
+impl MessageEvent {
+    pub fn message(&self) -> SourceMessage<'_> {
+        SourceMessage {
+            ptr: self.message,
+            _life: PhantomData,
+        }
+    }
+}
+
+impl Drop for MessageEvent {
+    fn drop(&mut self) {
+        // SAFETY: the event is ours, destroyed once.
+        unsafe { rd::rd_kafka_event_destroy(self.event.as_ptr()) }
+    }
+}
+
+/// A consumer's queue (a reference librdkafka counts), for one drain.
+pub struct ReadyQueue<'c, C: ConsumerContext> {
+    queue: NonNull<rd::rd_kafka_queue_t>,
+    context: &'c C,
+}
+
+impl<'c, C: ConsumerContext> ReadyQueue<'c, C> {
+    /// The queue rdkafka polls for `consumer`'s messages and events (`None` without a
+    /// `group.id`: then rdkafka polls the main queue instead).
+    pub fn of<T: Consumer<C>>(consumer: &'c T) -> Option<Self> {
+        let client = consumer.client();
+        // SAFETY: a live client; the reference is released in `drop`.
+        let queue = unsafe { rd::rd_kafka_queue_get_consumer(client.native_ptr()) };
+        Some(Self {
+            queue: NonNull::new(queue)?,
+            context: consumer.context().as_ref(),
+        })
+    }
+
+    /// The next record or consumer error queued now, without waiting; statistics, logs and
+    /// client errors met on the way go to the context (and a client error is returned too,
+    /// as rdkafka's consumer does). `None` once the queue is empty.
+    pub fn poll(&self) -> Option<Polled> {
+        loop {
+            // SAFETY: valid queue; a returned event is destroyed below or by `MessageEvent`.
+            let event = NonNull::new(unsafe { rd::rd_kafka_queue_poll(self.queue.as_ptr(), 0) })?;
+            let ev = event.as_ptr();
+            // SAFETY: `ev` is a live event until destroyed at the end of this turn.
+            let kind = unsafe { rd::rd_kafka_event_type(ev) };
+            let out = match kind {
+                rd::RD_KAFKA_EVENT_FETCH => {
+                    // SAFETY: a fetch event holds one message, owned by the event.
+                    let Some(message) =
+                        NonNull::new(unsafe { rd::rd_kafka_event_message_next(ev) }.cast_mut())
+                    else {
+                        // SAFETY: not handed out; destroyed once.
+                        unsafe { rd::rd_kafka_event_destroy(ev) };
+                        continue;
+                    };
+                    // SAFETY: valid with the event.
+                    let (err, partition) =
+                        unsafe { (message.as_ref().err, message.as_ref().partition) };
+                    // A message carrying an error is the error (as rdkafka's).
+                    match err {
+                        rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR => {
+                            return Some(Polled::Message(MessageEvent { event, message }))
+                        }
+                        rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR__PARTITION_EOF => {
+                            Some(KafkaError::PartitionEOF(partition))
+                        }
+                        e => Some(KafkaError::MessageConsumption(e.into())),
+                    }
+                }
+                rd::RD_KAFKA_EVENT_ERROR => self.error(ev),
+                rd::RD_KAFKA_EVENT_STATS => {
+                    // SAFETY: a stats event's JSON, valid with the event.
+                    let json = unsafe { CStr::from_ptr(rd::rd_kafka_event_stats(ev)) };
+                    self.context.stats_raw(json.to_bytes());
+                    None
+                }
+                rd::RD_KAFKA_EVENT_LOG => {
+                    self.log(ev);
+                    None
+                }
+                // Rebalances, commit results and OAuth refreshes: none with this consumer
+                // (assigned partitions, no commits); rdkafka's default context ignores them.
+                _ => None,
+            };
+            // SAFETY: not handed out; destroyed once.
+            unsafe { rd::rd_kafka_event_destroy(ev) };
+            if let Some(e) = out {
+                return Some(Polled::Error(e));
+            }
+        }
+    }
+
+    /// rdkafka's handling of an error event: the context sees it, and the consumer returns
+    /// it (a partition end, a fatal or another consumption error).
+    fn error(&self, ev: *mut rd::rd_kafka_event_t) -> Option<KafkaError> {
+        // SAFETY: a live error event.
+        let (code, reason, fatal) = unsafe {
+            (
+                rd::rd_kafka_event_error(ev),
+                CStr::from_ptr(rd::rd_kafka_event_error_string(ev)).to_string_lossy(),
+                rd::rd_kafka_event_error_is_fatal(ev) != 0,
+            )
+        };
+        let code_of = RDKafkaErrorCode::from(code);
+        self.context
+            .error(KafkaError::Global(code_of), reason.trim());
+        if code == rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+            return None;
+        }
+        Some(
+            if code == rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR__PARTITION_EOF {
+                // SAFETY: a partition-end event names its partition; the copy is ours.
+                let partition = unsafe {
+                    let tp = rd::rd_kafka_event_topic_partition(ev);
+                    let p = (*tp).partition;
+                    rd::rd_kafka_topic_partition_destroy(tp);
+                    p
+                };
+                KafkaError::PartitionEOF(partition)
+            } else if fatal {
+                KafkaError::MessageConsumptionFatal(code_of)
+            } else {
+                KafkaError::MessageConsumption(code_of)
+            },
+        )
+    }
+
+    fn log(&self, ev: *mut rd::rd_kafka_event_t) {
+        let mut fac: *const c_char = std::ptr::null();
+        let mut text: *const c_char = std::ptr::null();
+        let mut level = 0;
+        // SAFETY: a live log event; the strings are valid with it.
+        if unsafe { rd::rd_kafka_event_log(ev, &mut fac, &mut text, &mut level) } != 0 {
+            return;
+        }
+        let (fac, text) = unsafe { (CStr::from_ptr(fac), CStr::from_ptr(text)) };
+        self.context.log(
+            log_level(level),
+            fac.to_string_lossy().trim(),
+            text.to_string_lossy().trim(),
+        );
+    }
+}
+
+impl<C: ConsumerContext> Drop for ReadyQueue<'_, C> {
+    fn drop(&mut self) {
+        // SAFETY: our reference, released once.
+        unsafe { rd::rd_kafka_queue_destroy(self.queue.as_ptr()) }
+    }
+}
+
+/// A syslog level as rdkafka maps it.
+fn log_level(level: i32) -> RDKafkaLogLevel {
+    match level {
+        0 => RDKafkaLogLevel::Emerg,
+        1 => RDKafkaLogLevel::Alert,
+        2 => RDKafkaLogLevel::Critical,
+        3 => RDKafkaLogLevel::Error,
+        4 => RDKafkaLogLevel::Warning,
+        5 => RDKafkaLogLevel::Notice,
+        6 => RDKafkaLogLevel::Info,
+        _ => RDKafkaLogLevel::Debug,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+
+    use rdkafka::client::ClientContext;
+    use rdkafka::config::ClientConfig;
+    use rdkafka::consumer::StreamConsumer;
+    use rdkafka::message::{Headers, Message};
+    use rdkafka::mocking::MockCluster;
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    use rdkafka::{Offset, TopicPartitionList};
+
+    /// Counts what the drain hands to the context.
+    #[derive(Default, Clone)]
+    struct Seen(Arc<Mutex<(usize, Vec<String>)>>);
+
+    impl ClientContext for Seen {
+        fn stats_raw(&self, _: &[u8]) {
+            self.0.lock().unwrap().0 += 1;
+        }
+        fn error(&self, error: KafkaError, reason: &str) {
+            self.0.lock().unwrap().1.push(format!("{error}: {reason}"));
+        }
+    }
+    impl ConsumerContext for Seen {}
+
+    fn produce(mock: &MockCluster<'_, rdkafka::producer::DefaultProducerContext>) {
+        let p: BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", mock.bootstrap_servers())
+            .create()
+            .expect("producer");
+        let headers = OwnedHeaders::new()
+            .insert(Header {
+                key: "trace",
+                value: Some(&b"abc"[..]),
+            })
+            .insert(Header::<&[u8]> {
+                key: "none",
+                value: None,
+            })
+            .insert(Header {
+                key: "trace",
+                value: Some(&b""[..]),
+            });
+        let records: Vec<BaseRecord<'_, [u8], [u8]>> = vec![
+            BaseRecord::to("t")
+                .partition(0)
+                .key(&b"k0"[..])
+                .payload(&b"v0"[..])
+                .timestamp(1_700_000_000_000)
+                .headers(headers),
+            BaseRecord::to("t").partition(0).payload(&b""[..]),
+            BaseRecord::to("t").partition(0).key(&b"k2"[..]),
+            BaseRecord::to("t")
+                .partition(1)
+                .key(&b"k3"[..])
+                .payload(&b"v3"[..])
+                .timestamp(5),
+        ];
+        for r in records {
+            p.send(r).map_err(|(e, _)| e).expect("send");
+        }
+        p.flush(Duration::from_secs(10)).expect("flush");
+    }
+
+    fn consumer(
+        mock: &MockCluster<'_, rdkafka::producer::DefaultProducerContext>,
+        extra: &[(&str, &str)],
+    ) -> (StreamConsumer<Seen>, Seen) {
+        let seen = Seen::default();
+        let mut config = ClientConfig::new();
+        config
+            .set("bootstrap.servers", mock.bootstrap_servers())
+            .set("group.id", "g")
+            .set("enable.auto.commit", "false");
+        for (k, v) in extra {
+            config.set(*k, *v);
+        }
+        (
+            config.create_with_context(seen.clone()).expect("consumer"),
+            seen,
+        )
+    }
+
+    /// Everything rdkafka's message says, read through `SourceMessage` and through rdkafka.
+    type Fields = (
+        String,
+        i32,
+        i64,
+        Option<Vec<u8>>,
+        Option<Vec<u8>>,
+        Option<i64>,
+        Vec<(String, Option<Vec<u8>>)>,
+    );
+
+    fn fields(m: SourceMessage<'_>) -> Fields {
+        let headers = m.headers().map_or(vec![], |h| {
+            (0..h.count())
+                .map(|i| h.get(i).unwrap())
+                .map(|(k, v)| (k.to_string(), v.map(<[u8]>::to_vec)))
+                .collect()
+        });
+        // The detached copy holds the same, in order.
+        let detached: Vec<(String, Option<Vec<u8>>)> = m.headers().map_or(vec![], |h| {
+            h.detach()
+                .iter()
+                .map(|x| (x.key.to_string(), x.value.map(<[u8]>::to_vec)))
+                .collect()
+        });
+        assert_eq!(headers, detached);
+        (
+            m.topic().to_string(),
+            m.partition(),
+            m.offset(),
+            m.key().map(<[u8]>::to_vec),
+            m.payload().map(<[u8]>::to_vec),
+            m.timestamp(),
+            headers,
+        )
+    }
+
+    fn rdkafka_fields(m: &BorrowedMessage<'_>) -> Fields {
+        (
+            m.topic().to_string(),
+            m.partition(),
+            m.offset(),
+            m.key().map(<[u8]>::to_vec),
+            m.payload().map(<[u8]>::to_vec),
+            m.timestamp().to_millis(),
+            m.headers().map_or(vec![], |h| {
+                h.iter()
+                    .map(|x| (x.key.to_string(), x.value.map(<[u8]>::to_vec)))
+                    .collect()
+            }),
+        )
+    }
+
+    fn assign(c: &StreamConsumer<Seen>, at: i64) {
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..2 {
+            tpl.add_partition_offset("t", p, Offset::Offset(at))
+                .unwrap();
+        }
+        c.assign(&tpl).expect("assign");
+    }
+
+    #[tokio::test]
+    async fn records_read_through_the_queue_are_what_rdkafka_reads() {
+        let mock = MockCluster::new(1).expect("mock cluster");
+        mock.create_topic("t", 2, 1).expect("topic");
+        produce(&mock);
+
+        // rdkafka's reading, through the view and through rdkafka's own accessors
+        let (c, _) = consumer(&mock, &[]);
+        assign(&c, 0);
+        let mut expected = Vec::new();
+        while expected.len() < 4 {
+            let m = tokio::time::timeout(Duration::from_secs(10), c.recv())
+                .await
+                .expect("a record within 10 s")
+                .expect("no error");
+            assert_eq!(fields(SourceMessage::of(&m)), rdkafka_fields(&m));
+            expected.push(rdkafka_fields(&m));
+        }
+        expected.sort();
+        assert_eq!(
+            expected[0].6.len(),
+            3,
+            "the headers came along: {:?}",
+            expected[0]
+        );
+        assert_eq!(expected[0].5, Some(1_700_000_000_000));
+        assert_eq!(expected[1].3, None, "null key");
+        assert_eq!(expected[1].4, Some(vec![]), "empty value");
+        assert_eq!(expected[2].4, None, "null value");
+
+        // the same records, drained from the queue
+        let (c, _) = consumer(&mock, &[]);
+        assign(&c, 0);
+        let mut got = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while got.len() < 4 && Instant::now() < deadline {
+            match ReadyQueue::of(&c).expect("a group's queue").poll() {
+                Some(Polled::Message(ev)) => got.push(fields(ev.message())),
+                Some(Polled::Error(e)) => panic!("unexpected error {e}"),
+                None => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+        got.sort();
+        assert_eq!(got, expected);
+    }
+
+    #[tokio::test]
+    async fn the_drain_serves_statistics_and_returns_consumer_errors() {
+        let mock = MockCluster::new(1).expect("mock cluster");
+        mock.create_topic("t", 2, 1).expect("topic");
+        produce(&mock);
+        let (c, seen) = consumer(
+            &mock,
+            &[
+                ("statistics.interval.ms", "100"),
+                ("auto.offset.reset", "error"),
+            ],
+        );
+        // Past the end of both partitions: out of range, which `auto.offset.reset=error`
+        // reports instead of resetting.
+        assign(&c, 100);
+        let mut errors = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while (errors.is_empty() || seen.0.lock().unwrap().0 < 2) && Instant::now() < deadline {
+            match ReadyQueue::of(&c).expect("a group's queue").poll() {
+                Some(Polled::Message(ev)) => {
+                    panic!("no record expected at {}", ev.message().offset())
+                }
+                Some(Polled::Error(e)) => errors.push(e),
+                None => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+        assert!(
+            seen.0.lock().unwrap().0 >= 2,
+            "statistics reach the context"
+        );
+        assert!(
+            errors.iter().all(|e| matches!(
+                e,
+                KafkaError::MessageConsumption(RDKafkaErrorCode::AutoOffsetReset)
+            )),
+            "{errors:?}"
+        );
+        assert!(!errors.is_empty(), "the out-of-range position is reported");
+        let reported = seen.0.lock().unwrap().1.clone();
+        assert!(!reported.is_empty(), "the context saw the error too");
+    }
+
+    #[test]
+    fn log_levels_map_as_rdkafka_maps_them() {
+        let table = [
+            (0, RDKafkaLogLevel::Emerg),
+            (1, RDKafkaLogLevel::Alert),
+            (2, RDKafkaLogLevel::Critical),
+            (3, RDKafkaLogLevel::Error),
+            (4, RDKafkaLogLevel::Warning),
+            (5, RDKafkaLogLevel::Notice),
+            (6, RDKafkaLogLevel::Info),
+            (7, RDKafkaLogLevel::Debug),
+            (9, RDKafkaLogLevel::Debug),
+        ];
+        for (n, want) in table {
+            assert_eq!(log_level(n) as i32, want as i32, "{n}");
+        }
+    }
+}
