@@ -169,6 +169,9 @@ pub struct Batch {
     index: HashMap<String, Vec<(i32, usize)>>,
     bytes: usize,
     opened_at: Option<Instant>,
+    /// Records holding a payload (not [`BatchRecord::sent`]): a batch sent as it was read
+    /// has none to release.
+    held: usize,
 }
 
 /// Size counted for a record: key, value, header names and values, plus overhead.
@@ -228,6 +231,7 @@ impl Batch {
         part.count += 1;
         record.slot = slot;
         self.bytes += record.size;
+        self.held += usize::from(!record.sent);
         self.opened_at.get_or_insert(now);
         self.records.push(record);
     }
@@ -239,6 +243,7 @@ impl Batch {
             debug_assert_eq!(last.offset, record.offset);
             let slot = last.slot;
             self.bytes = self.bytes - last.size + record.size;
+            self.held = self.held + usize::from(!record.sent) - usize::from(!last.sent);
             *last = BatchRecord { slot, ..record };
         }
     }
@@ -247,6 +252,9 @@ impl Batch {
     /// record is sent); offsets, sizes and timestamps stay. `key()`/`value()` are `None`
     /// afterwards.
     pub fn release_payloads(&mut self) {
+        if std::mem::take(&mut self.held) == 0 {
+            return;
+        }
         for r in &mut self.records {
             r.data = Vec::new();
             r.key_len = None;
@@ -302,6 +310,7 @@ impl Batch {
         self.index.clear();
         self.bytes = 0;
         self.opened_at = None;
+        self.held = 0;
     }
 }
 
@@ -439,6 +448,29 @@ mod tests {
             (0, 66, 66),
             "bookkeeping stays"
         );
+    }
+
+    #[test]
+    fn a_payload_held_after_sent_records_is_released_too() {
+        let now = Instant::now();
+        let mut b = Batch::new();
+        b.push("t", 0, BatchRecord::sent(0, None, 10), now);
+        b.push("t", 0, BatchRecord::sent(1, None, 10), now);
+        // The producer's queue was full: the last record keeps its payload for later.
+        b.hold_last(BatchRecord::new(1, Some(b"k"), Some(b"v"), None, None, 12));
+        assert_eq!(b.records()[1].value(), Some(&b"v"[..]));
+        b.release_payloads();
+        assert_eq!(b.records()[1].value(), None);
+        assert_eq!(b.bytes(), 22);
+        // Then a record read into the batch (not sent) after a release.
+        b.push(
+            "t",
+            1,
+            BatchRecord::new(5, None, Some(b"w"), None, None, 3),
+            now,
+        );
+        b.release_payloads();
+        assert_eq!(b.records()[2].value(), None);
     }
 
     #[test]
