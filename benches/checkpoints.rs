@@ -89,6 +89,9 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
 /// sent, not when the round began (a round's commits take seconds).
 const COMMIT_CHUNK: usize = 500;
 
+/// Groups per call of the bench's polls of the target groups.
+const POLL_CHUNK: usize = 500;
+
 /// Commits round `r`'s offsets for every group on `bootstrap` (topic `topic`), in calls of
 /// [`COMMIT_CHUNK`] groups; returns the bench's CPU seconds for it and, per group, when its
 /// call was sent (seconds after `t0`): the earliest its commit can have taken effect, so a
@@ -325,6 +328,7 @@ spec:
             let synced = async {
                 let mut latency: HashMap<usize, f64> = HashMap::new();
                 let mut cpu_sum = 0.0;
+                let mut calls = Vec::new();
                 while latency.len() < groups.len() {
                     assert!(
                         Instant::now() < deadline,
@@ -334,14 +338,18 @@ spec:
                     let pending: Vec<usize> = (0..groups.len())
                         .filter(|g| !latency.contains_key(g))
                         .collect();
-                    if !pending.is_empty() {
-                        let names: Vec<String> =
-                            pending.iter().map(|g| groups[*g].clone()).collect();
+                    // In calls of POLL_CHUNK groups, each stamped when it returns: a stamp
+                    // at the end of a pass over every group would add the rest of the pass
+                    // to the samples read first. A sample is late by at most its call.
+                    for chunk in pending.chunks(POLL_CHUNK) {
+                        let names: Vec<String> = chunk.iter().map(|g| groups[*g].clone()).collect();
                         let a = target_admin.clone();
+                        let sent = t0.elapsed().as_secs_f64();
                         let (answers, cpu) = measured(move || a.list_offsets(&names)).await;
                         cpu_sum += cpu;
                         let seen = t0.elapsed().as_secs_f64();
-                        for (g, answer) in pending.into_iter().zip(answers) {
+                        calls.push(seen - sent);
+                        for (&g, answer) in chunk.iter().zip(answers) {
                             let Ok(offsets) = answer else { continue };
                             let at: BTreeMap<i32, i64> = offsets
                                 .into_iter()
@@ -354,13 +362,13 @@ spec:
                     }
                     tokio::time::sleep(Duration::from_millis(250)).await;
                 }
-                (latency, cpu_sum)
+                (latency, cpu_sum, calls)
             };
-            let ((checkpointed, c1), (latency, c2)) = tokio::join!(checkpoints, synced);
-            (latency, checkpointed, c1 + c2)
+            let ((checkpointed, c1), (latency, c2, calls)) = tokio::join!(checkpoints, synced);
+            (latency, checkpointed, c1 + c2, calls)
         }
     };
-    let (first, _, _) = wait_round(0, started).await;
+    let (first, _, _, _) = wait_round(0, started).await;
     let first_sync = first.into_values().fold(f64::NAN, f64::max);
     let first_cycle = state
         .borrow()
@@ -409,6 +417,7 @@ spec:
     let mut round_max_cp_start = Vec::new();
     let mut bench_cpu = 0.0;
     let mut commit_secs = Vec::new();
+    let mut poll_calls = Vec::new();
     let cpu1 = procfs::cpu_of(&[me]);
     let rounds_start = Instant::now();
     for r in 1..=rounds {
@@ -420,8 +429,9 @@ spec:
         let (cpu, sent) = commit_round(&src, topic, &groups, partitions, r, t0).await;
         bench_cpu += cpu;
         commit_secs.push(t0.elapsed().as_secs_f64());
-        let (synced_at, written_at, cpu) = wait_round(r, t0).await;
+        let (synced_at, written_at, cpu, mut calls) = wait_round(r, t0).await;
         bench_cpu += cpu;
+        poll_calls.append(&mut calls);
         // Per group, from its own commit (RPO) and from the round's start (as before).
         let since_commit = |m: &HashMap<usize, f64>| -> Vec<f64> {
             sorted(m.iter().map(|(g, at)| at - sent[*g]).collect())
@@ -537,6 +547,15 @@ spec:
     row(
         "  from the round's start instead: per round min-max (s)",
         per_round_start.join(" "),
+    );
+    let poll_calls = sorted(poll_calls);
+    row(
+        &format!("  resolution: the bench's poll calls ({POLL_CHUNK} groups) p50 / max (s)"),
+        format!(
+            "{:.2} / {:.2}",
+            percentile(&poll_calls, 0.5),
+            percentile(&poll_calls, 1.0)
+        ),
     );
     row(
         "group syncs run / cycle plans superseded",
