@@ -3,8 +3,8 @@
 //! rdkafka's `MessageStream` reads the clock, allocates an `Arc` and registers a waker slot
 //! for every message; at 100 B records that was about 7 % of the engine thread (perf,
 //! docs/PERFORMANCE.md). [`ReadyQueue::poll`] takes the next event of the same queue with
-//! librdkafka's event API and serves it as rdkafka would for a consumer whose context has no
-//! rebalance, commit or OAuth handling (the worker's: assigned partitions, no commits).
+//! librdkafka's event API and serves it as rdkafka would for a consumer of assigned
+//! partitions that commits nothing (the worker's): records, errors, statistics and logs.
 
 use std::ffi::CStr;
 use std::marker::PhantomData;
@@ -15,7 +15,7 @@ use rdkafka::bindings as rd;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
-use rdkafka::message::{BorrowedMessage, Header, OwnedHeaders};
+use rdkafka::message::{BorrowedHeaders, BorrowedMessage, OwnedHeaders};
 use rdkafka::types::RDKafkaErrorCode;
 
 /// A consumed record, borrowed from librdkafka for `'a`.
@@ -119,9 +119,9 @@ impl<'a> SourceHeaders<'a> {
         unsafe { rd::rd_kafka_header_cnt(self.ptr.as_ptr()) }
     }
 
-    /// Header `index`: its name and value (`None`: null). Names that are not UTF-8 read as
-    /// empty, as rdkafka's.
-    pub fn get(&self, index: usize) -> Option<(&'a str, Option<&'a [u8]>)> {
+    /// Header `index`: its name's bytes (Kafka does not require UTF-8; up to a NUL) and its
+    /// value (`None`: null).
+    pub fn get(&self, index: usize) -> Option<(&'a [u8], Option<&'a [u8]>)> {
         let mut name: *const c_char = std::ptr::null();
         let mut value: *const std::ffi::c_void = std::ptr::null();
         let mut size = 0usize;
@@ -133,34 +133,35 @@ impl<'a> SourceHeaders<'a> {
             return None;
         }
         // SAFETY: librdkafka's name and value, valid with the headers.
-        let name = unsafe { CStr::from_ptr(name) }.to_str().unwrap_or("");
+        let name = unsafe { CStr::from_ptr(name) }.to_bytes();
         Some((name, unsafe { bytes(value, size) }))
     }
 
-    /// An owned copy, in order, for the producer.
+    /// An owned copy for the producer, byte for byte (`rd_kafka_headers_copy`).
     pub fn detach(&self) -> OwnedHeaders {
-        let n = self.count();
-        (0..n)
-            .filter_map(|i| self.get(i))
-            .fold(OwnedHeaders::new_with_capacity(n), |h, (key, value)| {
-                h.insert(Header { key, value })
-            })
+        // SAFETY: rdkafka's `BorrowedHeaders` is an opaque stand-in for librdkafka's headers,
+        // referenced by casting the native pointer exactly so (its `from_native_ptr`); the
+        // headers live for 'a.
+        let borrowed = unsafe { &*(self.ptr.as_ptr() as *const BorrowedHeaders) };
+        borrowed.detach()
     }
 }
 
 /// What [`ReadyQueue::poll`] took: a record (in its event) or a consumer error.
-pub enum Polled {
-    Message(MessageEvent),
+pub enum Polled<'c> {
+    Message(MessageEvent<'c>),
     Error(KafkaError),
 }
 
-/// A fetch event holding one record; destroyed (and the record freed) on drop.
-pub struct MessageEvent {
+/// A fetch event holding one record; destroyed (and the record freed) on drop, which must
+/// happen while the consumer `'c` lives.
+pub struct MessageEvent<'c> {
     event: NonNull<rd::rd_kafka_event_t>,
     message: NonNull<rd::rd_kafka_message_t>,
+    _consumer: PhantomData<&'c ()>,
 }
 
-impl MessageEvent {
+impl MessageEvent<'_> {
     pub fn message(&self) -> SourceMessage<'_> {
         SourceMessage {
             ptr: self.message,
@@ -169,7 +170,7 @@ impl MessageEvent {
     }
 }
 
-impl Drop for MessageEvent {
+impl Drop for MessageEvent<'_> {
     fn drop(&mut self) {
         // SAFETY: the event is ours, destroyed once.
         unsafe { rd::rd_kafka_event_destroy(self.event.as_ptr()) }
@@ -186,6 +187,12 @@ impl<'c, C: ConsumerContext> ReadyQueue<'c, C> {
     /// The queue rdkafka polls for `consumer`'s messages and events (`None` without a
     /// `group.id`: then rdkafka polls the main queue instead).
     pub fn of<T: Consumer<C>>(consumer: &'c T) -> Option<Self> {
+        const {
+            assert!(
+                !C::ENABLE_REFRESH_OAUTH_TOKEN,
+                "OAuth token refreshes are not served by this drain"
+            )
+        };
         let client = consumer.client();
         // SAFETY: a live client; the reference is released in `drop`.
         let queue = unsafe { rd::rd_kafka_queue_get_consumer(client.native_ptr()) };
@@ -198,7 +205,7 @@ impl<'c, C: ConsumerContext> ReadyQueue<'c, C> {
     /// The next record or consumer error queued now, without waiting; statistics, logs and
     /// client errors met on the way go to the context (and a client error is returned too,
     /// as rdkafka's consumer does). `None` once the queue is empty.
-    pub fn poll(&self) -> Option<Polled> {
+    pub fn poll(&self) -> Option<Polled<'c>> {
         loop {
             // SAFETY: valid queue; a returned event is destroyed below or by `MessageEvent`.
             let event = NonNull::new(unsafe { rd::rd_kafka_queue_poll(self.queue.as_ptr(), 0) })?;
@@ -221,7 +228,11 @@ impl<'c, C: ConsumerContext> ReadyQueue<'c, C> {
                     // A message carrying an error is the error (as rdkafka's).
                     match err {
                         rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR => {
-                            return Some(Polled::Message(MessageEvent { event, message }))
+                            return Some(Polled::Message(MessageEvent {
+                                event,
+                                message,
+                                _consumer: PhantomData,
+                            }))
                         }
                         rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR__PARTITION_EOF => {
                             Some(KafkaError::PartitionEOF(partition))
@@ -240,9 +251,18 @@ impl<'c, C: ConsumerContext> ReadyQueue<'c, C> {
                     self.log(ev);
                     None
                 }
-                // Rebalances, commit results and OAuth refreshes: none with this consumer
-                // (assigned partitions, no commits); rdkafka's default context ignores them.
-                _ => None,
+                // Rebalances and commit results: none with the worker's consumer (assigned
+                // partitions, no commits); OAuth refreshes: contexts that want them are refused
+                // in `of`. Said, as rdkafka says it.
+                _ => {
+                    // SAFETY: a live event; its name is a static string.
+                    let name = unsafe { CStr::from_ptr(rd::rd_kafka_event_name(ev)) };
+                    tracing::warn!(
+                        "ignored event '{}' on consumer poll",
+                        name.to_string_lossy()
+                    );
+                    None
+                }
             };
             // SAFETY: not handed out; destroyed once.
             unsafe { rd::rd_kafka_event_destroy(ev) };
@@ -334,7 +354,7 @@ mod tests {
     use rdkafka::client::ClientContext;
     use rdkafka::config::ClientConfig;
     use rdkafka::consumer::StreamConsumer;
-    use rdkafka::message::{Headers, Message};
+    use rdkafka::message::{Header, Headers, Message};
     use rdkafka::mocking::MockCluster;
     use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
     use rdkafka::{Offset, TopicPartitionList};
@@ -426,7 +446,12 @@ mod tests {
         let headers = m.headers().map_or(vec![], |h| {
             (0..h.count())
                 .map(|i| h.get(i).unwrap())
-                .map(|(k, v)| (k.to_string(), v.map(<[u8]>::to_vec)))
+                .map(|(k, v)| {
+                    (
+                        String::from_utf8(k.to_vec()).unwrap(),
+                        v.map(<[u8]>::to_vec),
+                    )
+                })
                 .collect()
         });
         // The detached copy holds the same, in order.

@@ -180,7 +180,7 @@ pub fn record_size(key: Option<&[u8]>, value: Option<&[u8]>, header_bytes: usize
 }
 
 /// The bytes of headers' names and values, as [`record_size`] counts them.
-pub fn header_bytes<'h>(headers: impl IntoIterator<Item = (&'h str, Option<&'h [u8]>)>) -> usize {
+pub fn header_bytes<'h>(headers: impl IntoIterator<Item = (&'h [u8], Option<&'h [u8]>)>) -> usize {
     headers
         .into_iter()
         .map(|(k, v)| k.len() + v.map_or(0, <[u8]>::len))
@@ -578,7 +578,7 @@ mod tests {
 
     #[test]
     fn record_size_counts_everything() {
-        let headers = header_bytes([("h", Some(&b"12"[..])), ("n", None)]);
+        let headers = header_bytes([(&b"h"[..], Some(&b"12"[..])), (b"n", None)]);
         let size = record_size(Some(b"kk"), Some(b"vvv"), headers);
         assert_eq!(size, 2 + 3 + 1 + 2 + 1 + RECORD_OVERHEAD_BYTES);
         assert_eq!(record_size(None, None, 0), RECORD_OVERHEAD_BYTES);
