@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use mirrorflow::testkit::brokers::{self, broker_or_skip, BrokerKind, ConsumeUntil, ProduceRecord};
 use mirrorflow::worker::replicate::{self, StatusSink, WorkerArgs, WorkerSnapshot};
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{ClientConfig, Message};
 
 const PARTITIONS: i32 = 3;
 const PER_PARTITION: i64 = 60;
@@ -23,22 +23,6 @@ fn consumer(bootstrap: &str, group: &str) -> BaseConsumer {
         .set("auto.offset.reset", "earliest")
         .create()
         .unwrap()
-}
-
-fn committed(bootstrap: &str, group: &str, topic: &str) -> BTreeMap<i32, i64> {
-    let c = consumer(bootstrap, group);
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..PARTITIONS {
-        tpl.add_partition(topic, p);
-    }
-    let got = c.committed_offsets(tpl, Duration::from_secs(10)).unwrap();
-    got.elements()
-        .iter()
-        .filter_map(|e| match e.offset() {
-            Offset::Offset(o) => Some((e.partition(), o)),
-            _ => None,
-        })
-        .collect()
 }
 
 struct Sink(
@@ -93,16 +77,15 @@ async fn group_fails_over_to_the_target_without_skipping_or_rereading() {
 
     // The group consumed a different amount of each partition on the source: none, part, all.
     let group_at: BTreeMap<i32, i64> = [(0, 0), (1, 25), (2, PER_PARTITION)].into_iter().collect();
-    {
-        let c = consumer(&src, "billing");
-        let mut tpl = TopicPartitionList::new();
-        for (p, o) in &group_at {
-            tpl.add_partition_offset("orders", *p, Offset::Offset(*o))
-                .unwrap();
-        }
-        c.commit(&tpl, CommitMode::Sync).unwrap();
-    }
-    assert_eq!(committed(&src, "billing", "orders"), group_at);
+    brokers::commit_group(&src, "billing", "orders", &group_at)
+        .await
+        .unwrap();
+    assert_eq!(
+        brokers::group_committed(&src, "billing", "orders", PARTITIONS)
+            .await
+            .unwrap(),
+        group_at
+    );
 
     let dir = tempfile::tempdir().unwrap();
     let flow = dir.path().join("flow.yaml");
@@ -156,7 +139,9 @@ spec:
     // The group appears on the target at the translated offsets.
     let deadline = Instant::now() + Duration::from_secs(90);
     let on_target = loop {
-        let c = committed(&tgt, "billing", "dc1.orders");
+        let c = brokers::group_committed(&tgt, "billing", "dc1.orders", PARTITIONS)
+            .await
+            .unwrap();
         // Partition 0 was never consumed (offset 0 committed): its translation is exact too.
         if c.len() == group_at.len() {
             break c;

@@ -11,26 +11,15 @@ use std::time::{Duration, Instant};
 
 use mirrorflow::kafka::secrets::kubelet::write_secret;
 use mirrorflow::testkit::brokers::{
-    self, client_properties_for, register_client_properties, secured_broker_or_skip, BrokerKind,
-    BrokerSecurity, LocalBroker, Scram, ScramUser,
+    self, register_client_properties, secured_broker_or_skip, BrokerKind, BrokerSecurity,
+    LocalBroker, Scram, ScramUser,
 };
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::ClientConfig;
 use replication_support::*;
 use security_support::*;
 
 const PARTITIONS: i32 = 2;
-
-fn group_consumer(bootstrap: &str, group: &str) -> BaseConsumer {
-    let mut c = ClientConfig::new();
-    c.set("bootstrap.servers", bootstrap)
-        .set("group.id", group)
-        .set("enable.auto.commit", "false");
-    for (k, v) in client_properties_for(bootstrap) {
-        c.set(k, v);
-    }
-    c.create().unwrap()
-}
 
 /// Secret `target-user` with user `mirror` and `password`, mounted the kubelet way.
 fn write_target_user(secrets: &std::path::Path, password: &[u8]) {
@@ -40,33 +29,6 @@ fn write_target_user(secrets: &std::path::Path, password: &[u8]) {
         &[("username", b"mirror"), ("password", password)],
     )
     .unwrap();
-}
-
-/// Commits `at` (partition → offset) of `topic` for `group`.
-fn commit_group(bootstrap: &str, group: &str, topic: &str, at: &BTreeMap<i32, i64>) {
-    let c = group_consumer(bootstrap, group);
-    let mut tpl = TopicPartitionList::new();
-    for (p, o) in at {
-        tpl.add_partition_offset(topic, *p, Offset::Offset(*o))
-            .unwrap();
-    }
-    c.commit(&tpl, CommitMode::Sync).unwrap();
-}
-
-fn committed(bootstrap: &str, group: &str, topic: &str) -> BTreeMap<i32, i64> {
-    let c = group_consumer(bootstrap, group);
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..PARTITIONS {
-        tpl.add_partition(topic, p);
-    }
-    let got = c.committed_offsets(tpl, Duration::from_secs(10)).unwrap();
-    got.elements()
-        .iter()
-        .filter_map(|e| match e.offset() {
-            Offset::Offset(o) => Some((e.partition(), o)),
-            _ => None,
-        })
-        .collect()
 }
 
 /// Waits (bounded) until `topic` exists with its partitions.
@@ -221,7 +183,9 @@ async fn mtls_scram256_source_to_tls_scram512_target_replicates_and_checkpoints(
     let recs = records("sec", PARTITIONS, 50);
     brokers::produce(&src, "orders", &recs).await.unwrap();
     let group_at: BTreeMap<i32, i64> = [(0, 10), (1, 50)].into_iter().collect();
-    commit_group(&src, "billing", "orders", &group_at);
+    brokers::commit_group(&src, "billing", "orders", &group_at)
+        .await
+        .unwrap();
     assert!(
         *source.proxy.accepted.lock().unwrap() > 0,
         "the proxy saw TLS clients"
@@ -261,7 +225,9 @@ async fn mtls_scram256_source_to_tls_scram512_target_replicates_and_checkpoints(
     // Checkpoints: the source group appears on the target at the translated offsets.
     let deadline = Instant::now() + WAIT;
     let on_target = loop {
-        let c = committed(&tgt, "billing", "dc1.orders");
+        let c = brokers::group_committed(&tgt, "billing", "dc1.orders", PARTITIONS)
+            .await
+            .unwrap();
         if c.len() == group_at.len() {
             break c;
         }
@@ -803,7 +769,9 @@ async fn rotated_ca_and_password_are_picked_up_without_a_restart_or_position_los
     let group_at: BTreeMap<i32, i64> = [(0, per_partition - 5), (1, per_partition - 7)]
         .into_iter()
         .collect();
-    commit_group(&src, "billing", "orders", &group_at);
+    brokers::commit_group(&src, "billing", "orders", &group_at)
+        .await
+        .unwrap();
     wait_target_group(&tgt, &group_at, "after both rotations").await;
     worker.stop().await;
 }
@@ -812,7 +780,9 @@ async fn rotated_ca_and_password_are_picked_up_without_a_restart_or_position_los
 async fn wait_target_group(tgt: &str, want: &BTreeMap<i32, i64>, what: &str) {
     let deadline = Instant::now() + WAIT;
     loop {
-        let c = committed(tgt, "billing", "dc1.orders");
+        let c = brokers::group_committed(tgt, "billing", "dc1.orders", PARTITIONS)
+            .await
+            .unwrap();
         if c.len() == want.len() {
             assert_eq!(&c, want, "translated offsets {what}");
             return;
@@ -845,7 +815,9 @@ async fn a_secret_fixed_while_the_worker_cannot_connect_is_picked_up_by_every_pa
     let produced = records("a", PARTITIONS, 20);
     brokers::produce(&src, "orders", &produced).await.unwrap();
     let group_at: BTreeMap<i32, i64> = [(0, 15), (1, 13)].into_iter().collect();
-    commit_group(&src, "billing", "orders", &group_at);
+    brokers::commit_group(&src, "billing", "orders", &group_at)
+        .await
+        .unwrap();
     let secrets = secrets_dir(dir.path());
     write_secret(&secrets, "target-ca", &[("ca.crt", ca.pem.as_bytes())]).unwrap();
     write_target_user(&secrets, b"not-the-password");

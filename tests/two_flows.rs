@@ -20,8 +20,8 @@ use mirrorflow::worker::checkpoint::cli::{
     render_csv, run_translate, translate_group, TranslateArgs, TranslateOutput, TranslateReport,
 };
 use mirrorflow::worker::replicate::{StatusSink, WorkerSnapshot};
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{ClientConfig, Message};
 use tokio::sync::watch;
 
 use replication_support::{
@@ -96,33 +96,6 @@ fn consumer(bootstrap: &str, group: &str) -> BaseConsumer {
         .set("auto.offset.reset", "earliest")
         .create()
         .unwrap()
-}
-
-fn commit(bootstrap: &str, group: &str, topic: &str, at: &BTreeMap<i32, i64>) {
-    let c = consumer(bootstrap, group);
-    let mut tpl = TopicPartitionList::new();
-    for (p, o) in at {
-        tpl.add_partition_offset(topic, *p, Offset::Offset(*o))
-            .unwrap();
-    }
-    c.commit(&tpl, CommitMode::Sync).unwrap();
-}
-
-fn committed(bootstrap: &str, group: &str, topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
-    let c = consumer(bootstrap, group);
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..partitions {
-        tpl.add_partition(topic, p);
-    }
-    c.committed_offsets(tpl, Duration::from_secs(10))
-        .unwrap()
-        .elements()
-        .iter()
-        .filter_map(|e| match e.offset() {
-            Offset::Offset(o) => Some((e.partition(), o)),
-            _ => None,
-        })
-        .collect()
 }
 
 fn translate_args(flow: &Path, dir: &Path, group: &str, apply: bool) -> TranslateArgs {
@@ -222,7 +195,9 @@ async fn a_to_b_and_b_to_a_do_not_loop_and_a_group_fails_over_while_both_run() {
     // The group consumed none, part and all of a partition on A (records() adds a tombstone
     // and a null-key record to partition 0: 62 there, 60 elsewhere).
     let group_at: BTreeMap<i32, i64> = [(0, 0), (1, 25), (2, 60)].into_iter().collect();
-    commit(&sa, "billing", "orders", &group_at);
+    brokers::commit_group(&sa, "billing", "orders", &group_at)
+        .await
+        .unwrap();
 
     let dir = tempfile::tempdir().unwrap();
     let ab = flow_file(dir.path(), "ab", ("dc1", &a), ("dc2", &b), Some("billing"));
@@ -306,11 +281,19 @@ async fn a_to_b_and_b_to_a_do_not_loop_and_a_group_fails_over_while_both_run() {
         "dc1.orders,0,0\ndc1.orders,1,25\ndc1.orders,2,60\n",
         "the reset plan for kafka-consumer-groups.sh --from-file"
     );
-    assert!(committed(&sb, "billing", "dc1.orders", 3).is_empty());
+    assert!(brokers::group_committed(&sb, "billing", "dc1.orders", 3)
+        .await
+        .unwrap()
+        .is_empty());
     run_translate(translate_args(&ab, dir.path(), "billing", true))
         .await
         .unwrap();
-    assert_eq!(committed(&sb, "billing", "dc1.orders", 3), group_at);
+    assert_eq!(
+        brokers::group_committed(&sb, "billing", "dc1.orders", 3)
+            .await
+            .unwrap(),
+        group_at
+    );
 
     // The group on B reads exactly the records it had not consumed on A.
     let c = consumer(&sb, "billing");
@@ -360,8 +343,8 @@ async fn fan_in_a_to_b_and_c_to_b_keep_their_topics_syncs_and_checkpoints_apart(
     brokers::produce(&sc, "x", &from_c).await.unwrap();
     let at_a: BTreeMap<i32, i64> = [(0, 10), (1, 30)].into_iter().collect();
     let at_c: BTreeMap<i32, i64> = [(0, 40), (1, 5)].into_iter().collect();
-    commit(&sa, "app", "x", &at_a);
-    commit(&sc, "app", "x", &at_c);
+    brokers::commit_group(&sa, "app", "x", &at_a).await.unwrap();
+    brokers::commit_group(&sc, "app", "x", &at_c).await.unwrap();
 
     let dir = tempfile::tempdir().unwrap();
     let ab = flow_file(dir.path(), "ab", ("dc1", &a), ("dc2", &b), Some("app"));

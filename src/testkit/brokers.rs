@@ -29,8 +29,9 @@ pub use security::{
 };
 
 pub use ops::{
-    consume_all, create_topic, delete_records_before, delete_topic, produce, topic_id,
-    topic_partitions, watermarks, ConsumeUntil, ConsumedRecord, Delivered, ProduceRecord,
+    commit_group, consume_all, create_topic, delete_records_before, delete_topic, group_committed,
+    produce, topic_id, topic_partitions, watermarks, ConsumeUntil, ConsumedRecord, Delivered,
+    ProduceRecord,
 };
 
 use std::collections::BTreeSet;

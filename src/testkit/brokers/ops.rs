@@ -1,13 +1,15 @@
-//! Client-side helpers for tests, benches and the demo: topics, records, watermarks.
+//! Client-side helpers for tests, benches and the demo: topics, records, watermarks, group
+//! offsets.
 //!
 //! All take a bootstrap-servers string, so they work against any cluster, and all waits are
 //! bounded. Blocking librdkafka calls run on tokio's blocking pool.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::{Header, Headers, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
@@ -508,6 +510,77 @@ pub async fn watermarks(
                 op: format!("fetch watermarks of {topic}/{partition}"),
                 source,
             })
+    })
+    .await
+}
+
+/// A consumer of group `group` that commits only when told.
+fn group_consumer(bootstrap: &str, group: &str) -> Result<BaseConsumer, BrokerError> {
+    consumer_blocking(
+        bootstrap,
+        &[("group.id", group), ("enable.auto.commit", "false")],
+    )
+}
+
+/// Commits `at` (partition → offset) of `topic` for the consumer group `group`, as one of its
+/// consumers would.
+pub async fn commit_group(
+    bootstrap: &str,
+    group: &str,
+    topic: &str,
+    at: &BTreeMap<i32, i64>,
+) -> Result<(), BrokerError> {
+    let (bootstrap, group, topic, at) = (
+        bootstrap.to_owned(),
+        group.to_owned(),
+        topic.to_owned(),
+        at.clone(),
+    );
+    blocking("commit_group", move || {
+        let kafka = |source| BrokerError::Kafka {
+            op: format!("commit group {group} on {topic}"),
+            source,
+        };
+        let mut tpl = TopicPartitionList::new();
+        for (p, o) in &at {
+            tpl.add_partition_offset(&topic, *p, Offset::Offset(*o))
+                .map_err(kafka)?;
+        }
+        group_consumer(&bootstrap, &group)?
+            .commit(&tpl, CommitMode::Sync)
+            .map_err(kafka)
+    })
+    .await
+}
+
+/// The offsets the consumer group `group` committed on partitions `0..partitions` of `topic`
+/// (partitions without one are left out).
+pub async fn group_committed(
+    bootstrap: &str,
+    group: &str,
+    topic: &str,
+    partitions: i32,
+) -> Result<BTreeMap<i32, i64>, BrokerError> {
+    let (bootstrap, group, topic) = (bootstrap.to_owned(), group.to_owned(), topic.to_owned());
+    blocking("group_committed", move || {
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..partitions {
+            tpl.add_partition(&topic, p);
+        }
+        let got = group_consumer(&bootstrap, &group)?
+            .committed_offsets(tpl, Duration::from_secs(10))
+            .map_err(|source| BrokerError::Kafka {
+                op: format!("read the offsets of group {group} on {topic}"),
+                source,
+            })?;
+        Ok(got
+            .elements()
+            .iter()
+            .filter_map(|e| match e.offset() {
+                Offset::Offset(o) => Some((e.partition(), o)),
+                _ => None,
+            })
+            .collect())
     })
     .await
 }
