@@ -11,6 +11,7 @@ mod ffi;
 mod group_client;
 pub mod health;
 pub mod naming;
+pub mod produce;
 pub mod producer;
 pub mod protocol;
 pub mod secrets;

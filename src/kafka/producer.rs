@@ -13,11 +13,14 @@ use rdkafka::types::RDKafkaErrorCode;
 use crate::kafka::context::LogContext;
 use crate::kafka::delivery::{DeliveryContext, DeliveryReport, Tracker};
 use crate::kafka::events::{DeliveryProducer, ProducerEvents};
+use crate::kafka::produce::{TargetRecord, TopicId, Topics};
 
 /// A producer, its event signal and where its reports go.
 pub struct EventProducer {
     // Before `producer`: dropped first, so librdkafka stops signalling before it goes.
     events: Arc<ProducerEvents>,
+    // Before `producer` too: topic handles go before their client.
+    topics: Topics,
     producer: Arc<DeliveryProducer>,
     tracker: Tracker,
 }
@@ -45,6 +48,7 @@ impl EventProducer {
         tracker.serve_from(&events);
         Ok(Self {
             events,
+            topics: Topics::new(&producer),
             producer,
             tracker,
         })
@@ -53,6 +57,21 @@ impl EventProducer {
     /// The producer (delivery opaque: a ticket of [`EventProducer::tracker`]).
     pub fn producer(&self) -> &Arc<DeliveryProducer> {
         &self.producer
+    }
+
+    /// The id of topic `name`, to send to it with [`EventProducer::send_to`].
+    pub fn topic(&mut self, name: &str) -> TopicId {
+        self.topics.id(name)
+    }
+
+    /// Hands `record` to the producer through its topic's handle (see [`Topics::send`]).
+    #[allow(clippy::result_large_err)] // rdkafka's own signature: the record comes back
+    pub fn send_to<'a>(
+        &self,
+        topic: TopicId,
+        record: TargetRecord<'a>,
+    ) -> Result<(), (KafkaError, TargetRecord<'a>)> {
+        self.topics.send(topic, record)
     }
 
     /// Where the delivery reports go.

@@ -12,6 +12,7 @@ use crate::kafka::config::ClientProperties;
 use crate::kafka::context::LogContext;
 use crate::kafka::delivery::Tracker;
 use crate::kafka::events::{DeliveryProducer, ProducerEvents};
+use crate::kafka::produce::{TargetRecord, TopicId};
 use crate::kafka::producer::EventProducer;
 
 /// Producer tuning (see the module docs of `replicate` for the memory bound).
@@ -215,6 +216,22 @@ impl TargetWriter {
     /// The producer, to send records (delivery opaque: a ticket of [`TargetWriter::tracker`]).
     pub fn producer(&self) -> &Arc<DeliveryProducer> {
         self.inner.producer()
+    }
+
+    /// The id of target topic `name`, to send to it with [`TargetWriter::send`].
+    pub fn topic(&mut self, name: &str) -> TopicId {
+        self.inner.topic(name)
+    }
+
+    /// Hands `record` to the producer, to `topic` (`record.topic`'s id; the record comes
+    /// back on error, as from rdkafka's `send`).
+    #[allow(clippy::result_large_err)] // rdkafka's own signature: the record comes back
+    pub fn send<'a>(
+        &self,
+        topic: TopicId,
+        record: TargetRecord<'a>,
+    ) -> Result<(), (KafkaError, TargetRecord<'a>)> {
+        self.inner.send_to(topic, record)
     }
 
     /// The producer's event signal.

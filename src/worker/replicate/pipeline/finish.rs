@@ -10,7 +10,7 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::BaseRecord;
 use tracing::{debug, error, info, warn};
 
-use super::send::{first_failure, send_waiting, Dispatched, MetaPending};
+use super::send::{first_failure, send_waiting, Dispatched, MetaPending, Target, Via};
 use super::verdict::{self, commit_error_action, CommitAction, CommitPlan, Judgement, Verdict};
 use crate::kafka::delivery::GroupHandle;
 
@@ -272,7 +272,7 @@ impl Pipeline {
         &mut self,
         j: &Judgement,
         batch: &Batch,
-        targets: &[Option<String>],
+        targets: &[Option<Target>],
         table: &mut PartitionTable,
     ) {
         for (slot, offset) in &j.careful {
@@ -286,7 +286,7 @@ impl Pipeline {
         for (slot, offset, why) in &j.rejected {
             let tp = &batch.partitions()[*slot].tp;
             self.metrics.error(ErrorKind::RecordRejected);
-            let target = targets[*slot].as_deref().unwrap_or("?");
+            let target = targets[*slot].as_ref().map_or("?", |t| t.name.as_str());
             let flow = FlowRef {
                 namespace: &self.cfg.namespace,
                 name: &self.cfg.flow_name,
@@ -361,7 +361,7 @@ impl Pipeline {
                     .key(key.as_slice())
                     .payload(value.as_slice())
                     .headers(headers);
-            match send_waiting(&producer, br, flush_timeout).await {
+            match send_waiting(&producer, Via::Name(&producer), br, flush_timeout).await {
                 Ok(()) => meta_sent += 1,
                 Err(e) => {
                     self.write_error("send offset sync", &e, table)?;
@@ -381,7 +381,7 @@ impl Pipeline {
                     .partition(0)
                     .key(key.as_slice())
                     .payload(value.as_slice());
-            match send_waiting(&producer, br, flush_timeout).await {
+            match send_waiting(&producer, Via::Name(&producer), br, flush_timeout).await {
                 Ok(()) => meta_sent += 1,
                 Err(e) => {
                     self.write_error("send progress", &e, table)?;

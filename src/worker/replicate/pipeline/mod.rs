@@ -35,7 +35,7 @@ use crate::kafka::events::ProducerEvents;
 use crate::kafka::health::ClusterHealth;
 use crate::kafka::wire::{offset_syncs_topic, progress_topic};
 use crate::telemetry::metrics::{ErrorKind, WorkerMetrics};
-use send::{flush, head_delivered, meta_delivered, send_waiting, target_record};
+use send::{flush, head_delivered, meta_delivered, send_waiting, target_record, Via};
 pub use send::{Dispatched, MetaPending, Sending};
 
 /// A writer epoch for a fresh sync emitter: increasing within the process and, being clock
@@ -524,7 +524,7 @@ impl Pipeline {
     pub fn on_message(&mut self, topic: &str, m: SourceMessage<'_>, table: &mut PartitionTable) {
         let (partition, offset) = (m.partition(), m.offset());
         let streaming = self.streaming(table);
-        let writer = match self.writer.as_ref() {
+        let writer = match self.writer.as_mut() {
             Some(w) if streaming => w,
             _ => {
                 self.push_open(topic, partition, detach_record(m));
@@ -543,17 +543,17 @@ impl Pipeline {
         let s = self
             .live
             .get_or_insert_with(|| Sending::new(writer.tracker().group(0), 0));
-        s.cover(&self.batch, table);
+        s.cover(&self.batch, table, writer);
         let i = self.batch.len() - 1;
         let slot = self.batch.records()[i].slot;
         s.reserve(i);
-        let Some(target) = s.targets[slot].as_deref().filter(|_| !s.stopped[slot]) else {
+        let Some(target) = s.targets[slot].as_ref().filter(|_| !s.stopped[slot]) else {
             s.stopped[slot] = true;
             s.next = i + 1;
             return;
         };
         let record = target_record(
-            target,
+            &target.name,
             s.group.ticket(i),
             partition,
             m.key(),
@@ -561,7 +561,7 @@ impl Pipeline {
             timestamp,
             headers,
         );
-        match writer.producer().send(record).map_err(|(e, _)| e) {
+        match writer.send(target.id, record).map_err(|(e, _)| e) {
             Ok(()) => {
                 s.pending.push(i);
                 s.sent += 1;
@@ -703,7 +703,8 @@ impl Pipeline {
             }
         };
         let producer = writer.producer().clone();
-        s.cover(&batch, table);
+        s.cover(&batch, table, writer);
+        let writer = &*writer;
         let flush_timeout = self.cfg.tuning.producer.delivery_timeout;
         if s.careful.iter().any(|c| *c) {
             // Records of dropped batches may still be queued: out of the way first, so each
@@ -722,13 +723,13 @@ impl Pipeline {
                 "a sent record in the unsent part of a batch"
             );
             let partition = batch.partitions()[rec.slot].tp.partition;
-            let Some(target) = targets[rec.slot].as_deref() else {
+            let Some(target) = targets[rec.slot].as_ref() else {
                 s.stopped[rec.slot] = true;
                 continue;
             };
             s.reserve(i);
             let br = target_record(
-                target,
+                &target.name,
                 s.group.ticket(i),
                 partition,
                 rec.key(),
@@ -737,7 +738,8 @@ impl Pipeline {
                 rec.headers.clone(),
             );
             // A full queue (earlier batches too) is waited for once; order is kept.
-            match send_waiting(&producer, br, flush_timeout).await {
+            let via = Via::Topic(writer, target.id);
+            match send_waiting(&producer, via, br, flush_timeout).await {
                 Ok(()) => {
                     s.pending.push(i);
                     s.sent += 1;

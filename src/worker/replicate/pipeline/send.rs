@@ -14,10 +14,12 @@ use tracing::debug;
 
 use super::super::batch::Batch;
 use super::super::partitions::PartitionTable;
+use super::super::writer::TargetWriter;
 use super::verdict::RecordFailure;
 use crate::api::TopicPartitionRef;
 use crate::kafka::delivery::{DeliveryReport, GroupHandle};
 use crate::kafka::events::DeliveryProducer;
+use crate::kafka::produce::{TargetRecord, TopicId};
 
 /// What was handed to the producer for one batch so far. Built by `dispatch`, or record by
 /// record while the batch is read (AtLeastOnce, pipelined: `Pipeline::on_message`).
@@ -27,7 +29,7 @@ pub struct Sending {
     /// Records `0..reserved` have a place in `group`.
     pub reserved: usize,
     /// Target topic per batch slot.
-    pub targets: Vec<Option<String>>,
+    pub targets: Vec<Option<Target>>,
     /// Partitions sent one record per request, per slot.
     pub careful: Vec<bool>,
     /// Partitions not sent any further in this batch (a record was refused), per slot.
@@ -59,11 +61,15 @@ impl Sending {
         }
     }
 
-    /// Extends the per-slot and per-record state to every partition and record of `batch`.
-    pub fn cover(&mut self, batch: &Batch, table: &PartitionTable) {
+    /// Extends the per-slot and per-record state to every partition and record of `batch`
+    /// (target topics looked up in `writer`'s producer).
+    pub fn cover(&mut self, batch: &Batch, table: &PartitionTable, writer: &mut TargetWriter) {
         for p in &batch.partitions()[self.targets.len()..] {
             let o = table.get(&p.tp);
-            self.targets.push(o.map(|o| o.target_topic.clone()));
+            self.targets.push(o.map(|o| Target {
+                id: writer.topic(&o.target_topic),
+                name: o.target_topic.clone(),
+            }));
             self.careful.push(o.is_some_and(|o| o.careful));
             self.stopped.push(false);
         }
@@ -92,6 +98,13 @@ impl Sending {
         self.group
             .take_each(&pending, |j, r| results[j] = Some(delivery_result(r)));
     }
+}
+
+/// Where a batch slot's records go.
+pub struct Target {
+    pub name: String,
+    /// `name` in the producer the records were sent with.
+    pub id: TopicId,
 }
 
 /// A batch whose records were handed to the producer; delivery reports are pending.
@@ -123,7 +136,7 @@ pub fn target_record<'a>(
     value: Option<&'a [u8]>,
     timestamp: Option<i64>,
     headers: Option<OwnedHeaders>,
-) -> BaseRecord<'a, [u8], [u8], usize> {
+) -> TargetRecord<'a> {
     let mut br = BaseRecord::with_opaque_to(target, ticket).partition(partition);
     if let Some(k) = key {
         br = br.key(k);
@@ -161,18 +174,38 @@ pub fn first_failure(group: &GroupHandle, sent: usize) -> Option<RecordFailure> 
     (0..sent).find_map(|j| delivery_result(group.take(j)).err())
 }
 
-/// Hands a record to the producer; if its queue is full (`target.config` may make it smaller
-/// than the batch window), waits for the queue to empty once and tries again.
+/// How a record reaches the producer.
+#[derive(Clone, Copy)]
+pub enum Via<'w> {
+    /// By its topic's name (offset syncs and progress: a few records a batch).
+    Name(&'w DeliveryProducer),
+    /// Through the topic's handle in the writer (replicated records).
+    Topic(&'w TargetWriter, TopicId),
+}
+
+impl Via<'_> {
+    #[allow(clippy::result_large_err)] // rdkafka's own signature: the record comes back
+    fn send<'a>(self, record: TargetRecord<'a>) -> Result<(), (KafkaError, TargetRecord<'a>)> {
+        match self {
+            Via::Name(p) => p.send(record),
+            Via::Topic(w, id) => w.send(id, record),
+        }
+    }
+}
+
+/// Hands a record to `producer` (`via`); if its queue is full (`target.config` may make it
+/// smaller than the batch window), waits for the queue to empty once and tries again.
 pub async fn send_waiting(
     producer: &Arc<DeliveryProducer>,
-    record: BaseRecord<'_, [u8], [u8], usize>,
+    via: Via<'_>,
+    record: TargetRecord<'_>,
     timeout: Duration,
 ) -> Result<(), KafkaError> {
-    match producer.send(record) {
+    match via.send(record) {
         Ok(()) => Ok(()),
         Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), record)) => {
             flush(producer, timeout).await;
-            producer.send(record).map_err(|(e, _)| e)
+            via.send(record).map_err(|(e, _)| e)
         }
         Err((e, _)) => Err(e),
     }
