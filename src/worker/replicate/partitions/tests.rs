@@ -161,6 +161,52 @@ fn accept_drops_stale_halted_and_stopped_records() {
 }
 
 #[test]
+fn accept_finds_each_partition_while_entries_are_added_in_between() {
+    // Entries are kept in key order and the last record's partition is remembered by
+    // position: partitions added before it shift it, and each record must still go to its
+    // own partition's entry.
+    let mut t = PartitionTable::default();
+    let start = |t: &mut PartitionTable, topic: &str, p: i32, pos: i64| {
+        let k = tp(topic, p);
+        assert_eq!(t.take(&k, "x", 1, false), Taken::New);
+        assert!(t.start(&k, &Start::Fresh(pos), false));
+        t.assignment();
+    };
+    start(&mut t, "orders", 1, 100);
+    let steps: [(&str, &str, i32, i64, bool); 8] = [
+        ("first record", "orders", 1, 100, true),
+        ("same partition", "orders", 1, 101, true),
+        ("a partition added before it", "add", 0, 0, false),
+        ("same partition, moved", "orders", 1, 102, true),
+        ("its earlier offset is stale", "orders", 1, 101, false),
+        ("another topic added first", "add", 0, 0, false),
+        ("the new partition", "aaa", 0, 0, true),
+        ("back to the first", "orders", 1, 103, true),
+    ];
+    let mut added = 0;
+    for (name, topic, p, offset, want) in steps {
+        if topic == "add" {
+            // "orders"/0 then "aaa"/0: both sort before "orders"/1.
+            let (topic, p, pos) = [("orders", 0, 500), ("aaa", 0, 0)][added];
+            start(&mut t, topic, p, pos);
+            added += 1;
+            continue;
+        }
+        assert_eq!(t.accept(topic, p, offset), want, "{name}");
+    }
+    let fetched = |t: &PartitionTable, topic, p| t.get(&tp(topic, p)).unwrap().fetched;
+    assert_eq!(fetched(&t, "orders", 1), Some(104));
+    assert_eq!(fetched(&t, "orders", 0), Some(500), "never given a record");
+    assert_eq!(fetched(&t, "aaa", 0), Some(1));
+    let keys: Vec<_> = t.owned().map(|(k, _)| k.clone()).collect();
+    assert_eq!(
+        keys,
+        vec![tp("aaa", 0), tp("orders", 0), tp("orders", 1)],
+        "key order"
+    );
+}
+
+#[test]
 fn pause_and_unpause() {
     let mut t = table(&[0, 0]);
     assert!(t.fail(&tp("orders", 1), failed(0)));
