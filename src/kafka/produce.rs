@@ -80,8 +80,8 @@ impl Topics {
         }
     }
 
-    /// Hands `record` to the producer, to `topic` (which must be `record.topic`'s id; an id
-    /// of other `Topics` sends by name). Like rdkafka's `send`: on error the record comes
+    /// Hands `record` to the producer, to `topic` (`record.topic`'s id; an id of other
+    /// `Topics`, or of another topic, sends by the record's name). Like rdkafka's `send`: on error the record comes
     /// back, its headers still owned.
     #[allow(clippy::result_large_err)] // rdkafka's own signature: the record comes back
     pub fn send<'a>(
@@ -97,6 +97,13 @@ impl Topics {
             Some(h) => h.send(&self.producer, record),
             None => self.producer.send(record),
         }
+    }
+}
+
+impl Drop for Topics {
+    fn drop(&mut self) {
+        // The handles go first, while `producer` still holds the client.
+        self.handles.clear();
     }
 }
 
@@ -146,8 +153,8 @@ impl TopicHandle {
         producer: &DeliveryProducer,
         record: TargetRecord<'a>,
     ) -> Result<(), (KafkaError, TargetRecord<'a>)> {
-        debug_assert_eq!(record.topic, self.name, "a record for another topic");
-        let Some(rkt) = self.rkt else {
+        // A record for another topic (or a name librdkafka refused) goes by its name.
+        let Some(rkt) = self.rkt.filter(|_| record.topic == self.name) else {
             return producer.send(record);
         };
         fn bytes(b: Option<&[u8]>) -> (*mut std::ffi::c_void, usize) {
@@ -336,13 +343,16 @@ mod tests {
         let id = topics.id("by-handle");
         assert_eq!(topics.id("by-handle"), id, "looked up once");
         assert!(topics.handles[id.index].rkt.is_some());
-        // An id of other `Topics` (index 0 there too) sends by the record's name.
+        // An id of other `Topics` (index 0 there too) sends by the record's name, as does the
+        // id of another topic.
         let foreign = Topics::new(p.producer()).id("by-name");
         assert_eq!(foreign.index, 0);
         let group = p.tracker().group(8);
-        for r in records("by-name") {
+        for (i, r) in records("by-name").into_iter().enumerate() {
+            // Half with another `Topics`' id, half with the id of another topic.
+            let wrong = if i < 2 { foreign } else { id };
             topics
-                .send(foreign, r)
+                .send(wrong, r)
                 .map_err(|(e, _)| e)
                 .expect("send by name");
         }

@@ -361,7 +361,7 @@ impl PartitionTable {
     /// partition replicates, is not halted, and the record is not stale (from before a
     /// re-assign). Notes it as fetched.
     pub fn accept(&mut self, topic: &str, partition: i32, offset: i64) -> bool {
-        let entries = &mut self.entries.0;
+        let entries = &self.entries.0;
         let hit = self.last.filter(|&i| {
             entries
                 .get(i)
