@@ -544,6 +544,37 @@ mod tests {
         assert_eq!(got, expected);
     }
 
+    /// The engine re-assigns the whole list whenever a partition stops or a batch is rewound,
+    /// sometimes twice before librdkafka's fetchers have acknowledged the first change.
+    /// librdkafka up to 2.15 then asked a fetcher to stop twice and aborted the process on the
+    /// second reply (`rktp->rktp_started` assertion, confluentinc/librdkafka#5573); the
+    /// vendored rdkafka-sys carries the fix (vendor/README.md). Here hundreds of back-to-back
+    /// assignments, then the consumer still reads every record.
+    #[tokio::test]
+    async fn assignments_replaced_before_fetchers_stop_neither_abort_nor_lose_records() {
+        let mock = MockCluster::new(1).expect("mock cluster");
+        mock.create_topic("t", 2, 1).expect("topic");
+        produce(&mock);
+        let (c, _) = consumer(&mock, &[]);
+        for _ in 0..300 {
+            assign(&c, 0);
+        }
+        let mut got = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while got.len() < 4 && Instant::now() < deadline {
+            match ReadyQueue::of(&c).expect("a group's queue").poll() {
+                Some(Polled::Message(ev)) => {
+                    let m = ev.message();
+                    got.push((m.partition(), m.offset()));
+                }
+                Some(Polled::Error(e)) => panic!("unexpected error {e}"),
+                None => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+        got.sort();
+        assert_eq!(got, vec![(0, 0), (0, 1), (0, 2), (1, 0)]);
+    }
+
     #[tokio::test]
     async fn the_drain_serves_statistics_and_returns_consumer_errors() {
         let mock = MockCluster::new(1).expect("mock cluster");

@@ -359,10 +359,14 @@ static int rd_kafka_assignment_serve_removals(rd_kafka_t *rk) {
                     rk->rk_consumer.assignment.queried, rktpar->topic,
                     rktpar->partition);
 
-                if (rktp->rktp_started) {
-                        /* Partition was started, stop the fetcher. */
+                if (rktp->rktp_started && !rktp->rktp_stop_pending) {
+                        /* Partition was started, stop the fetcher, once:
+                         * rktp_started stays set until the reply, and a
+                         * second stop's reply would find it cleared
+                         * (mirrorflow patch, librdkafka#5573). */
                         rd_assert(rk->rk_consumer.assignment.started_cnt > 0);
 
+                        rktp->rktp_stop_pending = rd_true;
                         rd_kafka_toppar_op_fetch_stop(
                             rktp, RD_KAFKA_REPLYQ(rk->rk_ops, 0));
                         rk->rk_consumer.assignment.wait_stop_cnt++;
@@ -925,6 +929,7 @@ void rd_kafka_assignment_partition_stopped(rd_kafka_t *rk,
 
         rd_assert(rktp->rktp_started);
         rktp->rktp_started = rd_false;
+        rktp->rktp_stop_pending = rd_false;
 
         rd_assert(rk->rk_consumer.assignment.started_cnt > 0);
         rk->rk_consumer.assignment.started_cnt--;

@@ -397,6 +397,12 @@ struct rd_kafka_toppar_s {                           /* rd_kafka_toppar_t */
                                  *   track of whether the toppar has
                                  *   been started or not. */
 
+        rd_bool_t rktp_stop_pending; /**< The assignment asked the fetcher
+                                      *   to stop and awaits the reply:
+                                      *   a later removal must not ask
+                                      *   again (mirrorflow patch,
+                                      *   librdkafka#5573). */
+
         rd_kafka_replyq_t rktp_replyq; /* Current replyq+version
                                         * for propagating
                                         * major operations, e.g.,
