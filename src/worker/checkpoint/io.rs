@@ -58,7 +58,10 @@ impl TopicTail {
             // (default 100,000) is the one that matters here.
             .set("queued.max.messages.kbytes", "2048")
             .set("queued.min.messages", "2000")
-            .set("fetch.max.bytes", "1048576");
+            .set("fetch.max.bytes", "1048576")
+            // Under those bounds the queue fills on every fetch of a long history, and
+            // librdkafka's default backoff then idles the fetcher for a second each time.
+            .set("fetch.queue.backoff.ms", "20");
         let consumer: BaseConsumer<LogContext> = config
             .create_with_context(LogContext::new(what))
             .map_err(|e| format!("{what}: create consumer for topic {topic}: {e}"))?;

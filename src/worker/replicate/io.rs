@@ -547,7 +547,10 @@ pub async fn read_progress(
         // a 1,000-partition flow holds millions of records, and librdkafka's default
         // prefetch (up to 64 MiB) would be the worker's peak memory at start.
         .set("queued.max.messages.kbytes", "2048")
-        .set("fetch.max.bytes", "1048576");
+        .set("fetch.max.bytes", "1048576")
+        // The bound is met on every fetch of a long topic; librdkafka's default backoff
+        // (1 s) would then idle the reader each time.
+        .set("fetch.queue.backoff.ms", "20");
     let topic = topic.to_string();
     let mut uncommitted_config = config.clone();
     uncommitted_config.set("isolation.level", "read_uncommitted");
