@@ -2,6 +2,7 @@
 //! curve, peak RSS with many partitions, and the targets with PASS/MISS.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use mirrorflow::testkit::stats::{self, median};
 
@@ -39,6 +40,11 @@ pub fn print(cfg: &Config, out: &Outcome) {
         crate::refresh::print(rc, &out.refresh);
     }
     print_targets(cfg, out, &med);
+}
+
+/// How long the idle worker took to read its offset-syncs history.
+fn read_note(d: Duration) -> String {
+    format!("read in {:.1} s", d.as_secs_f64())
 }
 
 /// Steady-rate ratios `a / b` of the rounds where both ran `scenario` (see
@@ -261,7 +267,7 @@ fn print_scale(scale: &[Measured]) {
 
 /// Peak RSS with many partitions: the worst run of each (load, contender), and the idle
 /// worker's baselines.
-fn print_rss(cfg: &Config, rss: &[Measured], idle_rss: &[(String, IdleRss)]) {
+fn print_rss(cfg: &Config, rss: &[Measured], idle_rss: &[(String, IdleRss, Option<Duration>)]) {
     println!();
     println!(
         "Peak RSS with {} partitions, 1 KB records (heap = sampled RssAnon, file-backed = sampled RssFile)",
@@ -298,9 +304,10 @@ fn print_rss(cfg: &Config, rss: &[Measured], idle_rss: &[(String, IdleRss)]) {
             println!("  {note}");
         }
     }
-    for (what, (hwm, anon, file, last)) in idle_rss {
+    for (what, (hwm, anon, file, last), read_in) in idle_rss {
+        let read = read_in.map_or(String::new(), |d| format!(", {}", read_note(d)));
         println!(
-            "{:<26} {:>4} partitions:    peak RSS {:>6.1} MiB (heap ≤ {:.1}, file-backed ≤ {:.1}), settled {:.1}; flow selecting no topic, {what}",
+            "{:<26} {:>4} partitions:    peak RSS {:>6.1} MiB (heap ≤ {:.1}, file-backed ≤ {:.1}), settled {:.1}; flow selecting no topic, {what}{read}",
             "mirrorflow idle worker",
             0,
             mib(*hwm),
@@ -370,7 +377,7 @@ fn print_targets(cfg: &Config, out: &Outcome, med: &BTreeMap<(Scenario, Contende
             format!("overhead {:.1} MiB", peak - window),
         );
     }
-    for (i, (what, (hwm, _, _, _))) in out.idle_rss.iter().enumerate() {
+    for (i, (what, (hwm, _, _, _), read_in)) in out.idle_rss.iter().enumerate() {
         let (target, name) = if i == 0 {
             (IDLE_TARGET_MIB, "idle worker")
         } else {
@@ -380,7 +387,7 @@ fn print_targets(cfg: &Config, out: &Outcome, med: &BTreeMap<(Scenario, Contende
             format!("{name} peak RSS ≤ {target:.0} MiB, {what}"),
             format!("{:.1} MiB", mib(*hwm)),
             mib(*hwm) <= target,
-            String::new(),
+            read_in.map_or(String::new(), read_note),
         );
     }
     if let Some(rc) = &out.refresh_config {

@@ -27,7 +27,8 @@ pub struct Outcome {
     /// Peak RSS runs with many partitions, every round.
     pub rss: Vec<Measured>,
     /// Peak, heap and file-backed RSS (KiB) of idle workers, with what they read at start.
-    pub idle_rss: Vec<(String, IdleRss)>,
+    /// What the worker had to do, its RSS, and how long it took to read its sync history.
+    pub idle_rss: Vec<(String, IdleRss, Option<Duration>)>,
     /// Topic refresh runs (`refresh` scenario), with the scenario's knobs.
     pub refresh: Vec<crate::refresh::RefreshMeasured>,
     pub refresh_config: Option<crate::refresh::RefreshConfig>,
@@ -278,8 +279,8 @@ impl Bench<'_> {
             kcat_libdir: None,
             ..self.run("bench-no-such-topic")
         };
-        match idle.idle_worker_rss(self.cfg.idle_settle) {
-            Ok(r) => out.idle_rss.push(("no offset syncs".to_string(), r)),
+        match idle.idle_worker_rss(self.cfg.idle_settle, None) {
+            Ok((r, _)) => out.idle_rss.push(("no offset syncs".to_string(), r, None)),
             Err(e) => out.failures.push(format!("idle worker RSS: {e:#}")),
         }
         // A restarted worker reads its offset-syncs topic whole (checkpoint side): the
@@ -291,10 +292,15 @@ impl Bench<'_> {
         let syncs = self.cfg.rss_sync_history;
         let parts = self.cfg.rss_partitions;
         let produced = produce_sync_history(self.tgt, &history.alias(), "rss-loaded", parts, syncs);
-        match produced.and_then(|()| history.idle_worker_rss(Duration::from_secs(10))) {
-            Ok(r) => out
-                .idle_rss
-                .push((format!("{syncs} offset syncs to read"), r)),
+        // Every partition has a sync once there are at least as many syncs as partitions.
+        let synced = u64::try_from(parts).unwrap_or(0).min(syncs);
+        let measured =
+            produced.and_then(|()| history.idle_worker_rss(Duration::from_secs(10), Some(synced)));
+        match measured {
+            Ok((r, read_in)) => {
+                out.idle_rss
+                    .push((format!("{syncs} offset syncs to read"), r, read_in))
+            }
             Err(e) => out
                 .failures
                 .push(format!("idle worker RSS with sync history: {e:#}")),

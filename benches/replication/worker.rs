@@ -48,10 +48,17 @@ impl Run<'_> {
         cmd
     }
 
-    /// Peak RSS, heap and file-backed RSS (KiB) of a worker whose flow selects no topic,
-    /// sampled for `settle`: the baseline under the per-partition and record-data costs.
-    /// Peak RSS, largest RssAnon and RssFile, and the last RSS sample (KiB).
-    pub fn idle_worker_rss(&self, settle: Duration) -> anyhow::Result<crate::rounds::IdleRss> {
+    /// Peak RSS, largest RssAnon and RssFile, and the last RSS sample (KiB) of a worker whose
+    /// flow selects no topic, sampled for `settle`: the baseline under the per-partition and
+    /// record-data costs. With `sync_partitions`, sampled also until the worker's checkpoint
+    /// side has read the offset syncs of that many partitions
+    /// (`mirrorflow_checkpoint_sync_partitions`, read every 500 ms) and a second after, and
+    /// how long the read took: a peak taken before the history is read measures nothing.
+    pub fn idle_worker_rss(
+        &self,
+        settle: Duration,
+        sync_partitions: Option<u64>,
+    ) -> anyhow::Result<(crate::rounds::IdleRss, Option<Duration>)> {
         let port = free_port()?;
         let flow = self.logs.join("flow-idle.yaml");
         std::fs::write(&flow, flow_yaml(self, port))?;
@@ -62,8 +69,30 @@ impl Run<'_> {
         )?;
         p.exits_by_itself = false;
         let t = Instant::now();
-        while t.elapsed() < settle && p.exit.is_none() {
+        let limit = settle.max(HISTORY_READ_LIMIT);
+        let mut read_in = None;
+        let mut next_check = t;
+        while p.exit.is_none() {
+            let done = match (sync_partitions, read_in) {
+                (None, _) => t.elapsed() >= settle,
+                (Some(_), Some(r)) => t.elapsed() >= settle.max(r + Duration::from_secs(1)),
+                (Some(_), None) => t.elapsed() >= limit,
+            };
+            if done {
+                break;
+            }
             p.sample();
+            if let (Some(want), None) = (sync_partitions, read_in) {
+                if Instant::now() >= next_check {
+                    next_check += Duration::from_millis(500);
+                    let read = http_get(port, "/metrics")
+                        .map(|m| metric_sum(&m, "mirrorflow_checkpoint_sync_partitions"))
+                        .unwrap_or(0.0);
+                    if read >= want as f64 {
+                        read_in = Some(t.elapsed());
+                    }
+                }
+            }
             std::thread::sleep(Duration::from_millis(100));
         }
         let exited = p.exit;
@@ -71,10 +100,21 @@ impl Run<'_> {
         if let Some(status) = exited {
             bail!("the idle worker exited with {status}:\n{}", p.log_tail());
         }
+        if let (Some(want), None) = (sync_partitions, read_in) {
+            bail!(
+                "the idle worker had not read the offset syncs of {want} partitions after {} s \
+                 (mirrorflow_checkpoint_sync_partitions), so its peak would not cover them:\n{}",
+                limit.as_secs(),
+                p.log_tail()
+            );
+        }
         let _ = std::fs::remove_file(&p.log);
-        Ok((p.hwm_kib, p.anon_kib, p.file_kib, p.rss_kib))
+        Ok(((p.hwm_kib, p.anon_kib, p.file_kib, p.rss_kib), read_in))
     }
 }
+
+/// How long an idle worker may take to read an offset-syncs history at start.
+const HISTORY_READ_LIMIT: Duration = Duration::from_secs(120);
 
 /// A free loopback port (bound, then released for the child to take).
 fn free_port() -> anyhow::Result<u16> {
