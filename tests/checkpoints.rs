@@ -1058,3 +1058,68 @@ async fn batched_group_calls_agree_with_librdkafka() {
         );
     }
 }
+
+/// The offset-syncs reader fetches at most 256 KiB at a time (each fetched record costs
+/// librdkafka a few hundred bytes until it is taken). A record batch larger than that, as
+/// a busy writer or MM2 produces, is still read whole: the broker returns the first batch of
+/// a fetch even when it exceeds the limit (KIP-74). nisshi only: tansu's high watermark of a
+/// batched write is its base offset + 1, and the mock consumes ~500 records/s.
+async fn sync_batch_larger_than_a_fetch_is_read_whole(kind: BrokerKind) {
+    use mirrorflow::worker::checkpoint::io::TopicTail;
+    use mirrorflow::worker::checkpoint::store::SyncStore;
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+
+    let Some(broker) = broker_or_skip(kind).await else {
+        return;
+    };
+    let bootstrap = broker.bootstrap_servers();
+    create_topic(&bootstrap, SYNCS_TOPIC, 1, &[]).await.unwrap();
+    // One batch: everything sent within the linger, under the producer's 1 MB request bound.
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .set("linger.ms", "2000")
+        .set("batch.num.messages", "100000")
+        .set("batch.size", "1000000")
+        .create()
+        .unwrap();
+    let (syncs, partitions) = (12_000i64, 100i64);
+    let mut bytes = 0;
+    for i in 0..syncs {
+        let sync = mirrorflow::kafka::wire::OffsetSync {
+            topic: "orders-with-a-longer-name".into(),
+            partition: (i % partitions) as i32,
+            upstream_offset: i,
+            downstream_offset: i,
+        };
+        let (key, value) = (sync.encode_key().unwrap(), sync.encode_value().unwrap());
+        bytes += key.len() + value.len();
+        producer
+            .send(
+                BaseRecord::to(SYNCS_TOPIC)
+                    .partition(0)
+                    .key(key.as_slice())
+                    .payload(value.as_slice()),
+            )
+            .unwrap();
+    }
+    producer.flush(Duration::from_secs(30)).unwrap();
+    assert!(bytes > 2 * 262_144, "{bytes} bytes of syncs");
+    let read = tokio::task::spawn_blocking(move || {
+        let mut tail = TopicTail::new(&config(&bootstrap), SYNCS_TOPIC, "test").unwrap();
+        let mut store = SyncStore::new();
+        let read = tail
+            .catch_up(Duration::from_secs(60), |m| {
+                store.apply(m.key(), m.payload(), None).unwrap();
+            })
+            .unwrap();
+        (read, store.partitions())
+    })
+    .await
+    .unwrap();
+    assert_eq!(read, (syncs as usize, partitions as usize));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sync_batch_larger_than_a_fetch_is_read_whole_nisshi() {
+    sync_batch_larger_than_a_fetch_is_read_whole(BrokerKind::Nisshi).await;
+}

@@ -54,11 +54,14 @@ impl TopicTail {
             // Bounded read-ahead: reading a long offset-syncs topic at start must not grow
             // the worker's memory (librdkafka's default prefetch is up to 64 MiB). The
             // kbytes bound counts payload only; a sync is ~40 B against ~300 B of
-            // librdkafka's own per-message structures, so the message-count bound
-            // (default 100,000) is the one that matters here.
+            // librdkafka's own per-message structures, so what one fetch brings is the
+            // peak: 1 MiB of syncs was ~10 MiB held at once, 256 KiB is ~3 (the broker still
+            // returns a larger first batch whole). librdkafka wants `message.max.bytes`
+            // (a request bound; this client sends no records) no larger than a fetch.
             .set("queued.max.messages.kbytes", "2048")
             .set("queued.min.messages", "2000")
-            .set("fetch.max.bytes", "1048576")
+            .set("fetch.max.bytes", "262144")
+            .set("message.max.bytes", "262144")
             // Under those bounds the queue fills on every fetch of a long history, and
             // librdkafka's default backoff then idles the fetcher for a second each time.
             .set("fetch.queue.backoff.ms", "20");
