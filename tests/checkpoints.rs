@@ -1060,9 +1060,9 @@ async fn batched_group_calls_agree_with_librdkafka() {
 }
 
 /// The offset-syncs reader fetches at most 256 KiB at a time (each fetched record costs
-/// librdkafka a few hundred bytes until it is taken). A record batch larger than that, as
-/// a busy writer or MM2 produces, is still read whole: the broker returns the first batch of
-/// a fetch even when it exceeds the limit (KIP-74). nisshi only: tansu's high watermark of a
+/// librdkafka a few hundred bytes until it is taken). A record batch larger than that (a
+/// librdkafka writer's batches go up to 1 MB) is still read whole: the broker returns the
+/// first batch of a fetch even when it exceeds the limit (KIP-74). nisshi only: tansu's high watermark of a
 /// batched write is its base offset + 1, and the mock consumes ~500 records/s.
 async fn sync_batch_larger_than_a_fetch_is_read_whole(kind: BrokerKind) {
     use mirrorflow::worker::checkpoint::io::TopicTail;
