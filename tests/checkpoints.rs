@@ -1062,14 +1062,15 @@ async fn batched_group_calls_agree_with_librdkafka() {
 /// The offset-syncs reader fetches at most 256 KiB at a time (each fetched record costs
 /// librdkafka a few hundred bytes until it is taken). A record batch larger than that (a
 /// librdkafka writer's batches go up to 1 MB) is still read whole: the broker returns the
-/// first batch of a fetch even when it exceeds the limit (KIP-74). nisshi only: tansu's high watermark of a
-/// batched write is its base offset + 1, and the mock consumes ~500 records/s.
-async fn sync_batch_larger_than_a_fetch_is_read_whole(kind: BrokerKind) {
+/// first batch of a fetch even when it exceeds the limit (KIP-74). nisshi only: tansu's high
+/// watermark of a batched write is its base offset + 1, and the mock consumes ~500 records/s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sync_batch_larger_than_a_fetch_is_read_whole_nisshi() {
     use mirrorflow::worker::checkpoint::io::TopicTail;
     use mirrorflow::worker::checkpoint::store::SyncStore;
     use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 
-    let Some(broker) = broker_or_skip(kind).await else {
+    let Some(broker) = broker_or_skip(BrokerKind::Nisshi).await else {
         return;
     };
     let bootstrap = broker.bootstrap_servers();
@@ -1085,13 +1086,14 @@ async fn sync_batch_larger_than_a_fetch_is_read_whole(kind: BrokerKind) {
     let (syncs, partitions) = (12_000i64, 100i64);
     let mut bytes = 0;
     for i in 0..syncs {
-        let sync = mirrorflow::kafka::wire::OffsetSync {
-            topic: "orders-with-a-longer-name".into(),
-            partition: (i % partitions) as i32,
-            upstream_offset: i,
-            downstream_offset: i,
-        };
-        let (key, value) = (sync.encode_key().unwrap(), sync.encode_value().unwrap());
+        let r = sync_record(
+            "orders-with-a-longer-name",
+            (i % partitions) as i32,
+            i,
+            i,
+            None,
+        );
+        let (key, value) = (r.key.unwrap(), r.value.unwrap());
         bytes += key.len() + value.len();
         producer
             .send(
@@ -1117,9 +1119,4 @@ async fn sync_batch_larger_than_a_fetch_is_read_whole(kind: BrokerKind) {
     .await
     .unwrap();
     assert_eq!(read, (syncs as usize, partitions as usize));
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sync_batch_larger_than_a_fetch_is_read_whole_nisshi() {
-    sync_batch_larger_than_a_fetch_is_read_whole(BrokerKind::Nisshi).await;
 }

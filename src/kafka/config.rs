@@ -21,6 +21,11 @@ use rdkafka::ClientConfig;
 use crate::api::validate::owned_property_reason;
 use crate::api::{ClusterSpec, OAuthBearerSpec};
 
+/// `fetch.queue.backoff.ms` for consumers with a bounded prefetch. librdkafka's default
+/// (1 s) idles the fetcher whenever the bound was reached, which a busy consumer meets every
+/// few batches and a reader catching up on a long topic on every fetch.
+pub const FETCH_QUEUE_BACKOFF_MS: &str = "20";
+
 /// Property names whose values are secret and must never be logged.
 const SECRET_PROPERTIES: &[&str] = &[
     "sasl.password",

@@ -9,6 +9,7 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
+use crate::kafka::config::FETCH_QUEUE_BACKOFF_MS;
 use crate::kafka::context::LogContext;
 use crate::kafka::producer::{EventProducer, Outgoing};
 use rdkafka::error::KafkaError;
@@ -62,9 +63,7 @@ impl TopicTail {
             .set("queued.min.messages", "2000")
             .set("fetch.max.bytes", "262144")
             .set("message.max.bytes", "262144")
-            // Under those bounds the queue fills on every fetch of a long history, and
-            // librdkafka's default backoff then idles the fetcher for a second each time.
-            .set("fetch.queue.backoff.ms", "20");
+            .set("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS);
         let consumer: BaseConsumer<LogContext> = config
             .create_with_context(LogContext::new(what))
             .map_err(|e| format!("{what}: create consumer for topic {topic}: {e}"))?;

@@ -32,9 +32,10 @@ pub fn create_consumer(
         ("queued.min.messages", "10000".to_string()),
         ("fetch.max.bytes", t.fetch_max_bytes.to_string()),
         ("fetch.wait.max.ms", "100".to_string()),
-        // librdkafka's default (1 s) idles the fetcher for a second whenever the queue
-        // bound was reached, which a busy worker hits on every few batches.
-        ("fetch.queue.backoff.ms", "20".to_string()),
+        (
+            "fetch.queue.backoff.ms",
+            crate::kafka::config::FETCH_QUEUE_BACKOFF_MS.to_string(),
+        ),
     ];
     // Polled: its statistics let the connection health see a broker come back.
     let defaults = defaults.into_iter().chain(

@@ -20,7 +20,7 @@ use rdkafka::{Message, Offset, TopicPartitionList};
 use super::select::{
     syncable_configs, unwritable, ConfigChange, ConfigEntry, ConfigExclusions, ConfigOrigin,
 };
-use crate::kafka::config::ClientProperties;
+use crate::kafka::config::{ClientProperties, FETCH_QUEUE_BACKOFF_MS};
 use crate::kafka::context::LogContext;
 use crate::kafka::wire::Progress;
 
@@ -548,9 +548,7 @@ pub async fn read_progress(
         // prefetch (up to 64 MiB) would be the worker's peak memory at start.
         .set("queued.max.messages.kbytes", "2048")
         .set("fetch.max.bytes", "1048576")
-        // The bound is met on every fetch of a long topic; librdkafka's default backoff
-        // (1 s) would then idle the reader each time.
-        .set("fetch.queue.backoff.ms", "20");
+        .set("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS);
     let topic = topic.to_string();
     let mut uncommitted_config = config.clone();
     uncommitted_config.set("isolation.level", "read_uncommitted");
