@@ -98,7 +98,10 @@ pub struct Measured {
     pub startup: f64,
     /// Records/s between the first and the last poll.
     pub steady_rate: f64,
+    /// CPU seconds of the contender's processes, spawn to the end.
     pub cpu: f64,
+    /// CPU seconds and records while 10-90 % of the records arrived ([`stats::steady_cpu`]).
+    pub steady_cpu: Option<(f64, u64)>,
     pub broker_cpu: f64,
     pub peak_rss_kib: u64,
     /// Largest sampled heap (`RssAnon`) and file-backed (`RssFile`) RSS, summed over processes.
@@ -113,6 +116,17 @@ impl Measured {
     /// Megabytes copied (uncompressed record sizes).
     pub fn mb(&self) -> f64 {
         self.records as f64 * self.scenario.size as f64 / 1e6
+    }
+
+    /// CPU ms per MB in the steady part (the window of the steady rate), or over the whole
+    /// run when too few polls fell in it.
+    pub fn steady_cpu_ms_per_mb(&self) -> f64 {
+        match self.steady_cpu {
+            Some((cpu, records)) => {
+                1000.0 * cpu / (records as f64 * self.scenario.size as f64 / 1e6)
+            }
+            None => 1000.0 * self.cpu / self.mb(),
+        }
     }
 
     pub fn end_to_end_rate(&self) -> f64 {
@@ -269,7 +283,7 @@ impl Run<'_> {
                 p.sample();
             }
             let count = counter.count(target_topic, self.partitions).unwrap_or(0);
-            let at = progress.record(count);
+            let at = progress.record(count, procs.iter().map(|p| p.cpu).sum());
             if count >= n {
                 let broker_cpu = procfs::cpu_of(self.brokers) - broker_cpu0;
                 // Processes that end by themselves are measured to their exit (flush
@@ -289,6 +303,7 @@ impl Run<'_> {
                     startup: progress.startup(),
                     steady_rate: progress.steady_rate(n),
                     cpu: procs.iter().map(|p| p.cpu).sum(),
+                    steady_cpu: stats::steady_cpu(&progress.cpu, n),
                     broker_cpu,
                     peak_rss_kib: procs.iter().map(|p| p.hwm_kib).sum(),
                     peak_anon_kib: procs.iter().map(|p| p.anon_kib).sum(),
@@ -344,6 +359,8 @@ struct Progress {
     first: Option<(f64, u64)>,
     /// `(seconds since t0, records on the target)` of every poll.
     samples: Vec<(f64, u64)>,
+    /// `(records on the target, the contender's CPU seconds)` of every poll.
+    cpu: Vec<(u64, f64)>,
     last_count: u64,
     /// When the count last grew.
     last_progress: Instant,
@@ -355,13 +372,15 @@ impl Progress {
             t0,
             first: None,
             samples: Vec::new(),
+            cpu: Vec::new(),
             last_count: 0,
             last_progress: Instant::now(),
         }
     }
 
-    /// Records a poll that saw `count` records on the target; returns its time since `t0`.
-    fn record(&mut self, count: u64) -> f64 {
+    /// Records a poll that saw `count` records on the target after the contender had used
+    /// `cpu` seconds; returns its time since `t0`.
+    fn record(&mut self, count: u64, cpu: f64) -> f64 {
         let at = self.t0.elapsed().as_secs_f64();
         if count > self.last_count {
             self.last_count = count;
@@ -371,6 +390,7 @@ impl Progress {
             self.first = Some((at, count));
         }
         self.samples.push((at, count));
+        self.cpu.push((count, cpu));
         at
     }
 

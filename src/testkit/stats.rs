@@ -26,6 +26,21 @@ pub fn steady_rate(samples: &[(f64, u64)], n: u64) -> Option<f64> {
     (var > 0.0 && cov > 0.0).then(|| cov / var)
 }
 
+/// CPU seconds and records in the steady part: between the first poll that saw at least
+/// 10 % of `n` and the last that saw at most 90 % (the window of [`steady_rate`]), from polls
+/// `(records on the target, the contender's CPU seconds so far)`. Start-up and exit (a
+/// flush, a shutdown) fall outside, as they do for the rate. `None` without records
+/// between two such polls.
+pub fn steady_cpu(polls: &[(u64, f64)], n: u64) -> Option<(f64, u64)> {
+    let (lo, hi) = (n as f64 * 0.1, n as f64 * 0.9);
+    let first = polls
+        .iter()
+        .find(|p| p.0 as f64 >= lo && p.0 as f64 <= hi)?;
+    let last = polls.iter().rev().find(|p| p.0 as f64 <= hi)?;
+    let records = last.0.checked_sub(first.0).filter(|r| *r > 0)?;
+    Some((last.1 - first.1, records))
+}
+
 /// Median (mean of the middle two for an even count); `None` when empty.
 pub fn median(xs: &[f64]) -> Option<f64> {
     let mut v = xs.to_vec();
@@ -140,5 +155,39 @@ mod tests {
         assert_eq!(steady_rate(&flat, 1000), None, "no progress");
         let three = [(0.0, 200), (0.1, 300), (0.2, 400)];
         assert_eq!(steady_rate(&three, 1000), None, "three polls");
+    }
+
+    #[test]
+    fn steady_cpu_table() {
+        type Polls = Vec<(u64, f64)>;
+        type Cost = Option<(f64, u64)>;
+        let cases: Vec<(&str, Polls, Cost)> = vec![
+            (
+                "start-up and exit left out",
+                vec![(0, 0.5), (100, 0.6), (500, 1.0), (900, 1.4), (1000, 2.0)],
+                Some((0.8, 800)),
+            ),
+            (
+                "first poll inside the window, last one at its end",
+                vec![(0, 0.1), (250, 0.3), (600, 0.6), (950, 1.0), (1000, 1.1)],
+                Some((0.3, 350)),
+            ),
+            (
+                "one poll inside: no records between two",
+                vec![(0, 0.1), (500, 0.5), (1000, 1.0)],
+                None,
+            ),
+            ("no poll inside", vec![(0, 0.1), (1000, 1.0)], None),
+            ("nothing polled", vec![], None),
+        ];
+        for (name, polls, want) in cases {
+            let got = steady_cpu(&polls, 1000);
+            match (got, want) {
+                (Some((c, r)), Some((wc, wr))) => {
+                    assert!((c - wc).abs() < 1e-9 && r == wr, "{name}: {got:?}")
+                }
+                _ => assert_eq!(got, want, "{name}"),
+            }
+        }
     }
 }
