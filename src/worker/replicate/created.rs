@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::producer::{BaseProducer, BaseRecord};
 use rdkafka::ClientConfig;
 use serde::{Deserialize, Serialize};
 
@@ -110,7 +110,12 @@ impl CreatedTopics {
         let payload = serde_json::to_vec(&value).map_err(|e| e.to_string())?;
         if self.producer.is_none() {
             let mut c = self.config.clone();
-            c.set("acks", "all").set("enable.idempotence", "true");
+            // Not idempotent: a fresh idempotent producer waits 500 ms for its producer id
+            // when no connection is up yet, and the first target topic a worker creates
+            // waited for it before replication started. One record is in flight at a time
+            // (each is flushed), so a retry cannot reorder; a duplicate of a keyed record
+            // in a compacted store changes nothing.
+            c.set("acks", "all").set("enable.idempotence", "false");
             let p = c
                 .create()
                 .map_err(|e| format!("target cluster: created-topics store producer: {e}"))?;
@@ -124,8 +129,7 @@ impl CreatedTopics {
                     .payload(&payload),
             )
             .map_err(|(e, _)| format!("write created-topics store {}: {e}", self.topic))?;
-        producer
-            .flush(self.timeout)
+        crate::kafka::producer::flush(producer, self.timeout)
             .map_err(|e| format!("write created-topics store {}: {e}", self.topic))?;
         self.known.insert(topic.to_string(), value);
         Ok(())
