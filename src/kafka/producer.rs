@@ -3,17 +3,42 @@
 //! replication engine's writer, the heartbeats and the checkpoints use it.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rdkafka::config::ClientConfig;
 use rdkafka::error::KafkaError;
-use rdkafka::producer::BaseRecord;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
 use rdkafka::types::RDKafkaErrorCode;
 
 use crate::kafka::context::LogContext;
 use crate::kafka::delivery::{DeliveryContext, DeliveryReport, Tracker};
 use crate::kafka::events::{DeliveryProducer, ProducerEvents};
 use crate::kafka::produce::{TargetRecord, TopicId, Topics};
+
+/// Sends what `producer` holds and serves its delivery reports until none is outstanding,
+/// at most `timeout` (then `KafkaError::Flush(OperationTimedOut)`, as rdkafka's `flush`).
+/// rdkafka's `flush` polls in steps of 100 ms and each step runs to its end, so flushing one
+/// record took 100 ms; this steps by 10 ms, as librdkafka's own flush does.
+pub fn flush<C: ProducerContext>(
+    producer: &BaseProducer<C>,
+    timeout: Duration,
+) -> Result<(), KafkaError> {
+    const STEP: Duration = Duration::from_millis(10);
+    let deadline = Instant::now() + timeout;
+    loop {
+        // One non-blocking rd_kafka_flush: wakes the broker threads, says whether any
+        // message is still outstanding (its report not served yet).
+        match producer.flush(Duration::ZERO) {
+            Err(KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut)) => {}
+            done => return done,
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut));
+        }
+        producer.poll(left.min(STEP));
+    }
+}
 
 /// A producer, its event signal and where its reports go.
 pub struct EventProducer {

@@ -22,7 +22,7 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use prometheus::{IntCounter, IntGaugeVec, Opts, Registry};
 use rdkafka::admin::AdminClient;
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::producer::{BaseProducer, BaseRecord};
 use rdkafka::ClientConfig;
 use tokio::sync::watch;
 use tracing::{info, warn};
@@ -324,8 +324,7 @@ impl CreatedStore for KafkaStore {
         self.producer
             .send(rec)
             .map_err(|(e, _)| format!("write ACL store {}: {e}", self.topic))?;
-        self.producer
-            .flush(self.timeout)
+        crate::kafka::producer::flush(&self.producer, self.timeout)
             .map_err(|e| format!("write ACL store {}: {e}", self.topic))
     }
 }

@@ -288,7 +288,7 @@ impl TargetWriter {
                 if transactional {
                     p.commit_transaction(timeout)
                 } else {
-                    p.flush(timeout)
+                    crate::kafka::producer::flush(p, timeout)
                 }
             })
             .await?;

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::error::KafkaError;
 use rdkafka::message::OwnedHeaders;
-use rdkafka::producer::{BaseRecord, Producer as _};
+use rdkafka::producer::BaseRecord;
 use rdkafka::types::RDKafkaErrorCode;
 use tracing::debug;
 
@@ -214,7 +214,7 @@ pub async fn send_waiting(
 /// Sends everything queued in the producer now and waits for its reports (bounded).
 pub async fn flush(producer: &Arc<DeliveryProducer>, timeout: Duration) {
     let p = producer.clone();
-    let r = tokio::task::spawn_blocking(move || p.flush(timeout)).await;
+    let r = tokio::task::spawn_blocking(move || crate::kafka::producer::flush(&p, timeout)).await;
     if let Ok(Err(e)) = r {
         debug!("flushing the target producer: {e}");
     }
