@@ -48,13 +48,14 @@
 //! is taken within each round (the host's speed drifts by ±15 % over minutes here) and the
 //! median over rounds is shown and judged, with the range; the contenders' order turns
 //! each round, so none always runs right after another's target topic was deleted.
-//! *CPU ms/MB*: user + system time of the contender's processes (`/proc/<pid>/stat`, read at
-//! every poll) between the first poll that saw 10 % of the records and the last that saw at
-//! most 90 %: the rate's window, so neither start-up nor the bare loop's final flush counts;
-//! that figure and its ratio are judged. *all ms/MB*: from spawn until the copy is complete
-//! (bare loop and kcat: until they exit, flush included; the worker keeps running and is read
-//! when the last record is on the target), shown beside it. Broker CPU is excluded from both
-//! and shown separately. *Peak RSS*: `VmHWM` of the contender's
+//! *CPU ms/MB*: user + system time of the contender's processes (`/proc/<pid>/stat`) from spawn
+//! until the copy is complete (bare loop and kcat: until they exit, flush included; the
+//! worker keeps running and is read when the last record is on the target); judged.
+//! *10-90 %*: the same between the first poll that saw 10 % of the records and the last that
+//! saw at most 90 % (the rate's window: no start-up, no final flush); shown, not judged: the
+//! records in flight at the window's ends (up to the window, 16 MiB, at 1 KB a twentieth of
+//! the run) are paid for on one side and counted on the other, so its rounds spread more.
+//! Broker CPU is excluded from both and shown separately. *Peak RSS*: `VmHWM` of the contender's
 //! processes (kcat: the sum of both). Record size = key (12 B) + value; no headers.
 //!
 //! # Compression

@@ -119,7 +119,7 @@ impl Measured {
     }
 
     /// CPU ms per MB in the steady part (the window of the steady rate), or over the whole
-    /// run when too few polls fell in it.
+    /// run when too few polls fell in it. Shown beside the whole run's figure, not judged.
     pub fn steady_cpu_ms_per_mb(&self) -> f64 {
         match self.steady_cpu {
             Some((cpu, records)) => {

@@ -153,7 +153,7 @@ fn print_throughput(
         "records/s",
         "MB/s",
         "CPU ms/MB",
-        "all ms/MB",
+        "10-90 %",
         "brk ms/MB",
         "peak RSS",
         "vs bare",
@@ -174,8 +174,8 @@ fn print_throughput(
             m.startup,
             m.steady_rate,
             m.steady_rate * scenario.size as f64 / 1e6,
-            m.steady_cpu_ms_per_mb(),
             1000.0 * m.cpu / m.mb(),
+            m.steady_cpu_ms_per_mb(),
             1000.0 * m.broker_cpu / m.mb(),
             mib(m.peak_rss_kib),
             ratio(Contender::Bare),
@@ -201,7 +201,7 @@ fn print_throughput(
         "records/s and MB/s: steady rate: slope of records on the target over time while 10-90 % of them arrived;"
     );
     println!(
-        "CPU ms/MB: the contender's processes while 10-90 % of the records arrived (the rate's window); all ms/MB: spawn to end;"
+        "CPU ms/MB: the contender's processes, spawn to end; 10-90 %: CPU ms/MB while 10-90 % of the records arrived (the rate's window);"
     );
     println!("brk ms/MB: both brokers, whole run; peak RSS: VmHWM (kcat: both processes);");
     println!(
@@ -356,21 +356,23 @@ fn print_targets(cfg: &Config, out: &Outcome, med: &BTreeMap<(Scenario, Contende
                 steady,
             )
         };
-        if let Some(r) = median(&cpu(true)) {
+        if let Some(r) = median(&cpu(false)) {
             line(
                 format!("mirrorflow CPU ms/MB ≤ 1.05× the bare loop's, {label}"),
                 format!("{r:.2}×"),
                 r <= CPU_TARGET,
-                spread(&cpu(true), |x| format!("{x:.2}×")),
+                spread(&cpu(false), |x| format!("{x:.2}×")),
             );
         }
-        let whole = cpu(false);
-        if let Some(r) = median(&whole) {
+        // Without start-up and exit; noisier: records in flight at the window's ends are
+        // paid for on one side of the line and counted on the other.
+        let steady = cpu(true);
+        if let Some(r) = median(&steady) {
             println!(
-                "  {:<60} {:>10}   (start-up and exit included)   {}",
-                format!("mirrorflow CPU ms/MB vs the bare loop's, whole run, {label}"),
+                "  {:<60} {:>10}   (not judged)   {}",
+                format!("mirrorflow CPU ms/MB vs the bare loop's, 10-90 % window, {label}"),
                 format!("{r:.2}×"),
-                spread(&whole, |x| format!("{x:.2}×"))
+                spread(&steady, |x| format!("{x:.2}×"))
             );
         }
         let vs_kcat = paired_ratios(results, *scenario, Contender::Mirrorflow, Contender::Kcat);
