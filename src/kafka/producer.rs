@@ -191,6 +191,67 @@ mod tests {
         }
     }
 
+    /// Counts the delivery reports it is served, and their failures.
+    #[derive(Default)]
+    struct Counted {
+        ok: std::sync::atomic::AtomicUsize,
+        failed: std::sync::atomic::AtomicUsize,
+    }
+
+    impl rdkafka::ClientContext for Counted {}
+
+    impl ProducerContext for Counted {
+        type DeliveryOpaque = ();
+        fn delivery(&self, r: &rdkafka::producer::DeliveryResult<'_>, _: ()) {
+            let n = if r.is_ok() { &self.ok } else { &self.failed };
+            n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    #[test]
+    fn flush_returns_with_every_report_served() {
+        let mock = MockCluster::new(1).expect("mock cluster");
+        mock.create_topic("t", 2, 1).expect("topic");
+        let p: BaseProducer<Counted> = ClientConfig::new()
+            .set("bootstrap.servers", mock.bootstrap_servers())
+            .set("linger.ms", "50")
+            .create_with_context(Counted::default())
+            .expect("producer");
+        for i in 0..100 {
+            let v = format!("v{i}");
+            p.send(BaseRecord::<(), str>::to("t").partition(i % 2).payload(&v))
+                .map_err(|(e, _)| e)
+                .expect("send");
+        }
+        flush(&p, Duration::from_secs(10)).expect("flush");
+        assert_eq!(p.in_flight_count(), 0);
+        let ctx = p.context();
+        let ok = ctx.ok.load(std::sync::atomic::Ordering::Relaxed);
+        let failed = ctx.failed.load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!((ok, failed), (100, 0));
+        // Nothing outstanding: returns at once, still Ok.
+        flush(&p, Duration::ZERO).expect("empty flush");
+    }
+
+    #[test]
+    fn flush_times_out_as_rdkafka_does_when_nothing_is_delivered() {
+        // A port nothing listens on: the record stays queued.
+        let p: BaseProducer<Counted> = ClientConfig::new()
+            .set("bootstrap.servers", "127.0.0.1:1")
+            .set("message.timeout.ms", "60000")
+            .create_with_context(Counted::default())
+            .expect("producer");
+        p.send(BaseRecord::<(), str>::to("t").payload("v"))
+            .map_err(|(e, _)| e)
+            .expect("send");
+        match flush(&p, Duration::from_millis(50)) {
+            Err(KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut)) => {}
+            other => panic!("want Flush(OperationTimedOut), got {other:?}"),
+        }
+        assert_eq!(p.in_flight_count(), 1, "the record is still queued");
+        p.purge(rdkafka::producer::PurgeConfig::default().queue());
+    }
+
     // Nobody polls a BaseProducer here: the reports arrive only if the waiting task serves
     // them (else each record times out).
     #[tokio::test]
