@@ -31,6 +31,7 @@ use crate::kafka::blocking;
 use super::metrics::CheckpointMetrics;
 use super::plan::{classify_commit_error, plan_group_sync, GroupPlan, SyncPlan};
 use super::status::{merge_failures, FailureState, RunnerState};
+use super::translate::PartitionMap;
 
 /// The newest plans per OffsetCheckpoint waiting for the group sync (module docs).
 #[derive(Debug)]
@@ -160,7 +161,7 @@ async fn sync_groups(
     let committed = blocking(move || target.list_offsets(&names)).await?;
     let mut commits: Vec<(String, Vec<GroupOffset>)> = Vec::new();
     for (plan, c) in candidates.iter().zip(committed) {
-        let committed: HashMap<(String, i32), i64> = match c {
+        let committed: PartitionMap<i64> = match c {
             Ok(offs) => offs
                 .into_iter()
                 .map(|o| ((o.topic, o.partition), o.offset))
@@ -196,10 +197,11 @@ async fn sync_groups(
     let target = admin.clone();
     let to_commit = commits.clone();
     let results = blocking(move || target.alter_offsets(&to_commit)).await?;
+    let mut synced = 0u64;
     for ((group, _), r) in commits.iter().zip(results) {
         match r {
             Ok(()) => {
-                metrics.groups_synced.with_label_values(&[name]).inc();
+                synced += 1;
                 out.insert(group.clone(), Ok(true));
             }
             Err(e) => {
@@ -213,6 +215,10 @@ async fn sync_groups(
             }
         }
     }
+    metrics
+        .groups_synced
+        .with_label_values(&[name])
+        .inc_by(synced);
     Ok(out)
 }
 

@@ -16,7 +16,7 @@
 //! | `cycle_errors_total` | checkpoint | cycles that failed as a whole |
 //! | `sync_partitions` | — | source partitions with an offset-sync history (memory: × 64 syncs) |
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use jiff::Timestamp;
@@ -203,11 +203,19 @@ impl CheckpointMetrics {
         }
     }
 
-    /// Counts one partition translation.
-    pub fn translation(&self, t: &Translation) {
-        self.translations.with_label_values(&[t.kind()]).inc();
-        if !matches!(t, Translation::Exact { .. }) {
-            self.fallbacks.with_label_values(&[t.kind()]).inc();
+    /// Counts a cycle's partition translations (tallied first: one series update per kind,
+    /// not per partition).
+    pub fn translations<'a>(&self, ts: impl IntoIterator<Item = &'a Translation>) {
+        let mut by_kind: BTreeMap<(&'static str, bool), u64> = BTreeMap::new();
+        for t in ts {
+            let exact = matches!(t, Translation::Exact { .. });
+            *by_kind.entry((t.kind(), exact)).or_default() += 1;
+        }
+        for ((kind, exact), n) in by_kind {
+            self.translations.with_label_values(&[kind]).inc_by(n);
+            if !exact {
+                self.fallbacks.with_label_values(&[kind]).inc_by(n);
+            }
         }
     }
 
@@ -255,17 +263,21 @@ mod tests {
         m.init_checkpoint("cp");
         m.written.with_label_values(&["cp"]).inc_by(3);
         let sync = SyncPoint::new(1, 1);
-        m.translation(&Translation::Exact {
+        let exact = Translation::Exact {
             downstream: 1,
             sync,
-        });
-        m.translation(&Translation::Safe {
-            downstream: 2,
-            sync,
-        });
-        m.translation(&Translation::NoSync {
-            reason: NoSyncReason::Empty,
-        });
+        };
+        m.translations(&[
+            exact,
+            Translation::Safe {
+                downstream: 2,
+                sync,
+            },
+            exact,
+            Translation::NoSync {
+                reason: NoSyncReason::Empty,
+            },
+        ]);
         m.checkpointed(
             "cp",
             "g1",
@@ -276,7 +288,8 @@ mod tests {
             "mirrorflow_checkpoint_written_total{checkpoint=\"cp\"} 3",
             "mirrorflow_checkpoint_groups_refused_total{checkpoint=\"cp\"} 0",
             "mirrorflow_checkpoint_group_syncs_superseded_total{checkpoint=\"cp\"} 0",
-            "mirrorflow_checkpoint_translations_total{kind=\"exact\"} 1",
+            "mirrorflow_checkpoint_translations_total{kind=\"exact\"} 2",
+            "mirrorflow_checkpoint_translations_total{kind=\"safe\"} 1",
             "mirrorflow_checkpoint_translation_fallbacks_total{kind=\"safe\"} 1",
             "mirrorflow_checkpoint_translation_fallbacks_total{kind=\"no_sync\"} 1",
             "mirrorflow_checkpoint_translation_fallbacks_total{kind=\"clamped\"} 0",

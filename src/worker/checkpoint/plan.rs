@@ -13,16 +13,15 @@
 //! No sync at or below `o` → nothing is written; a previous checkpoint stays in force when its
 //! upstream offset is `≤ o` (still safe), and the partition is reported (`NoOffsetSync`).
 
-use std::collections::HashMap;
-
 use crate::api::status::list_some;
 use crate::api::GroupFailureReason;
 use crate::kafka::wire;
 
 use super::store::SyncStore;
 use super::translate::{
-    clamp_to_target_end, decide_checkpoint, decide_group_sync, CheckpointDecision, CheckpointKey,
-    CheckpointState, GroupSyncDecision, NoSyncReason, TargetGroupState, Translation,
+    clamp_to_target_end, decide_checkpoint, decide_group_sync, CheckpointDecision,
+    CheckpointKeyRef, CheckpointState, GroupSyncDecision, InForce, NoSyncReason, PartitionMap,
+    PartitionRef, TargetGroupState, Translation,
 };
 use crate::kafka::admin::GroupOffset;
 
@@ -145,31 +144,33 @@ impl GroupPlan {
 /// offsets; `target_topic` maps a source topic to its target name, `None` for topics the
 /// flow does not replicate (skipped); `ends` holds target end offsets by (target topic,
 /// partition); `in_force` the checkpoints in force (reloaded at start, updated after
-/// every successful write).
-pub fn plan_group(
+/// every successful write). Nothing is allocated per partition beyond the plan itself.
+pub fn plan_group<T: AsRef<str>>(
     group: &str,
     offsets: &[GroupOffset],
-    target_topic: impl Fn(&str) -> Option<String>,
+    target_topic: impl Fn(&str) -> Option<T>,
     syncs: &SyncStore,
-    ends: &HashMap<(String, i32), i64>,
-    in_force: &HashMap<CheckpointKey, CheckpointState>,
+    ends: &PartitionMap<i64>,
+    in_force: &InForce,
 ) -> GroupPlan {
-    let mut partitions = Vec::new();
+    let mut partitions = Vec::with_capacity(offsets.len());
     let mut emit = Vec::new();
     for o in offsets {
         let Some(target) = target_topic(&o.topic) else {
             continue;
         };
-        let key = CheckpointKey {
-            group: group.to_string(),
-            topic: target.clone(),
-            partition: o.partition,
-        };
-        let end = ends.get(&(target.clone(), o.partition)).copied();
-        let prev = in_force.get(&key).copied();
+        let target = target.as_ref();
+        let end = ends.get(&PartitionRef(target, o.partition)).copied();
+        let prev = in_force
+            .get(&CheckpointKeyRef {
+                group,
+                topic: target,
+                partition: o.partition,
+            })
+            .copied();
         let mut out = PartitionOutcome {
             source_topic: o.topic.clone(),
-            target_topic: target.clone(),
+            target_topic: target.to_string(),
             partition: o.partition,
             group_offset: o.offset,
             metadata: o.metadata.clone(),
@@ -196,7 +197,7 @@ pub fn plan_group(
                     CheckpointDecision::Emit(_) => {
                         emit.push(wire::Checkpoint {
                             group: group.to_string(),
-                            topic: target,
+                            topic: target.to_string(),
                             partition: o.partition,
                             upstream_offset: o.offset,
                             downstream_offset: d,
@@ -258,7 +259,7 @@ pub enum SyncPlan {
 pub fn plan_group_sync(
     plan: &GroupPlan,
     members: Option<u32>,
-    committed: &HashMap<(String, i32), i64>,
+    committed: &PartitionMap<i64>,
 ) -> SyncPlan {
     let mut commits = Vec::new();
     let mut any = false;
@@ -269,7 +270,7 @@ pub fn plan_group_sync(
             exists: members.is_some(),
             active_members: members.unwrap_or(0),
             committed: committed
-                .get(&(p.target_topic.clone(), p.partition))
+                .get(&PartitionRef(&p.target_topic, p.partition))
                 .copied(),
         };
         match decide_group_sync(&state, eff.downstream) {
@@ -315,7 +316,8 @@ pub fn classify_commit_error(message: &str) -> GroupFailureReason {
 mod tests {
     use super::*;
     use crate::kafka::wire::{OffsetSync, SyncSequence};
-    use crate::worker::checkpoint::translate::{EmitReason, SkipReason};
+    use crate::worker::checkpoint::translate::{CheckpointKey, EmitReason, SkipReason};
+    use hashbrown::HashMap;
     use pretty_assertions::assert_eq;
 
     fn store(syncs: &[(&str, i32, i64, i64)]) -> SyncStore {

@@ -10,13 +10,11 @@
 //! an unknown writer) under [`Contract::Mm2`]. A malformed header counts as absent (the sync
 //! itself is still a true `(upstream, downstream)` pair).
 
-use std::collections::HashMap;
-
 use crate::kafka::wire::{self, SyncSequence, WireError};
 
 use super::translate::{
-    translate, Contract, InsertOutcome, NoSyncReason, SyncHistory, SyncPoint, Translation,
-    MAX_SYNCS_PER_PARTITION,
+    translate, Contract, InsertOutcome, NoSyncReason, PartitionMap, PartitionRef, SyncHistory,
+    SyncPoint, Translation, MAX_SYNCS_PER_PARTITION,
 };
 
 pub use crate::kafka::wire::SYNC_SEQUENCE_HEADER;
@@ -40,7 +38,7 @@ pub enum Applied {
 /// Offset syncs seen so far, per source `(topic, partition)`.
 #[derive(Debug, Clone, Default)]
 pub struct SyncStore {
-    partitions: HashMap<(String, i32), PartitionSyncs>,
+    partitions: PartitionMap<PartitionSyncs>,
     bad_headers: u64,
 }
 
@@ -95,7 +93,7 @@ impl SyncStore {
 
     /// The contract the partition's syncs come with (see module docs); `Mm2` if unknown.
     pub fn contract(&self, topic: &str, partition: i32) -> Contract {
-        match self.partitions.get(&(topic.to_string(), partition)) {
+        match self.partitions.get(&PartitionRef(topic, partition)) {
             Some(p) if p.sequenced => Contract::Mirrorflow,
             _ => Contract::Mm2,
         }
@@ -103,7 +101,7 @@ impl SyncStore {
 
     /// Translates a group's committed source offset for `topic`/`partition`.
     pub fn translate(&self, topic: &str, partition: i32, group_offset: i64) -> Translation {
-        match self.partitions.get(&(topic.to_string(), partition)) {
+        match self.partitions.get(&PartitionRef(topic, partition)) {
             Some(p) => translate(
                 &p.history,
                 group_offset,
@@ -122,7 +120,7 @@ impl SyncStore {
     /// Newest sync of a partition, if any.
     pub fn newest(&self, topic: &str, partition: i32) -> Option<SyncPoint> {
         self.partitions
-            .get(&(topic.to_string(), partition))
+            .get(&PartitionRef(topic, partition))
             .and_then(|p| p.history.newest())
     }
 

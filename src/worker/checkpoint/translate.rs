@@ -52,8 +52,6 @@
 //! (no record with source offset `< o` lies at or after it). `Safe` may re-read, at most
 //! up to the next retained sync.
 
-use std::collections::HashMap;
-
 use crate::kafka::wire::{self, SyncSequence};
 
 /// Hard bound on retained syncs per partition (MM2 keeps 64 too).
@@ -602,10 +600,46 @@ impl From<&wire::Checkpoint> for CheckpointKey {
     }
 }
 
+/// [`CheckpointKey`] borrowed: looks up an [`InForce`] map without building the key.
+#[derive(Debug, Clone, Copy, Hash)]
+pub struct CheckpointKeyRef<'a> {
+    /// Consumer group id.
+    pub group: &'a str,
+    /// Target topic name.
+    pub topic: &'a str,
+    /// Partition.
+    pub partition: i32,
+}
+
+impl hashbrown::Equivalent<CheckpointKey> for CheckpointKeyRef<'_> {
+    fn equivalent(&self, key: &CheckpointKey) -> bool {
+        self.partition == key.partition && self.topic == key.topic && self.group == key.group
+    }
+}
+
+/// A (topic, partition) key borrowed: looks up a [`PartitionMap`] without building the key.
+#[derive(Debug, Clone, Copy, Hash)]
+pub struct PartitionRef<'a>(pub &'a str, pub i32);
+
+impl hashbrown::Equivalent<(String, i32)> for PartitionRef<'_> {
+    fn equivalent(&self, key: &(String, i32)) -> bool {
+        self.1 == key.1 && self.0 == key.0
+    }
+}
+
+// Both ref types hash as their owned keys do (`&str` hashes as `String`, fields in the same
+// order): `lookups_by_reference_find_owned_keys` checks it.
+
+/// Checkpoints in force, looked up with [`CheckpointKeyRef`].
+pub type InForce = hashbrown::HashMap<CheckpointKey, CheckpointState>;
+
+/// Values by (topic, partition), looked up with [`PartitionRef`].
+pub type PartitionMap<V> = hashbrown::HashMap<(String, i32), V>;
+
 /// Rebuilds checkpoint state after a restart from checkpoint records read in topic order
 /// (the last record per key wins, as compaction would keep it), so monotonicity holds
 /// across restarts.
-pub fn reload_checkpoints<I>(records: I) -> HashMap<CheckpointKey, CheckpointState>
+pub fn reload_checkpoints<I>(records: I) -> InForce
 where
     I: IntoIterator<Item = wire::Checkpoint>,
 {

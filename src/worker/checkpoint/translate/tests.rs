@@ -1124,3 +1124,40 @@ fn bound_holds_after_many_inserts() {
         );
     }
 }
+
+#[test]
+fn lookups_by_reference_find_owned_keys() {
+    let mut in_force = InForce::default();
+    let mut ends: PartitionMap<i64> = PartitionMap::default();
+    for (group, topic, partition) in [("g", "dc1.t", 0), ("g", "dc1.t", 1), ("h", "dc1.u", 0)] {
+        let key = CheckpointKey {
+            group: group.into(),
+            topic: topic.into(),
+            partition,
+        };
+        let state = CheckpointState {
+            upstream: i64::from(partition),
+            downstream: group.len() as i64,
+        };
+        in_force.insert(key, state);
+        ends.insert((topic.to_string(), partition), 10 + i64::from(partition));
+    }
+    let at = |group, topic, partition| {
+        in_force
+            .get(&CheckpointKeyRef {
+                group,
+                topic,
+                partition,
+            })
+            .map(|s| (s.upstream, s.downstream))
+    };
+    assert_eq!(at("g", "dc1.t", 1), Some((1, 1)));
+    assert_eq!(at("h", "dc1.u", 0), Some((0, 1)));
+    // Same strings in other fields, or a prefix of the topic, are other keys.
+    assert_eq!(at("dc1.t", "g", 1), None);
+    assert_eq!(at("g", "dc1.", 1), None);
+    assert_eq!(at("g", "dc1.t", 2), None);
+    assert_eq!(ends.get(&PartitionRef("dc1.t", 1)), Some(&11));
+    assert_eq!(ends.get(&PartitionRef("dc1.u", 0)), Some(&10));
+    assert_eq!(ends.get(&PartitionRef("dc1.u", 1)), None);
+}
