@@ -653,9 +653,9 @@ impl Worker {
             }
         }
         for (topic, _) in &needed {
-            if !targets.contains_key(topic) {
-                targets.insert(topic, self.target_topic(topic));
-            }
+            targets
+                .entry(topic)
+                .or_insert_with(|| self.target_topic(topic));
         }
         let needed: BTreeSet<(String, i32)> = needed
             .iter()
