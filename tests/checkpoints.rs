@@ -18,7 +18,7 @@ use std::future::Future;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use mirrorflow::api::{parse_flow_file, FlowFile, GroupFailureReason};
+use mirrorflow::api::{parse_flow_file, FlowFile, GroupFailureReason, OffsetCheckpoint};
 use mirrorflow::kafka::admin::{GroupAdmin, GroupOffset};
 use mirrorflow::telemetry::metrics::encode_registry;
 use mirrorflow::testkit::brokers::{
@@ -321,6 +321,7 @@ where
 
 struct Running {
     state: watch::Receiver<RunnerState>,
+    specs: watch::Sender<Vec<OffsetCheckpoint>>,
     stop: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<anyhow::Result<()>>,
     registry: Registry,
@@ -333,12 +334,14 @@ impl Running {
             CheckpointRunner::new(&file.flow, file.checkpoints.clone(), c.secrets(), &registry)
                 .unwrap();
         let state = runner.state();
+        let specs = runner.specs();
         let (tx, rx) = oneshot::channel::<()>();
         let task = tokio::spawn(runner.run(async move {
             let _ = rx.await;
         }));
         Running {
             state,
+            specs,
             stop: Some(tx),
             task,
             registry,
@@ -734,6 +737,43 @@ async fn lagging_replication_never_yields_negative_lag() {
             "checkpoint past the target end: {r:?}"
         );
     }
+}
+
+/// An OffsetCheckpoint that arrives while the runner waits (applied to a running flow: the
+/// worker's mounted file changes) is run, without waiting for another change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn checkpoint_added_to_a_running_flow_is_run() {
+    let Some(c) = Clusters::start().await else {
+        return;
+    };
+    replicate(&c, "later", 1, 100, 100, 10, true).await;
+    commit(&c.src(), "later-app", &[("later", 0, 40)]).await;
+    let mut file = c.flow("later-app", true);
+    let checkpoints = std::mem::take(&mut file.checkpoints);
+    let running = Running::start(&c, &file);
+    wait_for("the runner to start", || {
+        let started = running.state.borrow().started;
+        async move { started.then_some(()) }
+    })
+    .await;
+    // Let it reach its wait: the change must arrive while it waits, as in a running worker.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    running.specs.send_replace(checkpoints);
+    wait_for("the added checkpoint to sync later-app", || {
+        let s = running.state.borrow().clone();
+        async move {
+            s.specs
+                .get("cp")?
+                .groups
+                .get("later-app")?
+                .synced
+                .then_some(())
+        }
+    })
+    .await;
+    running.stop().await;
+    let target = committed(&c.dst(), "later-app").await;
+    assert_eq!(target.get(&("src.later".to_string(), 0)), Some(&40));
 }
 
 /// A group with active members on the target is left alone and reported; refusals are

@@ -270,14 +270,16 @@ impl CheckpointRunner {
     ) -> anyhow::Result<Ended> {
         let mut shutdown = shutdown.as_mut();
         let mut specs_rx = self.specs_tx.subscribe();
-        specs_rx.mark_changed();
+        // Set when the wait below saw a change: `changed()` marks the value seen, so
+        // `has_changed()` alone would miss every change that arrives while the runner waits.
+        let mut specs_changed = true;
         let mut schedule: BTreeMap<String, Instant> = BTreeMap::new();
         let mut selections: Vec<(String, GroupSelection)> = Vec::new();
         let mut active: BTreeMap<String, OffsetCheckpoint> = BTreeMap::new();
         let mut groups_listed: Option<Instant> = None;
         let mut assignment: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
         loop {
-            if specs_rx.has_changed().unwrap_or(false) {
+            if std::mem::take(&mut specs_changed) || specs_rx.has_changed().unwrap_or(false) {
                 let specs = specs_rx.borrow_and_update().clone();
                 let (next, sel) = self.accept_specs(specs);
                 for gone in active.keys().filter(|n| !next.contains_key(*n)) {
@@ -309,7 +311,13 @@ impl CheckpointRunner {
             if !active.is_empty() && groups_listed.is_none_or(|t| t.elapsed() >= refresh) {
                 match worker.list_source_groups().await {
                     Ok(groups) => {
-                        assignment = assign_groups(&selections, groups.iter().map(String::as_str));
+                        let next = assign_groups(&selections, groups.iter().map(String::as_str));
+                        if next != assignment {
+                            for (name, matched) in &next {
+                                tracing::info!(flow = %self.flow_name, checkpoint = %name, listed = groups.len(), matched = matched.len(), groups = ?matched.iter().take(10).collect::<Vec<_>>(), "consumer groups selected");
+                            }
+                        }
+                        assignment = next;
                         groups_listed = Some(Instant::now());
                     }
                     Err(e) => {
@@ -391,6 +399,7 @@ impl CheckpointRunner {
                         // Every sender is gone, which cannot happen while `self` holds one.
                         return Ok(Ended::Shutdown);
                     }
+                    specs_changed = true;
                 }
             }
         }
