@@ -24,6 +24,7 @@ use crate::api::status::{
 };
 use crate::api::{
     GroupFailure, GroupFailureReason, GroupSummary, OffsetCheckpoint, OffsetCheckpointStatus,
+    WorkerCheckpointReport,
 };
 
 /// A failure of one group that persists across cycles.
@@ -188,6 +189,30 @@ pub fn checkpoint_status(
         }
     }
     status
+}
+
+/// What a worker reports per OffsetCheckpoint in its status entry, at `now`: only those that
+/// completed a cycle. An empty report would read as "no group matched" (Ready) to the
+/// controller; until the first cycle (just applied, or the runner still starting) there is
+/// nothing to report, and the controller says it awaits checkpoints.
+pub fn worker_reports(
+    state: &RunnerState,
+    checkpoints: &[OffsetCheckpoint],
+    now: Timestamp,
+) -> Vec<WorkerCheckpointReport> {
+    checkpoints
+        .iter()
+        .filter_map(|cp| {
+            let name = cp.metadata.name.clone().unwrap_or_default();
+            let ran = state.specs.get(&name).filter(|s| s.cycles > 0)?;
+            let st = checkpoint_status(cp, Some(ran), state.startup_error.as_deref(), now);
+            Some(WorkerCheckpointReport {
+                name,
+                groups: st.groups,
+                failures: st.failures,
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -407,6 +432,47 @@ mod tests {
             assert_eq!(s.oldest_checkpoint_age_seconds, oldest, "{name}");
             assert_eq!(s.failures.len(), failures, "{name}");
             assert_eq!(s.observed_generation, Some(3), "{name}");
+        }
+    }
+
+    #[test]
+    fn reports_only_checkpoints_that_ran() {
+        let never = SpecState {
+            cycles: 0,
+            last_cycle: None,
+            ..spec(vec![], None)
+        };
+        let with_a = spec(vec![("a", group(Some(2), vec![]))], None);
+        // (case, the runner's state for "cp", the report's groups: None = no report)
+        type Case<'a> = (&'a str, Option<SpecState>, Option<Vec<&'a str>>);
+        let cases: Vec<Case> = vec![
+            ("not accepted yet", None, None),
+            ("accepted, no cycle yet", Some(never), None),
+            (
+                "ran, no group matched",
+                Some(spec(vec![], None)),
+                Some(vec![]),
+            ),
+            ("ran with a group", Some(with_a), Some(vec!["a"])),
+        ];
+        for (name, spec_state, want) in cases {
+            let state = RunnerState {
+                specs: spec_state
+                    .map(|s| ("cp".to_string(), s))
+                    .into_iter()
+                    .collect(),
+                ..RunnerState::default()
+            };
+            let reports = worker_reports(&state, &[resource()], now());
+            let got: Option<Vec<&str>> = match reports.as_slice() {
+                [] => None,
+                [r] => {
+                    assert_eq!(r.name, "cp", "{name}");
+                    Some(r.groups.iter().map(|g| g.group.as_str()).collect())
+                }
+                more => panic!("{name}: {} reports for one OffsetCheckpoint", more.len()),
+            };
+            assert_eq!(got, want, "{name}");
         }
     }
 

@@ -484,14 +484,7 @@ pub fn checkpoint_reports(source: &CheckpointReportSource) -> Vec<WorkerCheckpoi
     };
     let state = state.borrow().clone();
     let cps = cps.borrow().clone();
-    checkpoint::runner::statuses(&state, &cps, jiff::Timestamp::now())
-        .into_iter()
-        .map(|(name, st)| WorkerCheckpointReport {
-            name,
-            groups: st.groups,
-            failures: st.failures,
-        })
-        .collect()
+    checkpoint::status::worker_reports(&state, &cps, jiff::Timestamp::now())
 }
 
 /// Publishes to several sinks.
