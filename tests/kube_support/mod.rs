@@ -176,9 +176,10 @@ impl Scratch {
 
 impl Drop for Scratch {
     fn drop(&mut self) {
-        if std::thread::panicking() {
+        // Kept with the API server's (`MIRRORFLOW_KEEP_K8S`), to compare with a passing run.
+        if std::thread::panicking() || std::env::var_os("MIRRORFLOW_KEEP_K8S").is_some() {
             if let Some(d) = self.dir.take() {
-                eprintln!("logs of the failed test kept in {}", d.keep().display());
+                eprintln!("logs of the test kept in {}", d.keep().display());
             }
         }
     }
