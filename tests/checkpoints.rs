@@ -739,10 +739,12 @@ async fn lagging_replication_never_yields_negative_lag() {
     }
 }
 
-/// An OffsetCheckpoint that arrives while the runner waits (applied to a running flow: the
-/// worker's mounted file changes) is run, without waiting for another change.
+/// A flow without OffsetCheckpoints holds no checkpoint clients and creates nothing. One that
+/// arrives while the runner waits (applied to a running flow: the worker's mounted file
+/// changes) is run at once; when the last one is deleted the runner disconnects, and a new
+/// one connects it again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn checkpoint_added_to_a_running_flow_is_run() {
+async fn checkpoints_added_and_removed_on_a_running_flow() {
     let Some(c) = Clusters::start().await else {
         return;
     };
@@ -751,29 +753,55 @@ async fn checkpoint_added_to_a_running_flow_is_run() {
     let mut file = c.flow("later-app", true);
     let checkpoints = std::mem::take(&mut file.checkpoints);
     let running = Running::start(&c, &file);
-    wait_for("the runner to start", || {
-        let started = running.state.borrow().started;
-        async move { started.then_some(()) }
-    })
-    .await;
     // Let it reach its wait: the change must arrive while it waits, as in a running worker.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    running.specs.send_replace(checkpoints);
-    wait_for("the added checkpoint to sync later-app", || {
+    assert!(
+        !running.state.borrow().started,
+        "started without a checkpoint"
+    );
+    let topic = mirrorflow::testkit::brokers::topic_partitions(&c.dst(), CHECKPOINTS_TOPIC).await;
+    assert_eq!(
+        topic.unwrap(),
+        None,
+        "checkpoints topic created without a checkpoint"
+    );
+
+    running.specs.send_replace(checkpoints.clone());
+    let synced = |running: &Running| {
         let s = running.state.borrow().clone();
+        s.specs
+            .get("cp")
+            .and_then(|s| s.groups.get("later-app"))
+            .is_some_and(|g| g.synced)
+    };
+    wait_for("the added checkpoint to sync later-app", || {
+        let done = synced(&running);
+        async move { done.then_some(()) }
+    })
+    .await;
+    let target = committed(&c.dst(), "later-app").await;
+    assert_eq!(target.get(&("src.later".to_string(), 0)), Some(&40));
+
+    running.specs.send_replace(vec![]);
+    wait_for("the runner to disconnect", || {
+        let s = running.state.borrow().clone();
+        async move { (!s.started && s.specs.is_empty()).then_some(()) }
+    })
+    .await;
+
+    // Connected again: the group moved on the source meanwhile, and follows.
+    commit(&c.src(), "later-app", &[("later", 0, 70)]).await;
+    running.specs.send_replace(checkpoints);
+    wait_for("the group to follow after reconnecting", || {
+        let dst = c.dst();
         async move {
-            s.specs
-                .get("cp")?
-                .groups
-                .get("later-app")?
-                .synced
-                .then_some(())
+            let at = committed(&dst, "later-app").await;
+            (at.get(&("src.later".to_string(), 0)) == Some(&70)).then_some(())
         }
     })
     .await;
+    assert!(running.state.borrow().started);
     running.stop().await;
-    let target = committed(&c.dst(), "later-app").await;
-    assert_eq!(target.get(&("src.later".to_string(), 0)), Some(&40));
 }
 
 /// A group with active members on the target is left alone and reported; refusals are

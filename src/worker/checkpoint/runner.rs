@@ -7,6 +7,10 @@
 //! another pod becomes index 0) the runner reloads the checkpoints topic, so monotonicity
 //! holds across runs.
 //!
+//! The runner connects only while an OffsetCheckpoint names its flow ([`runs_any`]): a flow
+//! without one holds no checkpoint clients and reads no offset syncs, and the runner
+//! disconnects when the last one is deleted.
+//!
 //! Start-up (retried until it succeeds): create `<sourceAlias>.checkpoints.internal` on the
 //! target if absent (1 partition, compacted), reload it (last record per key wins), and read
 //! the offset-syncs topic on the target ([`offset_syncs_topic`]) to its end, as MM2 does,
@@ -77,6 +81,8 @@ enum Ended {
     Shutdown,
     /// A cluster's Secrets changed: connect again with them.
     Rotated,
+    /// No OffsetCheckpoint left to run: disconnect until one comes.
+    Unused,
 }
 
 /// Whether worker `worker_index` of a flow runs the checkpoints (module docs: index 0 only).
@@ -193,11 +199,41 @@ impl CheckpointRunner {
     pub async fn run(mut self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
         tokio::pin!(shutdown);
         loop {
+            if !self.await_specs(&mut shutdown).await {
+                return Ok(());
+            }
             match self.run_once(&mut shutdown).await? {
                 Ended::Shutdown => return Ok(()),
                 Ended::Rotated => self.reload_configs(),
+                Ended::Unused => {
+                    tracing::info!(flow = %self.flow_name, "no OffsetCheckpoint left: the checkpoint runner disconnects");
+                    self.state_tx.send_modify(|s| s.started = false);
+                }
             }
         }
+    }
+
+    /// Waits, holding no client, until an OffsetCheckpoint this runner would run exists
+    /// ([`runs_any`]); false on shutdown. Secrets that change meanwhile are reloaded.
+    async fn await_specs<F: Future<Output = ()>>(
+        &mut self,
+        shutdown: &mut std::pin::Pin<&mut F>,
+    ) -> bool {
+        let mut specs_rx = self.specs_tx.subscribe();
+        let mut secrets = self.secrets.take();
+        let runs = loop {
+            if runs_any(&self.flow_name, &specs_rx.borrow_and_update()) {
+                break true;
+            }
+            tokio::select! {
+                _ = shutdown.as_mut() => break false,
+                _ = crate::kafka::secrets::rotated(&mut secrets) => self.reload_configs(),
+                // Never errs while `self` holds a sender.
+                _ = specs_rx.changed() => {}
+            }
+        };
+        self.secrets = secrets;
+        runs
     }
 
     async fn run_once<F: Future<Output = ()>>(
@@ -302,6 +338,9 @@ impl CheckpointRunner {
                 active = next;
                 selections = sel;
                 groups_listed = None; // new selections see new groups at once
+                if active.is_empty() {
+                    return Ok(Ended::Unused);
+                }
             }
             let refresh = active
                 .values()
@@ -492,6 +531,14 @@ impl CheckpointRunner {
             metrics: self.metrics.clone(),
         })
     }
+}
+
+/// Whether `specs` hold an OffsetCheckpoint the runner of `flow` runs: one naming it, with a
+/// valid group selection (what `accept_specs` keeps). Without one the runner holds no clients.
+pub fn runs_any(flow: &str, specs: &[OffsetCheckpoint]) -> bool {
+    specs
+        .iter()
+        .any(|cp| cp.spec.flow_ref.name == flow && GroupSelection::new(&cp.spec.groups).is_ok())
 }
 
 /// Folds the runner's state into the status of each OffsetCheckpoint at `now`.
@@ -797,5 +844,46 @@ impl Worker {
             tracing::warn!(checkpoint = %name, failed = read_errors.len(), first = %read_errors[0], "some groups could not be read on the source");
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{FlowRef, GroupSelector, OffsetCheckpointSpec};
+
+    fn cp(flow: &str, include: &str) -> OffsetCheckpoint {
+        OffsetCheckpoint::new(
+            "cp",
+            OffsetCheckpointSpec {
+                flow_ref: FlowRef { name: flow.into() },
+                groups: GroupSelector {
+                    include: vec![include.into()],
+                    exclude: vec![],
+                    refresh_interval_seconds: 30,
+                },
+                interval_seconds: 5,
+                sync_group_offsets: true,
+                emit_checkpoints_topic: true,
+            },
+        )
+    }
+
+    #[test]
+    fn runs_only_checkpoints_it_would_accept() {
+        let cases: Vec<(&str, Vec<OffsetCheckpoint>, bool)> = vec![
+            ("none", vec![], false),
+            ("another flow's", vec![cp("other", ".*")], false),
+            ("an invalid selection", vec![cp("f", "(")], false),
+            ("one", vec![cp("f", "orders-.*")], true),
+            (
+                "one among others",
+                vec![cp("other", ".*"), cp("f", "("), cp("f", "billing")],
+                true,
+            ),
+        ];
+        for (name, specs, want) in cases {
+            assert_eq!(runs_any("f", &specs), want, "{name}");
+        }
     }
 }
