@@ -67,9 +67,11 @@
 //! The worker (and, for reference, the bare loop) copies a 1,000-partition topic: a light
 //! load (5 × 1 KB records per partition: the per-partition cost) and a loaded one (100 × 1 KB
 //! per partition: record data in flight), each `ROUNDS` times; the worst peak is judged. An
-//! idle worker (flow selecting no topic) gives the baseline, once with an empty offset-syncs
-//! topic and once with `MIRRORFLOW_BENCH_SYNC_HISTORY` (default 200,000) syncs to read at
-//! start (what a restarted worker finds on an uncompacted syncs topic). Heap (`RssAnon`) and
+//! idle worker (flow selecting no topic) gives the baseline: without an OffsetCheckpoint (the
+//! checkpoint runner holds no clients), with one and an empty offset-syncs topic, and with one
+//! and `MIRRORFLOW_BENCH_SYNC_HISTORY` (default 200,000) syncs to read at start (what a
+//! restarted worker finds on an uncompacted syncs topic). The throughput runs' flows have no
+//! OffsetCheckpoint, like the bare loop. Heap (`RssAnon`) and
 //! file-backed (`RssFile`, the mapped binary) are sampled maxima, shown to locate the cost.
 //!
 //! # Topic refresh under latency (`refresh`)

@@ -154,6 +154,9 @@ pub struct Run<'a> {
     pub alias_suffix: &'a str,
     /// The worker flow's `spec.topics.refreshIntervalSeconds` (`None`: the API's default).
     pub refresh_interval: Option<u64>,
+    /// The worker's flow file also holds an OffsetCheckpoint (the checkpoint runner connects
+    /// and reads the offset syncs only when one names the flow).
+    pub checkpoint: bool,
 }
 
 impl Run<'_> {

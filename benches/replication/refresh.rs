@@ -203,6 +203,7 @@ impl Bench<'_> {
             round,
             poll: POLL,
             refresh_interval: Some(rc.interval_s),
+            checkpoint: false,
             ..self.run(&topic)
         };
         let target_topic = format!("{}.{topic}", run.alias());

@@ -19,8 +19,8 @@ const CPU_TARGET: f64 = 1.05;
 /// Memory targets: peak RSS at 1,000 partitions ≤ the window (`workers.inFlightMiB`) plus
 /// this overhead; an idle worker; an idle worker reading a long offset-syncs history.
 const RSS_OVERHEAD_MIB: f64 = 32.0;
-const IDLE_TARGET_MIB: f64 = 24.0;
-const SYNC_HISTORY_TARGET_MIB: f64 = 32.0;
+pub const IDLE_TARGET_MIB: f64 = 24.0;
+pub const SYNC_HISTORY_TARGET_MIB: f64 = 32.0;
 
 /// Prints the whole report: throughput, peak RSS (if measured), targets.
 pub fn print(cfg: &Config, out: &Outcome) {
@@ -276,7 +276,11 @@ fn print_scale(scale: &[Measured]) {
 
 /// Peak RSS with many partitions: the worst run of each (load, contender), and the idle
 /// worker's baselines.
-fn print_rss(cfg: &Config, rss: &[Measured], idle_rss: &[(String, IdleRss, Option<Duration>)]) {
+fn print_rss(
+    cfg: &Config,
+    rss: &[Measured],
+    idle_rss: &[(String, f64, IdleRss, Option<Duration>)],
+) {
     println!();
     println!(
         "Peak RSS with {} partitions, 1 KB records (heap = sampled RssAnon, file-backed = sampled RssFile)",
@@ -313,7 +317,7 @@ fn print_rss(cfg: &Config, rss: &[Measured], idle_rss: &[(String, IdleRss, Optio
             println!("  {note}");
         }
     }
-    for (what, (hwm, anon, file, last), read_in) in idle_rss {
+    for (what, _, (hwm, anon, file, last), read_in) in idle_rss {
         let read = read_in.map_or(String::new(), |d| format!(", {}", read_note(d)));
         println!(
             "{:<26} {:>4} partitions:    peak RSS {:>6.1} MiB (heap ≤ {:.1}, file-backed ≤ {:.1}), settled {:.1}; flow selecting no topic, {what}{read}",
@@ -405,16 +409,11 @@ fn print_targets(cfg: &Config, out: &Outcome, med: &BTreeMap<(Scenario, Contende
             format!("overhead {:.1} MiB", peak - window),
         );
     }
-    for (i, (what, (hwm, _, _, _), read_in)) in out.idle_rss.iter().enumerate() {
-        let (target, name) = if i == 0 {
-            (IDLE_TARGET_MIB, "idle worker")
-        } else {
-            (SYNC_HISTORY_TARGET_MIB, "idle worker")
-        };
+    for (what, target, (hwm, _, _, _), read_in) in &out.idle_rss {
         line(
-            format!("{name} peak RSS ≤ {target:.0} MiB, {what}"),
+            format!("idle worker peak RSS ≤ {target:.0} MiB, {what}"),
             format!("{:.1} MiB", mib(*hwm)),
-            mib(*hwm) <= target,
+            mib(*hwm) <= *target,
             read_in.map_or(String::new(), read_note),
         );
     }

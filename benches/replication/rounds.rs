@@ -9,6 +9,7 @@ use mirrorflow::testkit::brokers;
 
 use crate::contender::{Contender, Measured, Run, Scenario};
 use crate::kafka::{produce_source, produce_sync_history};
+use crate::report::{IDLE_TARGET_MIB, SYNC_HISTORY_TARGET_MIB};
 use crate::Config;
 
 /// An idle worker's peak RSS, largest RssAnon and RssFile, and last RSS sample (KiB).
@@ -28,7 +29,8 @@ pub struct Outcome {
     pub rss: Vec<Measured>,
     /// Peak, heap and file-backed RSS (KiB) of idle workers, with what they read at start.
     /// What the worker had to do, its RSS, and how long it took to read its sync history.
-    pub idle_rss: Vec<(String, IdleRss, Option<Duration>)>,
+    /// (what, target MiB, peak, offset syncs read in).
+    pub idle_rss: Vec<(String, f64, IdleRss, Option<Duration>)>,
     /// Topic refresh runs (`refresh` scenario), with the scenario's knobs.
     pub refresh: Vec<crate::refresh::RefreshMeasured>,
     pub refresh_config: Option<crate::refresh::RefreshConfig>,
@@ -67,6 +69,7 @@ impl Bench<'_> {
             rt: self.rt,
             alias_suffix: "",
             refresh_interval: None,
+            checkpoint: false,
         }
     }
 
@@ -280,14 +283,35 @@ impl Bench<'_> {
             ..self.run("bench-no-such-topic")
         };
         match idle.idle_worker_rss(self.cfg.idle_settle, None) {
-            Ok((r, _)) => out.idle_rss.push(("no offset syncs".to_string(), r, None)),
+            Ok((r, _)) => {
+                out.idle_rss
+                    .push(("no OffsetCheckpoint".to_string(), IDLE_TARGET_MIB, r, None))
+            }
             Err(e) => out.failures.push(format!("idle worker RSS: {e:#}")),
+        }
+        // With an OffsetCheckpoint the checkpoint runner connects (its clients, the
+        // checkpoints topic) and reads the offset syncs at start.
+        let checkpointing = Run {
+            alias_suffix: "-cp",
+            checkpoint: true,
+            ..idle
+        };
+        match checkpointing.idle_worker_rss(self.cfg.idle_settle, None) {
+            Ok((r, _)) => out.idle_rss.push((
+                "one OffsetCheckpoint, no offset syncs".to_string(),
+                IDLE_TARGET_MIB,
+                r,
+                None,
+            )),
+            Err(e) => out
+                .failures
+                .push(format!("idle worker RSS with an OffsetCheckpoint: {e:#}")),
         }
         // A restarted worker reads its offset-syncs topic whole (checkpoint side): the
         // same idle worker over a history of syncs.
         let history = Run {
             alias_suffix: "-hist",
-            ..idle
+            ..checkpointing
         };
         let syncs = self.cfg.rss_sync_history;
         let parts = self.cfg.rss_partitions;
@@ -297,10 +321,12 @@ impl Bench<'_> {
         let measured =
             produced.and_then(|()| history.idle_worker_rss(Duration::from_secs(10), Some(synced)));
         match measured {
-            Ok((r, read_in)) => {
-                out.idle_rss
-                    .push((format!("{syncs} offset syncs to read"), r, read_in))
-            }
+            Ok((r, read_in)) => out.idle_rss.push((
+                format!("one OffsetCheckpoint, {syncs} offset syncs to read"),
+                SYNC_HISTORY_TARGET_MIB,
+                r,
+                read_in,
+            )),
             Err(e) => out
                 .failures
                 .push(format!("idle worker RSS with sync history: {e:#}")),

@@ -214,7 +214,26 @@ spec:
     lagMax: {lag}
   workers:
     inFlightMiB: {in_flight}{heartbeats}
+{checkpoint}",
+        checkpoint = if run.checkpoint {
+            format!(
+                "---
+apiVersion: mirrorflow.io/v1alpha1
+kind: OffsetCheckpoint
+metadata:
+  name: bench-groups
+spec:
+  flowRef:
+    name: bench-{topic}-r{round}-{port}
+  groups:
+    include: [\"bench-.*\"]
 ",
+                topic = run.topic,
+                round = run.round,
+            )
+        } else {
+            String::new()
+        },
         heartbeats = match std::env::var("MIRRORFLOW_BENCH_HEARTBEAT_SECONDS") {
             Ok(s) => format!("\n  heartbeats:\n    intervalSeconds: {}", s.trim()),
             Err(_) => String::new(),
