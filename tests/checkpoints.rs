@@ -785,7 +785,7 @@ async fn checkpoints_added_and_removed_on_a_running_flow() {
     running.specs.send_replace(vec![]);
     wait_for("the runner to disconnect", || {
         let s = running.state.borrow().clone();
-        async move { (!s.started && s.specs.is_empty()).then_some(()) }
+        async move { (!s.started && s.specs.is_empty() && s.sync_partitions == 0).then_some(()) }
     })
     .await;
 

@@ -207,7 +207,13 @@ impl CheckpointRunner {
                 Ended::Rotated => self.reload_configs(),
                 Ended::Unused => {
                     tracing::info!(flow = %self.flow_name, "no OffsetCheckpoint left: the checkpoint runner disconnects");
-                    self.state_tx.send_modify(|s| s.started = false);
+                    self.metrics.sync_partitions.set(0);
+                    self.state_tx.send_modify(|s| {
+                        s.started = false;
+                        s.sync_partitions = 0;
+                        s.syncs_retained = 0;
+                        s.checkpoints_in_force = 0;
+                    });
                 }
             }
         }
