@@ -210,6 +210,7 @@ impl CheckpointRunner {
                     self.metrics.sync_partitions.set(0);
                     self.state_tx.send_modify(|s| {
                         s.started = false;
+                        s.startup_error = None;
                         s.sync_partitions = 0;
                         s.syncs_retained = 0;
                         s.checkpoints_in_force = 0;
@@ -260,6 +261,10 @@ impl CheckpointRunner {
         let mut shutdown = shutdown.as_mut();
         let mut startup = None;
         while startup.is_none() {
+            // A start that keeps failing is not retried for OffsetCheckpoints deleted since.
+            if !runs_any(&self.flow_name, &self.specs_tx.borrow()) {
+                return Ok(Ended::Unused);
+            }
             // Secrets that change while starting restart with them: a start that fails on a
             // wrong password or CA would otherwise retry with it for ever.
             tokio::select! {
