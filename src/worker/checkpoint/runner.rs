@@ -358,7 +358,7 @@ impl CheckpointRunner {
                 .map(|c| secs(c.spec.groups.refresh_interval_seconds))
                 .min()
                 .unwrap_or(Duration::from_secs(30));
-            if !active.is_empty() && groups_listed.is_none_or(|t| t.elapsed() >= refresh) {
+            if groups_listed.is_none_or(|t| t.elapsed() >= refresh) {
                 match worker.list_source_groups().await {
                     Ok(groups) => {
                         let next = assign_groups(&selections, groups.iter().map(String::as_str));
@@ -468,11 +468,11 @@ impl CheckpointRunner {
         let mut selections = Vec::new();
         for cp in specs {
             let name = cp.metadata.name.clone().unwrap_or_default();
-            if cp.spec.flow_ref.name != self.flow_name {
+            let Some(selection) = selection(&self.flow_name, &cp) else {
                 tracing::warn!(checkpoint = %name, flow_ref = %cp.spec.flow_ref.name, flow = %self.flow_name, "OffsetCheckpoint names another flow; ignored");
                 continue;
-            }
-            match GroupSelection::new(&cp.spec.groups) {
+            };
+            match selection {
                 Ok(sel) => {
                     selections.push((name.clone(), sel));
                     out.insert(name, cp);
@@ -544,12 +544,18 @@ impl CheckpointRunner {
     }
 }
 
+/// The compiled group selection of `cp` for the runner of `flow`; `None` when `cp` names
+/// another flow. The runner runs exactly the checkpoints this compiles.
+fn selection(flow: &str, cp: &OffsetCheckpoint) -> Option<Result<GroupSelection, String>> {
+    (cp.spec.flow_ref.name == flow).then(|| GroupSelection::new(&cp.spec.groups))
+}
+
 /// Whether `specs` hold an OffsetCheckpoint the runner of `flow` runs: one naming it, with a
 /// valid group selection (what `accept_specs` keeps). Without one the runner holds no clients.
 pub fn runs_any(flow: &str, specs: &[OffsetCheckpoint]) -> bool {
     specs
         .iter()
-        .any(|cp| cp.spec.flow_ref.name == flow && GroupSelection::new(&cp.spec.groups).is_ok())
+        .any(|cp| matches!(selection(flow, cp), Some(Ok(_))))
 }
 
 /// Folds the runner's state into the status of each OffsetCheckpoint at `now`.
