@@ -274,21 +274,28 @@ impl Bench<'_> {
         Ok(())
     }
 
-    /// The baseline: an idle worker (flow selecting no topic), with an empty offset-syncs
-    /// topic and with a history of syncs to read at start.
+    /// The baseline: an idle worker (flow selecting no topic) without an OffsetCheckpoint,
+    /// with one, and with one and a history of offset syncs to read at start.
     pub fn idle(&self, out: &mut Outcome) {
         let idle = Run {
             partitions: 1,
             kcat_libdir: None,
             ..self.run("bench-no-such-topic")
         };
-        match idle.idle_worker_rss(self.cfg.idle_settle, None) {
-            Ok((r, _)) => {
-                out.idle_rss
-                    .push(("no OffsetCheckpoint".to_string(), IDLE_TARGET_MIB, r, None))
-            }
-            Err(e) => out.failures.push(format!("idle worker RSS: {e:#}")),
-        }
+        // One row per baseline, judged against `target`; a failed measurement is reported.
+        let mut record = |what: String,
+                          target: f64,
+                          measured: anyhow::Result<(IdleRss, Option<Duration>)>,
+                          failure: &str| match measured {
+            Ok((r, read_in)) => out.idle_rss.push((what, target, r, read_in)),
+            Err(e) => out.failures.push(format!("{failure}: {e:#}")),
+        };
+        record(
+            "no OffsetCheckpoint".to_string(),
+            IDLE_TARGET_MIB,
+            idle.idle_worker_rss(self.cfg.idle_settle, None),
+            "idle worker RSS",
+        );
         // With an OffsetCheckpoint the checkpoint runner connects (its clients, the
         // checkpoints topic) and reads the offset syncs at start.
         let checkpointing = Run {
@@ -296,17 +303,12 @@ impl Bench<'_> {
             checkpoint: true,
             ..idle
         };
-        match checkpointing.idle_worker_rss(self.cfg.idle_settle, None) {
-            Ok((r, _)) => out.idle_rss.push((
-                "one OffsetCheckpoint, no offset syncs".to_string(),
-                IDLE_TARGET_MIB,
-                r,
-                None,
-            )),
-            Err(e) => out
-                .failures
-                .push(format!("idle worker RSS with an OffsetCheckpoint: {e:#}")),
-        }
+        record(
+            "one OffsetCheckpoint, no offset syncs".to_string(),
+            IDLE_TARGET_MIB,
+            checkpointing.idle_worker_rss(self.cfg.idle_settle, None),
+            "idle worker RSS with an OffsetCheckpoint",
+        );
         // A restarted worker reads its offset-syncs topic whole (checkpoint side): the
         // same idle worker over a history of syncs.
         let history = Run {
@@ -318,18 +320,11 @@ impl Bench<'_> {
         let produced = produce_sync_history(self.tgt, &history.alias(), "rss-loaded", parts, syncs);
         // Every partition has a sync once there are at least as many syncs as partitions.
         let synced = u64::try_from(parts).unwrap_or(0).min(syncs);
-        let measured =
-            produced.and_then(|()| history.idle_worker_rss(Duration::from_secs(10), Some(synced)));
-        match measured {
-            Ok((r, read_in)) => out.idle_rss.push((
-                format!("one OffsetCheckpoint, {syncs} offset syncs to read"),
-                SYNC_HISTORY_TARGET_MIB,
-                r,
-                read_in,
-            )),
-            Err(e) => out
-                .failures
-                .push(format!("idle worker RSS with sync history: {e:#}")),
-        }
+        record(
+            format!("one OffsetCheckpoint, {syncs} offset syncs to read"),
+            SYNC_HISTORY_TARGET_MIB,
+            produced.and_then(|()| history.idle_worker_rss(Duration::from_secs(10), Some(synced))),
+            "idle worker RSS with sync history",
+        );
     }
 }
