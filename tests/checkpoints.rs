@@ -18,6 +18,10 @@ use std::future::Future;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use jiff::Timestamp;
+use mirrorflow::api::status::{
+    fold_checkpoint_status, CheckpointObservation, CheckpointReports, FlowRefState,
+};
 use mirrorflow::api::{parse_flow_file, FlowFile, GroupFailureReason, OffsetCheckpoint};
 use mirrorflow::kafka::admin::{GroupAdmin, GroupOffset};
 use mirrorflow::telemetry::metrics::encode_registry;
@@ -29,7 +33,7 @@ use mirrorflow::worker::checkpoint::cli::{
     plan_apply, run_translate, translate_group, TranslateArgs,
 };
 use mirrorflow::worker::checkpoint::runner::{statuses, CheckpointRunner};
-use mirrorflow::worker::checkpoint::status::RunnerState;
+use mirrorflow::worker::checkpoint::status::{worker_reports, RunnerState};
 use pretty_assertions::assert_eq;
 use prometheus::Registry;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
@@ -801,6 +805,60 @@ async fn checkpoints_added_and_removed_on_a_running_flow() {
     })
     .await;
     assert!(running.state.borrow().started);
+    running.stop().await;
+}
+
+/// A runner that cannot start says why in the report of every OffsetCheckpoint it would run
+/// (their status turns `CheckpointFailed` with the error), and stops retrying, error cleared,
+/// once they are deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_that_cannot_start_says_why_until_its_checkpoint_goes() {
+    let Some(c) = Clusters::start().await else {
+        return;
+    };
+    let mut file = c.flow("later-app", true);
+    // A replication factor the target refuses for the checkpoints topic (nisshi 0.8.1 takes
+    // 1..=64 on one broker; Kafka would refuse anything above its broker count).
+    file.flow.spec.internal_topics.replication_factor = Some(65);
+    let running = Running::start(&c, &file);
+    let error = wait_for("the start-up to fail", || {
+        let e = running.state.borrow().startup_error.clone();
+        async move { e }
+    })
+    .await;
+    assert!(error.contains(CHECKPOINTS_TOPIC), "{error}");
+    let reports = || worker_reports(&running.state.borrow(), &file.checkpoints, Timestamp::now());
+    let reported = reports();
+    assert_eq!(reported.len(), 1, "{reported:?}");
+    assert_eq!(reported[0].name, "cp");
+    assert_eq!(reported[0].error.as_deref(), Some(error.as_str()));
+    let status = fold_checkpoint_status(&CheckpointObservation {
+        checkpoint: &file.checkpoints[0],
+        flow: FlowRefState::Found { invalid: false },
+        invalid: None,
+        reports: Some(&CheckpointReports {
+            error: reported[0].error.clone(),
+            ..Default::default()
+        }),
+        now: Timestamp::now(),
+    });
+    let ready = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str(), &ready.message),
+        ("False", "CheckpointFailed", &error)
+    );
+
+    running.specs.send_replace(vec![]);
+    wait_for("the runner to give up its start-up", || {
+        let s = running.state.borrow().clone();
+        async move { (s.startup_error.is_none() && !s.started).then_some(()) }
+    })
+    .await;
+    assert_eq!(reports(), vec![]);
     running.stop().await;
 }
 

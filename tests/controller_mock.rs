@@ -748,6 +748,62 @@ async fn missing_flow_ref_is_a_condition_not_a_hot_loop() {
     assert_eq!(condition(&st["status"], "Ready").1, "AwaitingCheckpoints");
 }
 
+/// Worker 0 reports that the checkpoint runner fails: the OffsetCheckpoint says why
+/// (`CheckpointFailed`) with one Warning event, not one per wording of the error, and turns
+/// Ready once the runner works again.
+#[tokio::test]
+async fn a_failing_checkpoint_runner_is_ready_false_with_its_error() {
+    let s = reconciled(flow_json(spec(1))).await;
+    s.api.insert(checkpoint_json("groups", "orders", ".*"));
+    let (ctx, _) = s.controller();
+    let now = Timestamp::now().to_string();
+    let report = |report: Value| {
+        s.api.edit(&format!("{FLOWS}/orders"), |f| {
+            f["status"]["workers"] = json!([{"id": "orders-worker-0", "state": "Running",
+                "lastHeartbeatTime": now, "checkpoints": [report]}])
+        })
+    };
+    let reconcile = || async {
+        let cp: OffsetCheckpoint =
+            serde_json::from_value(s.api.object(&format!("{CPS}/groups")).unwrap()).unwrap();
+        s.api.clear_requests();
+        reconcile_checkpoint(Arc::new(cp), ctx.clone())
+            .await
+            .unwrap();
+        let st = s.api.patch_body(&format!("{CPS}/groups/status"));
+        (condition(&st["status"], "Ready"), s.api.events())
+    };
+    const DOWN: &str = "target cluster dc2: create topic dc1.checkpoints.internal: timed out";
+    report(json!({"name": "groups", "error": DOWN}));
+    let ((status, reason, message), events) = reconcile().await;
+    assert_eq!(
+        (status.as_str(), reason.as_str(), message.as_str()),
+        ("False", "CheckpointFailed", DOWN)
+    );
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(
+        (events[0].0.as_str(), events[0].1.as_str(), events[0].2.as_str()),
+        ("Warning", "CheckpointFailed", DOWN)
+    );
+
+    report(json!({"name": "groups", "error": "target cluster dc2: connection refused"}));
+    let ((_, reason, message), events) = reconcile().await;
+    assert_eq!(
+        (reason.as_str(), message.as_str()),
+        ("CheckpointFailed", "target cluster dc2: connection refused")
+    );
+    assert_eq!(events, vec![], "the same failure in other words: no new event");
+
+    report(json!({"name": "groups", "groups": [{"group": "billing", "partitions": 2,
+        "lastCheckpointTime": now, "synced": true}]}));
+    let ((status, reason, _), events) = reconcile().await;
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("True", "Checkpointing")
+    );
+    assert_eq!(events, vec![]);
+}
+
 #[tokio::test]
 async fn invalid_checkpoint_does_not_look_up_its_flow() {
     let cp = checkpoint_json("groups", "orders", "(");

@@ -874,6 +874,11 @@ pub struct WorkerCheckpointReport {
     #[serde(default)]
     #[schemars(length(max = 50))]
     pub failures: Vec<super::GroupFailure>,
+    /// Why the checkpoint runner cannot run this OffsetCheckpoint: its start-up, or its last
+    /// cycle or group sync, failed as a whole (e.g. a cluster unreachable, the checkpoints
+    /// topic not writable). Absent once it runs again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// Worker lifecycle states.

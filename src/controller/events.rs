@@ -4,8 +4,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 use super::error::ErrorCategory;
 use crate::api::status::{
-    APPLY_FAILED, CHILD_CONFLICT, CONNECTION_FAILED, DATA_LOSS, INSECURE_TLS, INVALID_SPEC,
-    PROGRESS_MISSING, READY, RECORD_REJECTED, TARGET_OVERLAP, TOPIC_RESET, TOPIC_UNWRITABLE,
+    APPLY_FAILED, CHECKPOINT_FAILED, CHILD_CONFLICT, CONNECTION_FAILED, DATA_LOSS, INSECURE_TLS,
+    INVALID_SPEC, PROGRESS_MISSING, READY, RECORD_REJECTED, TARGET_OVERLAP, TOPIC_RESET,
+    TOPIC_UNWRITABLE,
 };
 use crate::api::{MirrorFlowStatus, OffsetCheckpointStatus, ResetOutcome};
 
@@ -41,6 +42,8 @@ pub enum EventReason {
     InsecureTls,
     /// `TopicUnwritable` turned True: a target topic cannot be created or take writes.
     TopicUnwritable,
+    /// An OffsetCheckpoint's runner reports an error (its Ready turned `CheckpointFailed`).
+    CheckpointFailed,
 }
 
 impl EventReason {
@@ -61,6 +64,7 @@ impl EventReason {
             Self::Connection(r) => r.as_str(),
             Self::InsecureTls => "InsecureTls",
             Self::TopicUnwritable => "TopicUnwritable",
+            Self::CheckpointFailed => CHECKPOINT_FAILED,
         }
     }
 }
@@ -197,23 +201,33 @@ pub fn checkpoint_events(
 ) -> Vec<StatusEvent> {
     let empty = OffsetCheckpointStatus::default();
     let prev = prev.unwrap_or(&empty);
-    let was = |reason: &str, message: &str| {
-        prev.conditions
-            .iter()
-            .any(|c| c.type_ == READY && c.reason == reason && c.message == message)
+    let was = |reason: &str, message: Option<&str>| {
+        prev.conditions.iter().any(|c| {
+            c.type_ == READY && c.reason == reason && message.is_none_or(|m| c.message == m)
+        })
     };
     next.conditions
         .iter()
         .filter(|c| c.type_ == READY && c.status == "False")
         .filter_map(|c| {
-            let cat = match c.reason.as_str() {
-                "InvalidSpec" => ErrorCategory::InvalidSpec,
-                "FlowNotFound" => ErrorCategory::FlowNotFound,
+            // A runner's error may read differently from one cycle to the next (a timeout,
+            // then a refused connection): one event when it starts failing, not one per
+            // wording.
+            let (reason, message) = match c.reason.as_str() {
+                "InvalidSpec" => (
+                    EventReason::Error(ErrorCategory::InvalidSpec),
+                    Some(&c.message),
+                ),
+                "FlowNotFound" => (
+                    EventReason::Error(ErrorCategory::FlowNotFound),
+                    Some(&c.message),
+                ),
+                CHECKPOINT_FAILED => (EventReason::CheckpointFailed, None),
                 _ => return None,
             };
-            (!was(&c.reason, &c.message)).then(|| StatusEvent {
+            (!was(&c.reason, message.map(String::as_str))).then(|| StatusEvent {
                 severity: EventSeverity::Warning,
-                reason: EventReason::Error(cat),
+                reason,
                 note: c.message.clone(),
             })
         })
@@ -336,6 +350,43 @@ mod tests {
         );
         let fine = fold_cp(FlowRefState::Found { invalid: false }, None, None);
         assert_eq!(checkpoint_events(Some(&st), &fine), vec![]);
+    }
+
+    #[test]
+    fn a_failing_runner_is_one_event_until_it_recovers() {
+        use crate::api::status::CheckpointReports;
+        let found = FlowRefState::Found { invalid: false };
+        let failing = |error: &str| {
+            let reports = CheckpointReports {
+                error: Some(error.into()),
+                ..Default::default()
+            };
+            fold_cp(found, None, Some(&reports))
+        };
+        let timed_out = failing("target cluster dc2: list consumer groups: timed out");
+        let ev = checkpoint_events(None, &timed_out);
+        assert_eq!(ev.len(), 1);
+        assert_eq!(
+            (ev[0].severity, ev[0].reason.as_str()),
+            (EventSeverity::Warning, "CheckpointFailed")
+        );
+        assert_eq!(
+            ev[0].note,
+            "target cluster dc2: list consumer groups: timed out"
+        );
+        let refused = failing("target cluster dc2: connection refused");
+        assert_eq!(
+            checkpoint_events(Some(&timed_out), &refused),
+            vec![],
+            "another wording of the same failure"
+        );
+        let fine = fold_cp(found, None, Some(&CheckpointReports::default()));
+        assert_eq!(checkpoint_events(Some(&refused), &fine), vec![]);
+        assert_eq!(
+            checkpoint_events(Some(&fine), &timed_out).len(),
+            1,
+            "failing again after a recovery"
+        );
     }
 }
 

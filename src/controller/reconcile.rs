@@ -929,12 +929,12 @@ fn checkpoint_reports(flow: &MirrorFlow, checkpoint: &str) -> Option<CheckpointR
     let mut out: Option<CheckpointReports> = None;
     for w in flow.status.iter().flat_map(|s| &s.workers) {
         for r in w.checkpoints.iter().filter(|r| r.name == checkpoint) {
-            let acc = out.get_or_insert_with(|| CheckpointReports {
-                groups: vec![],
-                failures: vec![],
-            });
+            let acc = out.get_or_insert_with(CheckpointReports::default);
             acc.groups.extend(r.groups.iter().cloned());
             acc.failures.extend(r.failures.iter().cloned());
+            if acc.error.is_none() {
+                acc.error.clone_from(&r.error);
+            }
         }
     }
     out

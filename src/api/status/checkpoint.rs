@@ -8,12 +8,13 @@ use crate::api::{
     GroupFailure, GroupSummary, OffsetCheckpoint, OffsetCheckpointStatus, ValidationErrors,
 };
 
-/// Checkpoint data the workers report for one OffsetCheckpoint. `WorkerStatus` carries no
-/// such field yet; the reconciler passes `None` until it does, and the fold says so.
+/// Checkpoint data the workers report for one OffsetCheckpoint (`status.workers[].checkpoints`).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct CheckpointReports {
     pub groups: Vec<GroupSummary>,
     pub failures: Vec<GroupFailure>,
+    /// The runner's start-up, or its last cycle or group sync, failed as a whole.
+    pub error: Option<String>,
 }
 
 /// What the controller knows about the flow an OffsetCheckpoint references.
@@ -63,13 +64,20 @@ pub fn fold_checkpoint_status(obs: &CheckpointObservation<'_>) -> OffsetCheckpoi
             "FlowInvalid",
             format!("MirrorFlow {flow_name:?} has an invalid spec (see its InvalidSpec condition)"),
         ))
-    } else if obs.reports.is_none() {
-        Some((
-            "AwaitingCheckpoints",
-            "no worker has reported checkpoints for this OffsetCheckpoint yet".into(),
-        ))
     } else {
-        None
+        match obs.reports {
+            None => Some((
+                "AwaitingCheckpoints",
+                "no worker has reported checkpoints for this OffsetCheckpoint yet".into(),
+            )),
+            // Nothing checkpointed yet to judge staleness on: the error is all there is.
+            Some(CheckpointReports {
+                groups,
+                error: Some(e),
+                ..
+            }) if groups.is_empty() => Some((CHECKPOINT_FAILED, e.clone())),
+            Some(_) => None,
+        }
     };
     if let Some((reason, message)) = blocked {
         return OffsetCheckpointStatus {
@@ -139,7 +147,17 @@ pub fn fold_checkpoint_status(obs: &CheckpointObservation<'_>) -> OffsetCheckpoi
             now,
         )
     };
-    let ready = if !stale_groups.is_empty() {
+    let ready = if let Some(error) = &reports.error {
+        condition(
+            pc,
+            READY,
+            "False",
+            CHECKPOINT_FAILED,
+            error.clone(),
+            gen,
+            now,
+        )
+    } else if !stale_groups.is_empty() {
         condition(
             pc,
             READY,

@@ -42,6 +42,8 @@ pub const INSECURE_TLS: &str = "InsecureTls";
 pub const TOPIC_UNWRITABLE: &str = "TopicUnwritable";
 /// Extra condition type of an OffsetCheckpoint.
 pub const STALE: &str = "Stale";
+/// Reason of an OffsetCheckpoint's `Ready=False` while its runner reports an error.
+pub const CHECKPOINT_FAILED: &str = "CheckpointFailed";
 
 /// `<flow>-worker-<i>`: worker `i`'s id, its pod name and its `status.workers[].id` (also in
 /// standalone mode).

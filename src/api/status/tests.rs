@@ -1102,17 +1102,23 @@ fn checkpoint_condition_table() {
     }]);
     let fresh = CheckpointReports {
         groups: vec![group("g1", Some(95)), group("g2", Some(90))],
-        failures: vec![],
+        ..Default::default()
     };
     let stale = CheckpointReports {
         groups: vec![group("g1", Some(95)), group("old", Some(84))],
-        failures: vec![],
+        ..Default::default()
     };
     let at_bound = CheckpointReports {
         groups: vec![group("g1", Some(85))],
-        failures: vec![],
+        ..Default::default()
     };
     let none = CheckpointReports::default();
+    let failing = |groups: &CheckpointReports| CheckpointReports {
+        error: Some("target cluster dc2: list consumer groups: timed out".into()),
+        ..groups.clone()
+    };
+    let (starting_fails, fresh_fails, stale_fails) =
+        (failing(&none), failing(&fresh), failing(&stale));
     type CpCase<'a> = (
         &'a str,
         FlowRefState,
@@ -1180,10 +1186,38 @@ fn checkpoint_condition_table() {
             Some(&none),
             triple(("True", "NoGroupsMatched"), ("False", "Fresh")),
         ),
+        (
+            "the runner fails before any checkpoint",
+            found,
+            None,
+            Some(&starting_fails),
+            triple(
+                ("False", "CheckpointFailed"),
+                ("Unknown", "CheckpointFailed"),
+            ),
+        ),
+        (
+            "the runner fails, groups still fresh",
+            found,
+            None,
+            Some(&fresh_fails),
+            triple(("False", "CheckpointFailed"), ("False", "Fresh")),
+        ),
+        (
+            "the runner fails, a group stale",
+            found,
+            None,
+            Some(&stale_fails),
+            triple(("False", "CheckpointFailed"), ("True", "CheckpointsStale")),
+        ),
     ];
     for (name, flow, inv, reports, want) in cases {
         let st = fold_cp(flow, inv, reports);
         assert_eq!(cp_conds(&st), want, "{name}");
+        if let Some(error) = reports.and_then(|r| r.error.as_ref()) {
+            let ready = st.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+            assert_eq!(&ready.message, error, "{name}: Ready says why");
+        }
         assert_eq!(st.observed_generation, Some(1), "{name}");
     }
 }
@@ -1200,7 +1234,11 @@ fn checkpoint_summaries() {
         message: "3 members".into(),
         since: Time(t(0)),
     }];
-    let reports = CheckpointReports { groups, failures };
+    let reports = CheckpointReports {
+        groups,
+        failures,
+        error: None,
+    };
     let st = fold_cp(FlowRefState::Found { invalid: false }, None, Some(&reports));
     assert_eq!(st.groups_checkpointed, 60);
     assert_eq!(st.last_checkpoint_time, Some(Time(t(99))));

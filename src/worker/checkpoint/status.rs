@@ -19,8 +19,7 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::api::status::{
-    condition, fold_checkpoint_status, CheckpointObservation, CheckpointReports, FlowRefState,
-    READY,
+    fold_checkpoint_status, CheckpointObservation, CheckpointReports, FlowRefState,
 };
 use crate::api::{
     GroupFailure, GroupFailureReason, GroupSummary, OffsetCheckpoint, OffsetCheckpointStatus,
@@ -119,8 +118,8 @@ pub fn merge_failures(
         .collect()
 }
 
-/// What the runner reports for one OffsetCheckpoint, in the controller's report shape.
-pub fn reports(state: &SpecState) -> CheckpointReports {
+/// The groups and failures of a spec that ran, in the controller's report shape.
+fn reports(state: &SpecState) -> CheckpointReports {
     let time = |t: &Timestamp| Time(Timestamp::from_second(t.as_second()).unwrap_or(*t));
     CheckpointReports {
         groups: state
@@ -146,55 +145,55 @@ pub fn reports(state: &SpecState) -> CheckpointReports {
                 })
             })
             .collect(),
+        error: None,
     }
 }
 
-/// The status of `checkpoint` from the runner's state for it (`None`: not run yet) at
-/// `now`. Previous conditions come from `checkpoint.status` (transition times are kept).
+/// What the runner reports for one OffsetCheckpoint, from its state (`None`: not accepted
+/// yet) and the runner's start-up error: `None` until it completed a cycle or failed. An
+/// empty report would read as "no group matched" (Ready); until then there is nothing to
+/// report, and the controller says it awaits checkpoints.
+pub fn report(state: Option<&SpecState>, startup_error: Option<&str>) -> Option<CheckpointReports> {
+    let ran = state.filter(|s| s.cycles > 0);
+    let error = startup_error
+        .or(state.and_then(|s| s.last_error.as_deref().or(s.last_sync_error.as_deref())));
+    if ran.is_none() && error.is_none() {
+        return None;
+    }
+    Some(CheckpointReports {
+        error: error.map(str::to_string),
+        ..ran.map(reports).unwrap_or_default()
+    })
+}
+
+fn fold(
+    checkpoint: &OffsetCheckpoint,
+    reports: Option<&CheckpointReports>,
+    now: Timestamp,
+) -> OffsetCheckpointStatus {
+    fold_checkpoint_status(&CheckpointObservation {
+        checkpoint,
+        flow: FlowRefState::Found { invalid: false },
+        invalid: None,
+        reports,
+        now,
+    })
+}
+
+/// The status of `checkpoint` from the runner's state for it (`None`: not accepted yet) at
+/// `now`, folded by the controller's rules. Previous conditions come from
+/// `checkpoint.status` (transition times are kept).
 pub fn checkpoint_status(
     checkpoint: &OffsetCheckpoint,
     state: Option<&SpecState>,
     startup_error: Option<&str>,
     now: Timestamp,
 ) -> OffsetCheckpointStatus {
-    let ran = state.filter(|s| s.cycles > 0);
-    let reports = ran.map(reports);
-    let mut status = fold_checkpoint_status(&CheckpointObservation {
-        checkpoint,
-        flow: FlowRefState::Found { invalid: false },
-        invalid: None,
-        reports: reports.as_ref(),
-        now,
-    });
-    let error = startup_error
-        .or(ran.and_then(|s| s.last_error.as_deref().or(s.last_sync_error.as_deref())));
-    if let Some(error) = error {
-        let previous = checkpoint
-            .status
-            .as_ref()
-            .map(|s| s.conditions.clone())
-            .unwrap_or_default();
-        let ready = condition(
-            &previous,
-            READY,
-            "False",
-            "CheckpointFailed",
-            error.to_string(),
-            checkpoint.metadata.generation,
-            now,
-        );
-        match status.conditions.iter_mut().find(|c| c.type_ == READY) {
-            Some(c) => *c = ready,
-            None => status.conditions.push(ready),
-        }
-    }
-    status
+    fold(checkpoint, report(state, startup_error).as_ref(), now)
 }
 
-/// What a worker reports per OffsetCheckpoint in its status entry, at `now`: only those that
-/// completed a cycle. An empty report would read as "no group matched" (Ready) to the
-/// controller; until the first cycle (just applied, or the runner still starting) there is
-/// nothing to report, and the controller says it awaits checkpoints.
+/// What a worker reports per OffsetCheckpoint in its status entry, at `now` ([`report`]):
+/// groups sorted and bounded as the status shows them.
 pub fn worker_reports(
     state: &RunnerState,
     checkpoints: &[OffsetCheckpoint],
@@ -204,12 +203,13 @@ pub fn worker_reports(
         .iter()
         .filter_map(|cp| {
             let name = cp.metadata.name.clone().unwrap_or_default();
-            let ran = state.specs.get(&name).filter(|s| s.cycles > 0)?;
-            let st = checkpoint_status(cp, Some(ran), state.startup_error.as_deref(), now);
+            let r = report(state.specs.get(&name), state.startup_error.as_deref())?;
+            let st = fold(cp, Some(&r), now);
             Some(WorkerCheckpointReport {
                 name,
                 groups: st.groups,
                 failures: st.failures,
+                error: r.error,
             })
         })
         .collect()
@@ -218,7 +218,7 @@ pub fn worker_reports(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::status::STALE;
+    use crate::api::status::{READY, STALE};
     use crate::api::{FlowRef, GroupSelector, OffsetCheckpointSpec};
     use jiff::ToSpan;
     use pretty_assertions::assert_eq;
@@ -410,7 +410,7 @@ mod tests {
                 None,
                 Some("offset syncs: timed out"),
                 ("False", "CheckpointFailed"),
-                ("Unknown", "AwaitingCheckpoints"),
+                ("Unknown", "CheckpointFailed"),
                 0,
                 None,
                 0,
@@ -436,39 +436,93 @@ mod tests {
     }
 
     #[test]
-    fn reports_only_checkpoints_that_ran() {
+    fn reports_checkpoints_that_ran_or_failed() {
         let never = SpecState {
             cycles: 0,
             last_cycle: None,
             ..spec(vec![], None)
         };
         let with_a = spec(vec![("a", group(Some(2), vec![]))], None);
-        // (case, the runner's state for "cp", the report's groups: None = no report)
-        type Case<'a> = (&'a str, Option<SpecState>, Option<Vec<&'a str>>);
+        let invalid = SpecState {
+            last_error: Some("spec.groups.include[0]: \"[\" is not a valid pattern".into()),
+            ..never.clone()
+        };
+        const DOWN: &str = "target cluster dc2: create topic dc1.checkpoints.internal: timed out";
+        // (case, the runner's state for "cp", its start-up error, the report's groups and
+        // error: None = no report)
+        type Case<'a> = (
+            &'a str,
+            Option<SpecState>,
+            Option<&'a str>,
+            Option<(Vec<&'a str>, Option<&'a str>)>,
+        );
         let cases: Vec<Case> = vec![
-            ("not accepted yet", None, None),
-            ("accepted, no cycle yet", Some(never), None),
+            ("not accepted yet", None, None, None),
+            ("accepted, no cycle yet", Some(never.clone()), None, None),
             (
                 "ran, no group matched",
                 Some(spec(vec![], None)),
-                Some(vec![]),
+                None,
+                Some((vec![], None)),
             ),
-            ("ran with a group", Some(with_a), Some(vec!["a"])),
+            (
+                "ran with a group",
+                Some(with_a.clone()),
+                None,
+                Some((vec!["a"], None)),
+            ),
+            (
+                "start-up failing before it accepted anything",
+                None,
+                Some(DOWN),
+                Some((vec![], Some(DOWN))),
+            ),
+            (
+                "start-up failing again after cycles (secrets rotated)",
+                Some(with_a),
+                Some(DOWN),
+                Some((vec!["a"], Some(DOWN))),
+            ),
+            (
+                "refused before its first cycle",
+                Some(invalid),
+                None,
+                Some((
+                    vec![],
+                    Some("spec.groups.include[0]: \"[\" is not a valid pattern"),
+                )),
+            ),
+            (
+                "last cycle failed",
+                Some(spec(
+                    vec![],
+                    Some("source cluster dc1: list consumer groups: timed out"),
+                )),
+                None,
+                Some((
+                    vec![],
+                    Some("source cluster dc1: list consumer groups: timed out"),
+                )),
+            ),
         ];
-        for (name, spec_state, want) in cases {
+        for (name, spec_state, startup, want) in cases {
             let state = RunnerState {
                 specs: spec_state
                     .map(|s| ("cp".to_string(), s))
                     .into_iter()
                     .collect(),
+                startup_error: startup.map(str::to_string),
                 ..RunnerState::default()
             };
             let reports = worker_reports(&state, &[resource()], now());
-            let got: Option<Vec<&str>> = match reports.as_slice() {
+            let got: Option<(Vec<&str>, Option<&str>)> = match reports.as_slice() {
                 [] => None,
                 [r] => {
                     assert_eq!(r.name, "cp", "{name}");
-                    Some(r.groups.iter().map(|g| g.group.as_str()).collect())
+                    Some((
+                        r.groups.iter().map(|g| g.group.as_str()).collect(),
+                        r.error.as_deref(),
+                    ))
                 }
                 more => panic!("{name}: {} reports for one OffsetCheckpoint", more.len()),
             };
