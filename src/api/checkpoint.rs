@@ -44,6 +44,12 @@ use super::defaults;
         description = "seconds since the oldest group checkpoint (RPO)"
     ),
     printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].reason",
+        priority = 1
+    ),
+    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
