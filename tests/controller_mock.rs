@@ -782,7 +782,11 @@ async fn a_failing_checkpoint_runner_is_ready_false_with_its_error() {
     );
     assert_eq!(events.len(), 1, "{events:?}");
     assert_eq!(
-        (events[0].0.as_str(), events[0].1.as_str(), events[0].2.as_str()),
+        (
+            events[0].0.as_str(),
+            events[0].1.as_str(),
+            events[0].2.as_str()
+        ),
         ("Warning", "CheckpointFailed", DOWN)
     );
 
@@ -792,10 +796,16 @@ async fn a_failing_checkpoint_runner_is_ready_false_with_its_error() {
         (reason.as_str(), message.as_str()),
         ("CheckpointFailed", "target cluster dc2: connection refused")
     );
-    assert_eq!(events, vec![], "the same failure in other words: no new event");
+    assert_eq!(
+        events,
+        vec![],
+        "the same failure in other words: no new event"
+    );
 
-    report(json!({"name": "groups", "groups": [{"group": "billing", "partitions": 2,
-        "lastCheckpointTime": now, "synced": true}]}));
+    report(
+        json!({"name": "groups", "groups": [{"group": "billing", "partitions": 2,
+        "lastCheckpointTime": now, "synced": true}]}),
+    );
     let ((status, reason, _), events) = reconcile().await;
     assert_eq!(
         (status.as_str(), reason.as_str()),

@@ -426,13 +426,36 @@ async fn checkpoint_syncs_a_group(stack: &Stack) {
             .any(|o| o.topic == "eu-west.orders.created"),
         "{committed:?}"
     );
-    let table = stack
-        .cluster
-        .kubectl_ok(&["get", "ocp", "-n", EXAMPLES_NS, "orders-groups"]);
+    let table = stack.cluster.kubectl_ok(&[
+        "get",
+        "ocp",
+        "-n",
+        EXAMPLES_NS,
+        "orders-groups",
+        "-o",
+        "wide",
+    ]);
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "NAME",
+            "FLOW",
+            "READY",
+            "GROUPS",
+            "OLDESTAGE",
+            "REASON",
+            "AGE"
+        ],
+        "{table}"
+    );
     let row: Vec<&str> = table.lines().nth(1).unwrap().split_whitespace().collect();
     assert_eq!(
-        &row[..4],
-        &["orders-groups", "orders-dr", "True", "1"],
+        (&row[..4], row[5]),
+        (
+            &["orders-groups", "orders-dr", "True", "1"][..],
+            "Checkpointing"
+        ),
         "{table}"
     );
     stack.step("OffsetCheckpoint orders-groups synced group orders-app to the target");
