@@ -5,6 +5,8 @@
 //! - leader election with real processes: the leader is killed, a standby takes over within
 //!   the lease duration; a leader frozen (SIGSTOP) past its renew deadline is replaced and,
 //!   thawed, writes nothing more; never do two replicas write at once (audit log);
+//! - a worker's checkpoint report with an error, applied as worker 0 applies it, becomes the
+//!   OffsetCheckpoint's `Ready` reason (`CheckpointFailed`) and a Warning event;
 //! - a namespaced install (`helm template --set watchNamespaces=...`): Roles only, the
 //!   controller reconciles the watched namespace and nothing else.
 //!
@@ -18,9 +20,12 @@ use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use kube::api::{Api, PostParams};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::ResourceExt;
-use mirrorflow::api::MirrorFlow;
+use mirrorflow::api::status::worker_id;
+use mirrorflow::api::{MirrorFlow, OffsetCheckpoint, WorkerStatus};
+use mirrorflow::worker::k8s::{field_manager, worker_status_patch};
 use serde_json::json;
 use serde_yaml::Value as Yaml;
 
@@ -411,6 +416,71 @@ async fn kustomize_deploy_schema_and_leader_election() {
         frozen.proc.tail(15)
     );
     step("the thawed leader exited");
+
+    // Worker 0's checkpoint report, applied as the worker applies it, passes the API server's
+    // schema and reaches the OffsetCheckpoint: Ready False CheckpointFailed with the error,
+    // and a Warning event.
+    const DOWN: &str = "target cluster: create topic dc1.checkpoints.internal (replication factor 65): InvalidReplicationFactor";
+    let cps: Api<OffsetCheckpoint> = Api::namespaced(cluster.client.clone(), "elect");
+    cps.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({
+            "apiVersion": "mirrorflow.io/v1alpha1", "kind": "OffsetCheckpoint",
+            "metadata": {"name": "elect-groups", "namespace": "elect"},
+            "spec": {"flowRef": {"name": "elect"}}
+        }))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    let entry: WorkerStatus = serde_json::from_value(json!({
+        "id": worker_id("elect", 0), "state": "Running",
+        "lastHeartbeatTime": Timestamp::now().to_string(),
+        "checkpoints": [{"name": "elect-groups", "error": DOWN}]
+    }))
+    .unwrap();
+    flows
+        .patch_status(
+            "elect",
+            &PatchParams::apply(&field_manager(0)).force(),
+            &Patch::Apply(&worker_status_patch("elect", &entry)),
+        )
+        .await
+        .unwrap();
+    eventually("the OffsetCheckpoint says why", WAIT, || async {
+        let cp = cps.get("elect-groups").await.map_err(|e| e.to_string())?;
+        let ready = cp
+            .status
+            .into_iter()
+            .flat_map(|s| s.conditions)
+            .find(|c| c.type_ == "Ready");
+        match ready {
+            Some(c)
+                if c.status == "False" && c.reason == "CheckpointFailed" && c.message == DOWN =>
+            {
+                Ok(())
+            }
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let events: Api<Event> = Api::namespaced(cluster.client.clone(), "elect");
+    eventually("a CheckpointFailed event", WAIT, || async {
+        let list = events
+            .list(&Default::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        list.items
+            .iter()
+            .find(|e| {
+                e.reason.as_deref() == Some("CheckpointFailed")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("elect-groups")
+            })
+            .map(|e| assert_eq!(e.note.as_deref(), Some(DOWN)))
+            .ok_or_else(|| format!("{} events, none CheckpointFailed", list.items.len()))
+    })
+    .await;
+    step("a worker's checkpoint error is the OffsetCheckpoint's Ready reason and an event");
 
     if let Some(audit) = cluster.audit() {
         let events = audit.events();
