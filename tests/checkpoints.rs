@@ -862,6 +862,39 @@ async fn a_runner_that_cannot_start_says_why_until_its_checkpoint_goes() {
     running.stop().await;
 }
 
+/// A start that hangs (the target unreachable: it would fail only at the 30 s request
+/// timeout) ends, its clients dropped, as soon as its OffsetCheckpoint is deleted: the next
+/// change of the runner's state is that end, not a start-up error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hanging_start_ends_when_its_checkpoint_goes() {
+    let Some(c) = Clusters::start().await else {
+        return;
+    };
+    let mut file = c.flow("later-app", true);
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    file.flow.spec.target.bootstrap_servers = closed.local_addr().unwrap().to_string();
+    drop(closed);
+    let running = Running::start(&c, &file);
+    let mut state = running.state.clone();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before = state.borrow_and_update().clone();
+    assert!(
+        !before.started && before.startup_error.is_none(),
+        "still starting: {before:?}"
+    );
+    running.specs.send_replace(vec![]);
+    tokio::time::timeout(WAIT, state.changed())
+        .await
+        .expect("the runner's state changes")
+        .unwrap();
+    let after = state.borrow().clone();
+    assert!(
+        !after.started && after.startup_error.is_none(),
+        "the start ended without failing: {after:?}"
+    );
+    running.stop().await;
+}
+
 /// A group with active members on the target is left alone and reported; refusals are
 /// retried once per interval (no hot loop). Once the members leave, the next interval
 /// syncs it. `mirrorflow translate --apply` refuses the active group too.

@@ -260,16 +260,17 @@ impl CheckpointRunner {
     ) -> anyhow::Result<Ended> {
         let mut shutdown = shutdown.as_mut();
         let mut startup = None;
+        // A start that hangs (a cluster unreachable: up to the request timeout) or keeps
+        // failing ends as soon as no OffsetCheckpoint is left, its clients dropped.
+        let unused = self.unused();
+        tokio::pin!(unused);
         while startup.is_none() {
-            // A start that keeps failing is not retried for OffsetCheckpoints deleted since.
-            if !runs_any(&self.flow_name, &self.specs_tx.borrow()) {
-                return Ok(Ended::Unused);
-            }
             // Secrets that change while starting restart with them: a start that fails on a
             // wrong password or CA would otherwise retry with it for ever.
             tokio::select! {
                 _ = &mut shutdown => return Ok(Ended::Shutdown),
                 _ = crate::kafka::secrets::rotated(secrets) => return Ok(Ended::Rotated),
+                _ = &mut unused => return Ok(Ended::Unused),
                 r = self.start() => match r {
                     Ok(s) => startup = Some(s),
                     Err(e) => {
@@ -278,6 +279,7 @@ impl CheckpointRunner {
                         tokio::select! {
                             _ = &mut shutdown => return Ok(Ended::Shutdown),
                             _ = crate::kafka::secrets::rotated(secrets) => return Ok(Ended::Rotated),
+                            _ = &mut unused => return Ok(Ended::Unused),
                             _ = tokio::time::sleep(STARTUP_RETRY) => {}
                         }
                     }
@@ -451,6 +453,17 @@ impl CheckpointRunner {
                     }
                     specs_changed = true;
                 }
+            }
+        }
+    }
+
+    /// Completes once no OffsetCheckpoint this runner would run is left ([`runs_any`]).
+    async fn unused(&self) {
+        let mut specs_rx = self.specs_tx.subscribe();
+        while runs_any(&self.flow_name, &specs_rx.borrow_and_update()) {
+            // Never errs while `self` holds a sender.
+            if specs_rx.changed().await.is_err() {
+                std::future::pending::<()>().await;
             }
         }
     }
