@@ -19,9 +19,6 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
-use mirrorflow::api::status::{
-    fold_checkpoint_status, CheckpointObservation, CheckpointReports, FlowRefState,
-};
 use mirrorflow::api::{parse_flow_file, FlowFile, GroupFailureReason, OffsetCheckpoint};
 use mirrorflow::kafka::admin::{GroupAdmin, GroupOffset};
 use mirrorflow::telemetry::metrics::encode_registry;
@@ -33,7 +30,7 @@ use mirrorflow::worker::checkpoint::cli::{
     plan_apply, run_translate, translate_group, TranslateArgs,
 };
 use mirrorflow::worker::checkpoint::runner::{statuses, CheckpointRunner};
-use mirrorflow::worker::checkpoint::status::{worker_reports, RunnerState};
+use mirrorflow::worker::checkpoint::status::{checkpoint_status, worker_reports, RunnerState};
 use pretty_assertions::assert_eq;
 use prometheus::Registry;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
@@ -832,16 +829,7 @@ async fn a_runner_that_cannot_start_says_why_until_its_checkpoint_goes() {
     assert_eq!(reported.len(), 1, "{reported:?}");
     assert_eq!(reported[0].name, "cp");
     assert_eq!(reported[0].error.as_deref(), Some(error.as_str()));
-    let status = fold_checkpoint_status(&CheckpointObservation {
-        checkpoint: &file.checkpoints[0],
-        flow: FlowRefState::Found { invalid: false },
-        invalid: None,
-        reports: Some(&CheckpointReports {
-            error: reported[0].error.clone(),
-            ..Default::default()
-        }),
-        now: Timestamp::now(),
-    });
+    let status = checkpoint_status(&file.checkpoints[0], None, Some(&error), Timestamp::now());
     let ready = status
         .conditions
         .iter()
