@@ -226,17 +226,15 @@ impl CheckpointRunner {
         &mut self,
         shutdown: &mut std::pin::Pin<&mut F>,
     ) -> bool {
-        let mut specs_rx = self.specs_tx.subscribe();
+        let flow = self.flow_name.clone();
+        let wanted = until_runs(self.specs_tx.subscribe(), &flow, true);
+        tokio::pin!(wanted);
         let mut secrets = self.secrets.take();
         let runs = loop {
-            if runs_any(&self.flow_name, &specs_rx.borrow_and_update()) {
-                break true;
-            }
             tokio::select! {
                 _ = shutdown.as_mut() => break false,
                 _ = crate::kafka::secrets::rotated(&mut secrets) => self.reload_configs(),
-                // Never errs while `self` holds a sender.
-                _ = specs_rx.changed() => {}
+                _ = &mut wanted => break true,
             }
         };
         self.secrets = secrets;
@@ -262,7 +260,7 @@ impl CheckpointRunner {
         let mut startup = None;
         // A start that hangs (a cluster unreachable: up to the request timeout) or keeps
         // failing ends as soon as no OffsetCheckpoint is left, its clients dropped.
-        let unused = self.unused();
+        let unused = until_runs(self.specs_tx.subscribe(), &self.flow_name, false);
         tokio::pin!(unused);
         while startup.is_none() {
             // Secrets that change while starting restart with them: a start that fails on a
@@ -457,17 +455,6 @@ impl CheckpointRunner {
         }
     }
 
-    /// Completes once no OffsetCheckpoint this runner would run is left ([`runs_any`]).
-    async fn unused(&self) {
-        let mut specs_rx = self.specs_tx.subscribe();
-        while runs_any(&self.flow_name, &specs_rx.borrow_and_update()) {
-            // Never errs while `self` holds a sender.
-            if specs_rx.changed().await.is_err() {
-                std::future::pending::<()>().await;
-            }
-        }
-    }
-
     /// Keeps this flow's valid OffsetCheckpoints, by name. Invalid group patterns are
     /// reported in the checkpoint's state instead of stopping the others.
     fn accept_specs(
@@ -569,6 +556,17 @@ pub fn runs_any(flow: &str, specs: &[OffsetCheckpoint]) -> bool {
     specs
         .iter()
         .any(|cp| matches!(selection(flow, cp), Some(Ok(_))))
+}
+
+/// Completes once whether the runner of `flow` runs any of the specs ([`runs_any`]) is
+/// `runs`: the wait for a first OffsetCheckpoint, and for the last one to go.
+async fn until_runs(mut specs: watch::Receiver<Vec<OffsetCheckpoint>>, flow: &str, runs: bool) {
+    while runs_any(flow, &specs.borrow_and_update()) != runs {
+        // Never errs while the runner holds a sender.
+        if specs.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
 }
 
 /// Folds the runner's state into the status of each OffsetCheckpoint at `now`.
