@@ -19,9 +19,13 @@ BIN="$TOOLS_DIR/bin"
 
 log() { printf '[install-helm] %s\n' "$*" >&2; }
 
+# The outputs are read whole before matching: `grep -q` in a pipe exits at the first match, and
+# under pipefail the writer's SIGPIPE on its next line (kubectl prints two) fails the check.
 have_versions() {
-  "$BIN/helm" version --short 2>/dev/null | grep -q "^${HELM_VERSION}+" &&
-    "$BIN/kubectl" version --client 2>/dev/null | grep -q "Client Version: ${KUBECTL_VERSION}$"
+  local helm kubectl
+  helm="$("$BIN/helm" version --short 2>/dev/null)" || return 1
+  kubectl="$("$BIN/kubectl" version --client 2>/dev/null)" || return 1
+  grep -q "^${HELM_VERSION}+" <<<"$helm" && grep -q "Client Version: ${KUBECTL_VERSION}$" <<<"$kubectl"
 }
 
 if have_versions; then
