@@ -4,7 +4,7 @@
 # OffsetCheckpoint and an offset-syncs history to read, 100 B and 1 KB lz4 copying, 100
 # partitions), recorded by valgrind's callgrind.
 #
-#   bash scripts/symbol-order.sh     # about 20 minutes; needs valgrind (apt) and nisshi
+#   bash scripts/symbol-order.sh     # about 18 minutes; needs valgrind (apt) and nisshi
 #
 # Symbol names carry hashes of the build's crate metadata, which differ between the image's
 # build (`--release --no-default-features`, see Dockerfile) and the bench's (`cargo bench`: the
@@ -41,7 +41,7 @@ exec valgrind --tool=callgrind --callgrind-out-file=$out/cg.%p --demangle=no \\
   --compress-strings=no --compress-pos=no --dump-line=no "$bin" "\$@" 2>>$out/valgrind.log
 WRAP
   chmod +x "$work/run-$(basename "$bin")"
-  log "recording $(basename "$bin") under callgrind (about 6 minutes)"
+  log "recording $(basename "$bin") under callgrind (about 3 minutes)"
   MIRRORFLOW_BIN="$work/run-$(basename "$bin")" MIRRORFLOW_BENCH_KCAT_LIBDIR=/nonexistent \
     MIRRORFLOW_BENCH_SCENARIOS=100,1024-lz4,rss MIRRORFLOW_BENCH_ROUNDS=1 \
     MIRRORFLOW_BENCH_RECORDS=30000 MIRRORFLOW_BENCH_RSS_PARTITIONS=100 \
