@@ -578,22 +578,7 @@ async fn data_loss_describe_and_reset(stack: &Stack) {
     );
 
     // The Event, as `kubectl describe` lists it.
-    let events: Api<Event> = Api::namespaced(stack.cluster.client.clone(), NS);
-    eventually("a DataLoss event", WAIT, || async {
-        let list = events
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| e.to_string())?;
-        list.items
-            .iter()
-            .any(|e| {
-                e.reason.as_deref() == Some("DataLoss")
-                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("dc1-to-dc2")
-            })
-            .then_some(())
-            .ok_or_else(|| format!("{} events", list.items.len()))
-    })
-    .await;
+    wait_event(stack, "dc1-to-dc2", "DataLoss").await;
 
     // `kubectl describe`: one screen, the failure explained once, with its command (the
     // worker drops the explanation from its entry once it sees it in status.failures).
@@ -712,6 +697,7 @@ async fn data_loss_describe_and_reset(stack: &Stack) {
         st.last_applied_reset.as_ref().map(|r| &r.time),
         Some(&applied.time)
     );
+    let events: Api<Event> = Api::namespaced(stack.cluster.client.clone(), NS);
     let resets: Vec<Event> = events
         .list(&ListParams::default())
         .await
@@ -838,25 +824,7 @@ async fn foreign_objects_are_not_taken_over(stack: &Stack) {
 }
 
 async fn wait_event(stack: &Stack, regarding: &str, reason: &str) -> Event {
-    let events: Api<Event> = Api::namespaced(stack.cluster.client.clone(), NS);
-    eventually(
-        &format!("a {reason} event of {regarding}"),
-        WAIT,
-        || async {
-            let list = events
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| e.to_string())?;
-            list.items
-                .into_iter()
-                .find(|e| {
-                    e.reason.as_deref() == Some(reason)
-                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(regarding)
-                })
-                .ok_or_else(|| "none yet".to_string())
-        },
-    )
-    .await
+    kube_support::wait_event(&stack.cluster.client, NS, regarding, reason, WAIT).await
 }
 
 /// A cluster policy (ValidatingAdmissionPolicy) the worker StatefulSet does not meet.

@@ -20,7 +20,6 @@ use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::ResourceExt;
 use mirrorflow::api::status::worker_id;
@@ -33,7 +32,7 @@ use kube_support::audit::AuditEvent;
 use kube_support::chart::{kind_name, parse_docs};
 use kube_support::cluster::Cluster;
 use kube_support::tools::{read, run};
-use kube_support::{eventually, ControllerProc, Scratch};
+use kube_support::{eventually, wait_event, ControllerProc, Scratch};
 
 const SYSTEM_NS: &str = "mirrorflow-system";
 const USER: &str = "system:serviceaccount:mirrorflow-system:mirrorflow";
@@ -464,22 +463,15 @@ async fn kustomize_deploy_schema_and_leader_election() {
         }
     })
     .await;
-    let events: Api<Event> = Api::namespaced(cluster.client.clone(), "elect");
-    eventually("a CheckpointFailed event", WAIT, || async {
-        let list = events
-            .list(&Default::default())
-            .await
-            .map_err(|e| e.to_string())?;
-        list.items
-            .iter()
-            .find(|e| {
-                e.reason.as_deref() == Some("CheckpointFailed")
-                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("elect-groups")
-            })
-            .map(|e| assert_eq!(e.note.as_deref(), Some(DOWN)))
-            .ok_or_else(|| format!("{} events, none CheckpointFailed", list.items.len()))
-    })
+    let event = wait_event(
+        &cluster.client,
+        "elect",
+        "elect-groups",
+        "CheckpointFailed",
+        WAIT,
+    )
     .await;
+    assert_eq!(event.note.as_deref(), Some(DOWN));
     step("a worker's checkpoint error is the OffsetCheckpoint's Ready reason and an event");
 
     if let Some(audit) = cluster.audit() {

@@ -41,6 +41,38 @@ where
     }
 }
 
+/// Waits (at most `limit`) for an Event of `reason` about the object named `regarding` in
+/// namespace `ns`, as `kubectl describe` lists them, and returns it.
+pub async fn wait_event(
+    client: &kube::Client,
+    ns: &str,
+    regarding: &str,
+    reason: &str,
+    limit: Duration,
+) -> k8s_openapi::api::events::v1::Event {
+    let events: kube::Api<k8s_openapi::api::events::v1::Event> =
+        kube::Api::namespaced(client.clone(), ns);
+    eventually(
+        &format!("a {reason} event of {regarding}"),
+        limit,
+        || async {
+            let list = events
+                .list(&Default::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            let seen = list.items.len();
+            list.items
+                .into_iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some(reason)
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(regarding)
+                })
+                .ok_or_else(|| format!("{seen} events, none yet"))
+        },
+    )
+    .await
+}
+
 /// A `mirrorflow controller` process, started with the command, args and env of a rendered
 /// Deployment (the chart's or `deploy/`'s), authenticated by a kubeconfig.
 pub struct ControllerProc {
