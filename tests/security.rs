@@ -677,6 +677,15 @@ async fn rotated_ca_and_password_are_picked_up_without_a_restart_or_position_los
     let (a, n) = round("a");
     brokers::produce(&src, "orders", &a).await.unwrap();
     check_exact(n, "before any rotation").await;
+    // A login refused while the worker started must not linger: it would be the oldest
+    // problem and hide the rotation's (this test once waited 90 s behind one).
+    wait_http(
+        worker.addr,
+        "/status",
+        "no connection problem before any rotation",
+        |b| !b.contains("connectionProblems"),
+    )
+    .await;
 
     // 1. The CA rotates: the Secret first (the rebuilt clients cannot verify the broker's
     // old certificate: reported), then the broker's certificate (recovers by itself).

@@ -186,11 +186,42 @@ impl ClientSlot {
             *p = None;
         }
         if p.is_none() && recovered(None, states) {
-            if let Some(r) = &self.retained {
-                *r.lock().unwrap_or_else(|e| e.into_inner()) = None;
+            self.clear_retained(|_| true);
+        }
+    }
+
+    /// A call of this client was answered: for a client without statistics (the metadata
+    /// client), the proof that its connection works. Clears what [`answered_clears`] allows,
+    /// here and among dropped clients' problems. Without it, one refused login at start
+    /// showed on `/status` for as long as the client lived, and hid every later problem.
+    pub fn on_answer(&self) {
+        let mut p = self.lock();
+        if p.as_ref().is_some_and(answered_clears) {
+            *p = None;
+        }
+        if p.is_none() {
+            self.clear_retained(answered_clears);
+        }
+    }
+
+    fn clear_retained(&self, clears: impl Fn(&Recorded) -> bool) {
+        if let Some(r) = &self.retained {
+            let mut r = r.lock().unwrap_or_else(|e| e.into_inner());
+            if r.as_ref().is_some_and(clears) {
+                *r = None;
             }
         }
     }
+}
+
+/// Whether an answered call clears a recorded problem. Credentials are the cluster's, so an
+/// answer proves them; so does it an unnamed or bootstrap connection's TLS. A named broker's
+/// TLS problem (its certificate, its host name) stays: the answer may be another broker's.
+fn answered_clears(r: &Recorded) -> bool {
+    r.reason == ConnectionProblemReason::AuthenticationFailed
+        || r.broker
+            .as_deref()
+            .is_none_or(|b| b.ends_with("/bootstrap"))
 }
 
 struct Inner {
@@ -431,6 +462,63 @@ mod tests {
         )
         .unwrap();
         assert_eq!(parsed, s(&[("ssl://h:1/1", "UP")]));
+    }
+
+    #[test]
+    fn an_answered_call_clears_what_it_proves() {
+        let rec = |reason, broker: Option<&str>| Recorded {
+            reason,
+            message: String::new(),
+            broker: broker.map(str::to_string),
+            since: Timestamp::UNIX_EPOCH,
+        };
+        let cases = [
+            (AuthenticationFailed, Some("sasl_ssl://h:1/bootstrap"), true),
+            (AuthenticationFailed, Some("sasl_ssl://h:1/2"), true),
+            (AuthenticationFailed, None, true),
+            (TlsVerificationFailed, Some("ssl://h:1/bootstrap"), true),
+            (TlsVerificationFailed, None, true),
+            (TlsVerificationFailed, Some("ssl://h:1/2"), false),
+            (TlsFailed, Some("ssl://h:1/2"), false),
+        ];
+        for (reason, broker, want) in cases {
+            assert_eq!(
+                answered_clears(&rec(reason, broker)),
+                want,
+                "{reason:?} {broker:?}"
+            );
+        }
+
+        // A metadata client refused once at start, then answered: nothing stays, and a
+        // later problem is the one shown.
+        let h = ClusterHealth::new(ClusterRole::Target, "dc2");
+        let meta = h.context();
+        let t0 = Timestamp::from_second(1_000).unwrap();
+        let auth = "sasl_ssl://h:1/bootstrap: SASL authentication error: invalid credentials";
+        meta.slot()
+            .unwrap()
+            .on_error(RDKafkaErrorCode::Authentication, auth, t0);
+        assert!(h.problem().is_some());
+        meta.slot().unwrap().on_answer();
+        assert_eq!(h.problem(), None, "answered: the login works");
+        // The same through a dropped client: its problem is retained, and an answer of
+        // another client of the cluster clears it.
+        let dropped = h.context();
+        dropped
+            .slot()
+            .unwrap()
+            .on_error(RDKafkaErrorCode::Authentication, auth, t0);
+        drop(dropped);
+        assert!(h.problem().is_some(), "retained");
+        meta.slot().unwrap().on_answer();
+        assert_eq!(h.problem(), None);
+        // A named broker's untrusted certificate stays after an answer.
+        let tls = "ssl://h:1/2: Failed to verify broker certificate: certificate has expired";
+        meta.slot()
+            .unwrap()
+            .on_error(RDKafkaErrorCode::SSL, tls, t0);
+        meta.slot().unwrap().on_answer();
+        assert_eq!(h.problem().map(|p| p.reason), Some(TlsVerificationFailed));
     }
 
     #[test]

@@ -13,7 +13,7 @@ use rdkafka::admin::{
 use rdkafka::client::{Client, ClientContext};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::KafkaError;
+use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Message, Offset, TopicPartitionList};
 
@@ -50,14 +50,18 @@ fn admin_options(timeout: Duration) -> AdminOptions {
         .operation_timeout(Some(timeout))
 }
 
-/// Serves a metadata client's queued events after a failed call, so that its context
-/// classifies the client errors behind it: nothing else polls this client, and a refused
-/// password or an untrusted certificate would only show as the call's transport failure
-/// (`kafka::health`). Bounded: a poll that serves a log event also returns nothing.
-fn serve_errors(client: &BaseConsumer<LogContext>) {
+/// A metadata client's call, its queued events served: nothing else polls this client. After
+/// a failure they classify it (a refused password or an untrusted certificate would only
+/// show as the call's transport failure, `kafka::health`); an answer clears what an earlier
+/// failure recorded. Bounded: a poll that serves a log event also returns nothing.
+fn served<T>(client: &BaseConsumer<LogContext>, call: KafkaResult<T>) -> KafkaResult<T> {
     for _ in 0..64 {
         let _ = client.poll(Duration::ZERO);
     }
+    if let (Ok(_), Some(slot)) = (&call, client.context().slot()) {
+        slot.on_answer();
+    }
+    call
 }
 
 /// A blocking librdkafka call that fails with a message, on tokio's blocking pool.
@@ -87,10 +91,8 @@ pub async fn list_topics_with_replicas(
 ) -> Result<BTreeMap<String, (i32, i32)>, String> {
     let client = client.clone();
     blocking(move || {
-        let md = client.fetch_metadata(None, timeout).map_err(|e| {
-            serve_errors(&client);
-            format!("fetch metadata: {e}")
-        })?;
+        let md = served(&client, client.fetch_metadata(None, timeout))
+            .map_err(|e| format!("fetch metadata: {e}"))?;
         let n = |v: usize| i32::try_from(v).unwrap_or(i32::MAX);
         Ok(md
             .topics()
@@ -130,10 +132,8 @@ pub async fn watermarks(
                 tpl.add_partition_offset(t, *p, at)
                     .map_err(|e| format!("list offsets of {t}/{p}: {e}"))?;
             }
-            client.offsets_for_times(tpl, timeout).map_err(|e| {
-                serve_errors(&client);
-                format!("list offsets of {} partitions: {e}", partitions.len())
-            })
+            served(&client, client.offsets_for_times(tpl, timeout))
+                .map_err(|e| format!("list offsets of {} partitions: {e}", partitions.len()))
         })
     };
     let (low, high) = futures::try_join!(list(Offset::Beginning), list(Offset::End))?;
