@@ -735,7 +735,7 @@ impl Pipeline {
                 rec.key(),
                 rec.value(),
                 rec.timestamp,
-                rec.headers.clone(),
+                rec.headers().cloned(),
             );
             // A full queue (earlier batches too) is waited for once; order is kept.
             let via = Via::Topic(writer, target.id);

@@ -15,7 +15,7 @@ use tracing::debug;
 use super::super::batch::Batch;
 use super::super::partitions::PartitionTable;
 use super::super::writer::TargetWriter;
-use super::verdict::RecordFailure;
+use super::verdict::{RecordFailure, RecordResult};
 use crate::api::TopicPartitionRef;
 use crate::kafka::delivery::{DeliveryReport, GroupHandle};
 use crate::kafka::events::DeliveryProducer;
@@ -35,7 +35,7 @@ pub struct Sending {
     /// Partitions not sent any further in this batch (a record was refused), per slot.
     pub stopped: Vec<bool>,
     /// Per record, once known (`Ok(target offset)`).
-    pub results: Vec<Option<Result<i64, RecordFailure>>>,
+    pub results: Vec<Option<RecordResult>>,
     /// Records sent whose report is still to be collected from `group`.
     pub pending: Vec<usize>,
     /// Records handed to the producer.
@@ -87,7 +87,7 @@ impl Sending {
     /// Record `index` (of partition `slot`) was refused before it was sent: the partition
     /// sends nothing more in this batch.
     pub fn refuse(&mut self, index: usize, slot: usize, e: &KafkaError) {
-        self.results[index] = Some(Err(RecordFailure::from_error(e, true)));
+        self.results[index] = Some(Err(Box::new(RecordFailure::from_error(e, true))));
         self.stopped[slot] = true;
     }
 
@@ -170,7 +170,7 @@ pub async fn meta_delivered(meta: &mut VecDeque<MetaPending>) {
 }
 
 /// The first of records `0..sent` of `group` that was not delivered.
-pub fn first_failure(group: &GroupHandle, sent: usize) -> Option<RecordFailure> {
+pub fn first_failure(group: &GroupHandle, sent: usize) -> Option<Box<RecordFailure>> {
     (0..sent).find_map(|j| delivery_result(group.take(j)).err())
 }
 
@@ -221,10 +221,10 @@ pub async fn flush(producer: &Arc<DeliveryProducer>, timeout: Duration) {
 }
 
 /// A delivery report as a record result.
-pub fn delivery_result(r: Option<DeliveryReport>) -> Result<i64, RecordFailure> {
+pub fn delivery_result(r: Option<DeliveryReport>) -> RecordResult {
     match r {
         Some(Ok(offset)) => Ok(offset),
-        Some(Err(e)) => Err(RecordFailure::from_error(&e, false)),
-        None => Err(RecordFailure::no_report()),
+        Some(Err(e)) => Err(Box::new(RecordFailure::from_error(&e, false))),
+        None => Err(Box::new(RecordFailure::no_report())),
     }
 }

@@ -20,6 +20,10 @@ use super::super::writer::{classify_error, describe_error, ErrorClass};
 use crate::api::TopicPartitionRef;
 use crate::kafka::wire::Progress;
 
+/// A record's delivery: its target offset, or why it failed. Boxed: failures are rare, and
+/// every record of the window has one of these (16 bytes, not 48).
+pub type RecordResult = Result<i64, Box<RecordFailure>>;
+
 /// A record-level failure from a batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordFailure {
@@ -130,7 +134,7 @@ pub enum Verdict {
 pub struct Judgement {
     pub verdict: Verdict,
     /// Per partition of the batch (slot order).
-    pub outcomes: Vec<PartitionOutcome<RecordFailure>>,
+    pub outcomes: Vec<PartitionOutcome<Box<RecordFailure>>>,
     /// Partitions whose record the target refused for good: `(slot, source offset, why)`.
     pub rejected: Vec<(usize, i64, String)>,
     /// Partitions to retry one record per request: `(slot, source offset)`.
@@ -141,7 +145,7 @@ pub struct Judgement {
 /// `careful[slot]`: the partition was already sent one record per request.
 pub fn judge(
     batch: &Batch,
-    results: &[Option<Result<i64, RecordFailure>>],
+    results: &[Option<RecordResult>],
     careful: &[bool],
     transactional: bool,
 ) -> Judgement {
@@ -232,7 +236,7 @@ pub struct CommitPlan {
 /// emitter, at most `lag_max` records apart), progress, counts.
 pub fn commit_plan(
     batch: &Batch,
-    outcomes: &[PartitionOutcome<RecordFailure>],
+    outcomes: &[PartitionOutcome<Box<RecordFailure>>],
     table: &PartitionTable,
     lag_max: i64,
     worker: (u32, u32),
@@ -333,22 +337,18 @@ mod tests {
         b
     }
 
-    fn fail(
-        class: ErrorClass,
-        at_enqueue: bool,
-        size_related: bool,
-    ) -> Option<Result<i64, RecordFailure>> {
-        Some(Err(RecordFailure {
+    fn fail(class: ErrorClass, at_enqueue: bool, size_related: bool) -> Option<RecordResult> {
+        Some(Err(Box::new(RecordFailure {
             class,
             message: format!("{class:?}"),
             at_enqueue,
             size_related,
-        }))
+        })))
     }
 
-    type Results = Vec<Option<Result<i64, RecordFailure>>>;
+    type Results = Vec<Option<RecordResult>>;
 
-    fn ok(d: i64) -> Option<Result<i64, RecordFailure>> {
+    fn ok(d: i64) -> Option<RecordResult> {
         Some(Ok(d))
     }
 
@@ -396,7 +396,7 @@ mod tests {
         #[rustfmt::skip]
         let cases: Vec<(&str, Results, bool, Verdict)> = vec![
             ("all delivered", vec![ok(0), ok(1), ok(0)], false, Verdict::Commit),
-            ("a record never reported", vec![ok(0), Some(Err(RecordFailure::no_report())), ok(0)], false, retry("no delivery report for the record", false)),
+            ("a record never reported", vec![ok(0), Some(Err(Box::new(RecordFailure::no_report()))), ok(0)], false, retry("no delivery report for the record", false)),
             ("retriable", vec![ok(0), fail(Retriable, false, false), ok(0)], false, retry("Retriable", false)),
             ("broken producer", vec![fail(ProducerBroken, false, false), ok(1), ok(0)], true, retry("ProducerBroken", true)),
             ("fenced wins", vec![fail(Retriable, false, false), fail(Fenced, false, false), ok(0)], true, Verdict::Fenced("Fenced".into())),
