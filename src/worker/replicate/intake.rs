@@ -30,7 +30,10 @@ pub fn create_consumer(
             t.consumer_queue_kbytes.to_string(),
         ),
         ("queued.min.messages", "10000".to_string()),
-        ("fetch.max.bytes", t.fetch_max_bytes.to_string()),
+        (
+            "fetch.max.bytes",
+            fetch_max_bytes(t.fetch_max_bytes, props.get("message.max.bytes")).to_string(),
+        ),
         ("fetch.wait.max.ms", "100".to_string()),
         (
             "fetch.queue.backoff.ms",
@@ -64,6 +67,14 @@ pub fn create_consumer(
             },
         );
     config.create_with_context(ctx)
+}
+
+/// The consumer's `fetch.max.bytes`: the tuning's bound, raised to a `message.max.bytes` set
+/// in `source.config` (librdkafka refuses a consumer whose fetch bound is below it).
+pub fn fetch_max_bytes(tuning: u32, message_max_bytes: Option<&str>) -> u32 {
+    message_max_bytes
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .map_or(tuning, |m| tuning.max(m))
 }
 
 /// What a consumer error means.
@@ -186,6 +197,28 @@ impl ReadAhead {
         let Self { topics, items, .. } = self;
         for item in items {
             f(item.map(|(t, p, rec)| (topics[t].as_str(), p, rec)));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fetch_bound_follows_a_larger_message_bound() {
+        let cases = [
+            (None, 1_048_576),
+            (Some("1000000"), 1_048_576),
+            (Some(" 5242880 "), 5_242_880),
+            (Some("not a number"), 1_048_576),
+        ];
+        for (message_max, want) in cases {
+            assert_eq!(
+                fetch_max_bytes(1_048_576, message_max),
+                want,
+                "{message_max:?}"
+            );
         }
     }
 }
