@@ -62,7 +62,7 @@
 //!
 //! # Memory bound (defaults, per worker)
 //! - consumer prefetch: `queued.max.messages.kbytes` = 4 MiB, overshot by at most one
-//!   fetch (`fetch.max.bytes` = 1 MiB, or `message.max.bytes` if `source.config` sets it larger);
+//!   fetch (`fetch.max.bytes` = 2 MiB, or `message.max.bytes` if `source.config` sets it larger);
 //! - record data of sent records and the open batch: ≤ `spec.workers.inFlightMiB` = 16 MiB (and
 //!   40,000 records) in all ([`batch::BatchLimits::room`]: the open batch gets a third with
 //!   the default depth, less what earlier batches still hold), held by librdkafka's producer
@@ -71,10 +71,10 @@
 //!   the room forms a batch of its own;
 //! - producer queue: ≤ 32 MiB (`queue.buffering.max.kbytes`), in practice the window.
 //!
-//! So about 4 + 1 + 16 = 21 MiB of record data, plus librdkafka's buffers: plan ~64 MiB on
-//! top of the process baseline (measured: 54–63 MiB peak RSS with 1,000 partitions before
-//! secured clusters and ACL sync came in, 66–70 MiB since; benches/replication.rs). Backpressure: a slow target holds the window full, and then
-//! nothing more is consumed. `source.config` may override the consumer bounds.
+//! So about 4 + 2 + 16 = 22 MiB of record data, plus librdkafka's buffers (measured: peak RSS
+//! 46-51 MiB with 1,000 partitions, an idle worker 18 MiB; docs/PERFORMANCE.md). Backpressure:
+//! a slow target holds the window full, and then nothing more is consumed. `source.config`
+//! may override the consumer bounds.
 //!
 //! The window is the trade between memory and throughput: when the target acknowledges
 //! slowly (a busy host), throughput is about window ÷ acknowledgement latency. Measured on

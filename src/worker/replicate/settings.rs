@@ -54,11 +54,11 @@ impl Default for Tuning {
         Self {
             batch: BatchLimits::default(),
             producer: ProducerLimits::default(),
-            // Measured by benches/replication.rs (docs/PERFORMANCE.md): 2 MiB of prefetch
-            // cost 25-40 % of the 1 KB rate; 1 MiB fetches (was 2) took 1-1.5 MiB off the
-            // peak at 1,000 partitions at the same rate.
+            // Measured by benches/replication.rs (docs/PERFORMANCE.md): a 2 MiB prefetch cost
+            // 25-40 % of the 1 KB rate; 1 MiB fetches took 2 MiB off the peak at 1,000
+            // partitions but 10 % off the 100 B rate.
             consumer_queue_kbytes: 4 * 1024,
-            fetch_max_bytes: 1024 * 1024,
+            fetch_max_bytes: 2 * 1024 * 1024,
             pipeline_depth: 2,
             io_timeout: Duration::from_secs(30),
             status_interval: Duration::from_secs(2),
