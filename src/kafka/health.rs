@@ -5,7 +5,8 @@
 //! from that cluster's [`ClusterHealth`]; the context's error callback classifies the client
 //! error ([`classify`], pure) and records it in the client's slot. A slot clears when the
 //! client's statistics show the failed broker (or, for a bootstrap address, any broker) `UP`
-//! again ([`recovered`], pure). A dropped client's problem stays with the cluster until one
+//! again ([`recovered`], pure), or, for the metadata client that has no statistics, when one
+//! of its calls is answered ([`ClientSlot::on_answer`]). A dropped client's problem stays with the cluster until one
 //! of its clients shows a broker `UP` (a producer recreated after each failed attempt must
 //! not make the problem blink; a client rebuilt after a Secret rotation clears it once it
 //! connects). [`ClusterHealth::problem`] is the oldest problem: what `/status`, the worker's
@@ -191,7 +192,7 @@ impl ClientSlot {
     }
 
     /// A call of this client was answered: for a client without statistics (the metadata
-    /// client), the proof that its connection works. Clears what [`answered_clears`] allows,
+    /// client), the proof that its connection works. Clears what `answered_clears` allows,
     /// here and among dropped clients' problems. Without it, one refused login at start
     /// showed on `/status` for as long as the client lived, and hid every later problem.
     pub fn on_answer(&self) {
