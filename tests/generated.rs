@@ -361,6 +361,7 @@ fn symbol_order_was_made_with_this_toolchain() {
     );
     let names: Vec<&str> = order.lines().filter(|l| !l.starts_with('#')).collect();
     let mut unique = names.clone();
+    unique.sort_unstable();
     unique.dedup();
     assert!(
         names.len() > 1000 && unique.len() == names.len(),
