@@ -824,7 +824,7 @@ async fn standalone_worker_serves_http_and_follows_the_file_tansu() {
 
 /// `spec.workers.inFlightMiB` reaches the running worker's window: 3 MB of records with a
 /// 1 MiB window take many batches (each at most a third of the window), where the default
-/// 16 MiB would take one or two.
+/// 32 MiB would take one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn in_flight_mib_sets_the_window_tansu() {
     let Some((source, target)) = broker_pair(BrokerKind::Tansu).await else {

@@ -171,10 +171,11 @@ pub fn lag_max() -> u64 {
     env_u64("MIRRORFLOW_BENCH_LAG_MAX", 100).max(1)
 }
 
-/// The flow's `spec.workers.inFlightMiB` (`MIRRORFLOW_BENCH_IN_FLIGHT_MIB`, default 16: the
+/// The flow's `spec.workers.inFlightMiB` (`MIRRORFLOW_BENCH_IN_FLIGHT_MIB`, default the
 /// API's default).
 pub fn in_flight_mib() -> u64 {
-    env_u64("MIRRORFLOW_BENCH_IN_FLIGHT_MIB", 16).clamp(1, 1024)
+    let default = u64::try_from(mirrorflow::api::defaults::in_flight_mib()).unwrap_or(32);
+    env_u64("MIRRORFLOW_BENCH_IN_FLIGHT_MIB", default).clamp(1, 1024)
 }
 
 /// The flow the worker runs (one per topic and round, so progress starts empty);

@@ -497,7 +497,7 @@ pub enum Delivery {
     ExactlyOnce,
     /// No loss; after a crash, at most one batch window of records is replicated again
     /// (the records not yet covered by acknowledged progress: 40,000 records /
-    /// `workers.inFlightMiB`, 16 MiB by default, per worker).
+    /// `workers.inFlightMiB`, 32 MiB by default, per worker).
     AtLeastOnce,
 }
 
@@ -583,8 +583,8 @@ pub struct WorkersSpec {
     pub image: Option<String>,
     /// Record data each worker keeps in flight to the target, in MiB: records sent and not
     /// yet acknowledged, plus the batch being read. It is the term of a worker's memory that
-    /// grows with load (the default keeps peak RSS under 64 MiB with 1,000 partitions; each
-    /// extra MiB adds up to about 1 MiB, measured), and with AtLeastOnce it bounds what a crash may
+    /// grows with load (peak RSS is about this plus 27-36 MiB with 1,000 partitions; each
+    /// MiB adds up to about 1.1 MiB, measured), and with AtLeastOnce it bounds what a crash may
     /// replicate twice (with at most 40,000 records). Larger copies faster when the target
     /// is slow to acknowledge. Workers restart when it changes.
     #[serde(rename = "inFlightMiB", default = "defaults::in_flight_mib")]

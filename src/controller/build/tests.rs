@@ -465,7 +465,7 @@ fn spec_hash_covers_restart_fields_only() {
         (&["delivery"], json!("AtLeastOnce"), true),
         (&["offsetValidation", "enabled"], json!(false), true),
         (&["workers", "image"], json!("x:1"), true),
-        (&["workers", "inFlightMiB"], json!(32), true),
+        (&["workers", "inFlightMiB"], json!(64), true),
         (
             &["workers", "resources"],
             json!({"limits": {"memory": "1Gi"}}),
@@ -704,7 +704,7 @@ fn default_resources_follow_the_window_and_never_override_the_flow() {
     );
     assert_eq!(
         resources(&with(json!({"inFlightMiB": 64}))),
-        json!({"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}})
+        json!({"requests": {"cpu": "100m", "memory": "112Mi"}, "limits": {"memory": "224Mi"}})
     );
     assert_eq!(
         resources(&with(json!({"resources": {}}))),

@@ -29,7 +29,7 @@ impl Default for BatchLimits {
         Self {
             max_records: 40_000,
             // The API's default `spec.workers.inFlightMiB`, so the two cannot drift apart.
-            max_bytes: usize::try_from(crate::api::defaults::in_flight_mib()).unwrap_or(16) << 20,
+            max_bytes: usize::try_from(crate::api::defaults::in_flight_mib()).unwrap_or(32) << 20,
             linger: Duration::from_millis(100),
         }
     }
@@ -394,7 +394,7 @@ mod tests {
 
     #[test]
     fn a_record_is_small_and_its_payload_boxed() {
-        // The window's bookkeeping: 16 MiB of 1 KB records is 16,000 of these.
+        // The window's bookkeeping: 32 MiB of 1 KB records is 32,000 of these.
         assert!(std::mem::size_of::<BatchRecord>() <= 56);
         let kept = BatchRecord::new(3, None, Some(b""), None, Some(9), 12);
         assert_eq!(

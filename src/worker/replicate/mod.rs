@@ -44,7 +44,7 @@
 //!   `queue.buffering.max.*` in `target.config`) keeps the rest of the open batch in memory,
 //!   sent in order when the batch is. A crash replicates again at most the records not
 //!   covered by acknowledged progress: `Tuning::batch` (40,000 records /
-//!   `spec.workers.inFlightMiB`, default 16 MiB), the window that the sent batches, those
+//!   `spec.workers.inFlightMiB`, default 32 MiB), the window that the sent batches, those
 //!   awaiting progress and the open batch share.
 //! - **Failures.** A record the target refuses for good (e.g. larger than `max.message.bytes`)
 //!   stops its partition ([`status::PartitionState::Failed`]) with the broker's message;
@@ -63,7 +63,7 @@
 //! # Memory bound (defaults, per worker)
 //! - consumer prefetch: `queued.max.messages.kbytes` = 4 MiB, overshot by at most one
 //!   fetch (`fetch.max.bytes` = 2 MiB, or `message.max.bytes` if `source.config` sets it larger);
-//! - record data of sent records and the open batch: ≤ `spec.workers.inFlightMiB` = 16 MiB (and
+//! - record data of sent records and the open batch: ≤ `spec.workers.inFlightMiB` = 32 MiB (and
 //!   40,000 records) in all ([`batch::BatchLimits::room`]: the open batch gets a third with
 //!   the default depth, less what earlier batches still hold), held by librdkafka's producer
 //!   (the engine keeps a copy only of records read ahead while a batch is written, or
@@ -71,16 +71,16 @@
 //!   the room forms a batch of its own;
 //! - producer queue: ≤ 32 MiB (`queue.buffering.max.kbytes`), in practice the window.
 //!
-//! So about 4 + 2 + 16 = 22 MiB of record data, plus librdkafka's buffers (measured: peak RSS
-//! 46-51 MiB with 1,000 partitions, an idle worker 18 MiB; docs/PERFORMANCE.md). Backpressure:
-//! a slow target holds the window full, and then nothing more is consumed. `source.config`
-//! may override the consumer bounds.
+//! So about 4 + 2 + 32 = 38 MiB of record data, plus librdkafka's buffers (measured: peak RSS
+//! the window plus 27-36 MiB with 1,000 partitions, an idle worker 18 MiB;
+//! docs/PERFORMANCE.md). Backpressure: a slow target holds the window full, and then nothing
+//! more is consumed. `source.config` may override the consumer bounds.
 //!
 //! The window is the trade between memory and throughput: when the target acknowledges
-//! slowly (a busy host), throughput is about window ÷ acknowledgement latency. Measured on
-//! the 2-core bench host while it was slow (1 KB records, median of per-round ratios):
-//! 16 MiB, 67–74 % of the bare copy loop (peak RSS 60–63 MiB at 1,000 partitions); 32 MiB,
-//! 87–96 %, with peak RSS 76–81 MiB (each extra MiB of window costs up to about 1 MiB).
+//! slowly (a busy host), throughput is about window ÷ acknowledgement latency. On the 2-core
+//! bench host (1 KB records, medians of 3 interleaved runs): 16 MiB, 94.5 % of the bare copy
+//! loop (lz4 76.6 %); 32 MiB, 103.0 % (lz4 93.6 %); each MiB of window costs up to about
+//! 1.1 MiB of RSS. Hence the default of 32.
 
 pub mod assign;
 pub mod batch;
@@ -628,7 +628,7 @@ mod tests {
             .unwrap()
         };
         let cases = [
-            ("default", serde_json::json!({}), 16 << 20),
+            ("default", serde_json::json!({}), 32 << 20),
             ("32 MiB", serde_json::json!({"inFlightMiB": 32}), 32 << 20),
             ("1 MiB", serde_json::json!({"inFlightMiB": 1}), 1 << 20),
             // Refused by validation; never a zero window if it got through.
