@@ -174,7 +174,7 @@ pub fn lag_max() -> u64 {
 /// The flow's `spec.workers.inFlightMiB` (`MIRRORFLOW_BENCH_IN_FLIGHT_MIB`, default the
 /// API's default).
 pub fn in_flight_mib() -> u64 {
-    let default = u64::try_from(mirrorflow::api::defaults::in_flight_mib()).unwrap_or(32);
+    let default = u64::from(mirrorflow::api::defaults::in_flight_mib().unsigned_abs());
     env_u64("MIRRORFLOW_BENCH_IN_FLIGHT_MIB", default).clamp(1, 1024)
 }
 

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::batch::BatchLimits;
+use super::batch::{window_bytes, BatchLimits};
 use super::status::StatusSink;
 use super::writer::ProducerLimits;
 use crate::api::MirrorFlowSpec;
@@ -76,8 +76,7 @@ impl Tuning {
     /// controller restarts workers when it changes).
     pub fn for_spec(spec: &MirrorFlowSpec) -> Self {
         let mut t = Self::default();
-        let mib = usize::try_from(spec.workers.in_flight_mib.max(1)).unwrap_or(1);
-        t.batch.max_bytes = mib << 20;
+        t.batch.max_bytes = window_bytes(spec.workers.in_flight_mib);
         t
     }
 }
