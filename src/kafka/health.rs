@@ -6,10 +6,10 @@
 //! error ([`classify`], pure) and records it in the client's slot. A slot clears when the
 //! client's statistics show the failed broker (or, for a bootstrap address, any broker) `UP`
 //! again ([`recovered`], pure), or, for the metadata client that has no statistics, when one
-//! of its calls is answered ([`ClientSlot::on_answer`]). A dropped client's problem stays with the cluster until one
-//! of its clients shows a broker `UP` (a producer recreated after each failed attempt must
-//! not make the problem blink; a client rebuilt after a Secret rotation clears it once it
-//! connects). [`ClusterHealth::problem`] is the oldest problem: what `/status`, the worker's
+//! of its calls is answered ([`ClientSlot::on_answer`]). A dropped client's problem stays
+//! with the cluster until one of its clients shows a broker `UP` (a producer recreated after
+//! each failed attempt must not make the problem blink; a client rebuilt after a Secret
+//! rotation clears it once it connects). [`ClusterHealth::problem`] is the oldest problem: what `/status`, the worker's
 //! status entry and the flow's condition show.
 //!
 //! Statistics are only delivered to clients that are polled (consumers, producers); create
