@@ -582,10 +582,10 @@ pub struct WorkersSpec {
     #[schemars(length(min = 1))]
     pub image: Option<String>,
     /// Record data each worker keeps in flight to the target, in MiB: records sent and not
-    /// yet acknowledged, plus the batch being read. It is the term of a worker's memory that
-    /// grows with load (peak RSS is about this plus 27-36 MiB with 1,000 partitions; each
-    /// MiB adds up to about 1.1 MiB, measured), and with AtLeastOnce it bounds what a crash may
-    /// replicate twice (with at most 40,000 records). Larger copies faster when the target
+    /// yet acknowledged, plus the batch being read, each counted with its key, value, headers
+    /// and 256 bytes of bookkeeping. It is the term of a worker's memory that grows with load
+    /// (peak RSS is about this plus 23-30 MiB with 1,000 partitions, measured), and with
+    /// AtLeastOnce it bounds what a crash may replicate twice (with at most 40,000 records). Larger copies faster when the target
     /// is slow to acknowledge. Workers restart when it changes.
     #[serde(rename = "inFlightMiB", default = "defaults::in_flight_mib")]
     #[schemars(range(min = 1, max = 1024))]

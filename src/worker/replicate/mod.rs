@@ -63,7 +63,8 @@
 //! # Memory bound (defaults, per worker)
 //! - consumer prefetch: `queued.max.messages.kbytes` = 4 MiB, overshot by at most one
 //!   fetch (`fetch.max.bytes` = 2 MiB, or `message.max.bytes` if `source.config` sets it larger);
-//! - record data of sent records and the open batch: ≤ `spec.workers.inFlightMiB` = 32 MiB (and
+//! - record data of sent records and the open batch, each record counted with 256 bytes of
+//!   bookkeeping (`batch::RECORD_OVERHEAD_BYTES`): ≤ `spec.workers.inFlightMiB` = 32 MiB (and
 //!   40,000 records) in all ([`batch::BatchLimits::room`]: the open batch gets a third with
 //!   the default depth, less what earlier batches still hold), held by librdkafka's producer
 //!   (the engine keeps a copy only of records read ahead while a batch is written, or
@@ -72,15 +73,15 @@
 //! - producer queue: ≤ 32 MiB (`queue.buffering.max.kbytes`), in practice the window.
 //!
 //! So about 4 + 2 + 32 = 38 MiB of record data, plus librdkafka's buffers (measured: peak RSS
-//! the window plus 27-36 MiB with 1,000 partitions, an idle worker 18 MiB;
+//! the window plus 23-30 MiB with 1,000 partitions, an idle worker 18 MiB;
 //! docs/PERFORMANCE.md). Backpressure: a slow target holds the window full, and then nothing
 //! more is consumed. `source.config` may override the consumer bounds.
 //!
 //! The window is the trade between memory and throughput: when the target acknowledges
 //! slowly (a busy host), throughput is about window ÷ acknowledgement latency. On the 2-core
 //! bench host (1 KB records, medians of 3 interleaved runs): 16 MiB, 94.5 % of the bare copy
-//! loop (lz4 76.6 %); 32 MiB, 103.0 % (lz4 93.6 %); each MiB of window costs up to about
-//! 1.1 MiB of RSS. Hence the default of 32.
+//! loop (lz4 76.6 %); 32 MiB, 103.0 % (lz4 93.6 %), measured when records were counted with
+//! 64 bytes of bookkeeping, not 256. Hence the default of 32.
 
 pub mod assign;
 pub mod batch;
