@@ -9,8 +9,8 @@
 //! of its calls is answered ([`ClientSlot::on_answer`]). A dropped client's problem stays
 //! with the cluster until one of its clients shows a broker `UP` (a producer recreated after
 //! each failed attempt must not make the problem blink; a client rebuilt after a Secret
-//! rotation clears it once it connects). [`ClusterHealth::problem`] is the oldest problem: what `/status`, the worker's
-//! status entry and the flow's condition show.
+//! rotation clears it once it connects). [`ClusterHealth::problem`] is the oldest problem:
+//! what `/status`, the worker's status entry and the flow's condition show.
 //!
 //! Statistics are only delivered to clients that are polled (consumers, producers); create
 //! those with [`STATS_PROPERTIES`] so that they can report recovery. Unpolled clients must
