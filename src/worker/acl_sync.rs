@@ -11,11 +11,12 @@
 //!
 //! A failed sync leaves the target as it is and reports the error (status `lastError`,
 //! `mirrorflow_worker_topic_acl_sync_errors_total`); the next one starts over with fresh
-//! clients (credentials may have been rotated).
+//! clients. A good sync's clients serve the next one while the clusters' properties and
+//! Secret files stay the same ([`ClientsKey`]).
 
 use std::collections::BTreeSet;
 use std::future::Future;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -29,9 +30,10 @@ use tracing::{info, warn};
 
 use crate::api::{MirrorFlowSpec, TopicAclSync};
 use crate::kafka::acl::{self, plan, target_acl, TopicAcl};
-use crate::kafka::config::client_properties;
+use crate::kafka::config::{client_properties, secret_files, ClientProperties};
 use crate::kafka::context::LogContext;
 use crate::kafka::health::FlowHealth;
+use crate::kafka::secrets::fingerprint;
 use crate::worker::checkpoint::io::{ensure_checkpoints_topic, TopicTail};
 use crate::worker::replicate::select::{TopicDecision, TopicFilter};
 
@@ -377,6 +379,70 @@ pub fn fold_status(
     }
 }
 
+/// What a sync's clients are built from: both clusters' properties and the contents of
+/// their mounted Secret files. Clients are kept from one sync to the next while it stays the
+/// same: a sync every `topics.refreshIntervalSeconds` would otherwise open (and
+/// authenticate) three new connections each time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientsKey {
+    source: ClientProperties,
+    target: ClientProperties,
+    secrets: u64,
+}
+
+impl ClientsKey {
+    /// Reads `spec`'s clusters' properties and their Secret files under `secrets_dir`.
+    pub fn read(spec: &MirrorFlowSpec, secrets_dir: &Path) -> Result<Self, String> {
+        let files = [
+            secret_files(&spec.source, secrets_dir),
+            secret_files(&spec.target, secrets_dir),
+        ]
+        .concat();
+        Ok(Self {
+            source: client_properties(&spec.source, secrets_dir).map_err(|e| e.to_string())?,
+            target: client_properties(&spec.target, secrets_dir).map_err(|e| e.to_string())?,
+            secrets: fingerprint(&files),
+        })
+    }
+}
+
+/// The clients of a sync and what they were built from.
+struct SyncClients {
+    key: ClientsKey,
+    clusters: KafkaClusters,
+    store: KafkaStore,
+}
+
+impl SyncClients {
+    /// `kept` if it was built from `key`, else new clients (`kept` is closed). Blocking.
+    fn reuse_or_connect(
+        kept: Option<Self>,
+        key: ClientsKey,
+        health: &FlowHealth,
+        topic: &str,
+    ) -> Result<Self, String> {
+        match kept {
+            Some(c) if c.key == key => Ok(c),
+            _ => {
+                let (source, target) =
+                    (key.source.to_client_config(), key.target.to_client_config());
+                Ok(Self {
+                    clusters: KafkaClusters::new(&source, &target, health, REQUEST_TIMEOUT)?,
+                    store: KafkaStore::new(&target, topic, REQUEST_TIMEOUT)?,
+                    key,
+                })
+            }
+        }
+    }
+}
+
+/// Closes `clients` off the runtime's threads (librdkafka joins its threads on close).
+async fn release(clients: Option<SyncClients>) {
+    if let Some(c) = clients {
+        let _ = crate::kafka::blocking(move || drop(c)).await;
+    }
+}
+
 /// Runs the sync on worker 0 until `shutdown`.
 pub struct AclSyncRunner {
     pub namespace: String,
@@ -390,6 +456,16 @@ pub struct AclSyncRunner {
 
 impl AclSyncRunner {
     pub async fn run(mut self, shutdown: impl Future<Output = ()>) {
+        let mut clients = None;
+        self.run_syncs(&mut clients, shutdown).await;
+        release(clients).await;
+    }
+
+    async fn run_syncs(
+        &mut self,
+        clients: &mut Option<SyncClients>,
+        shutdown: impl Future<Output = ()>,
+    ) {
         tokio::pin!(shutdown);
         let topic = acl_store_topic(&self.namespace, &self.flow);
         let mut created: Option<BTreeSet<TopicAcl>> = None;
@@ -400,7 +476,7 @@ impl AclSyncRunner {
                 u64::try_from(spec.topics.refresh_interval_seconds.max(1)).unwrap_or(10),
             );
             if spec.sync_topic_acls {
-                let result = self.sync(&spec, &topic, &mut created).await;
+                let result = self.sync(&spec, &topic, &mut created, clients).await;
                 match &result {
                     Ok(c) if c.created_now + c.deleted_now > 0 => info!(
                         created = c.created_now,
@@ -441,6 +517,7 @@ impl AclSyncRunner {
                 )));
             } else {
                 self.state.send_replace(None);
+                release(clients.take()).await;
             }
             tokio::select! {
                 _ = shutdown.as_mut() => return,
@@ -455,27 +532,26 @@ impl AclSyncRunner {
         spec: &MirrorFlowSpec,
         topic: &str,
         created: &mut Option<BTreeSet<TopicAcl>>,
+        clients: &mut Option<SyncClients>,
     ) -> Result<SyncCounts, String> {
-        // Fresh clients each time: the sync is rare and credentials may have been rotated.
-        let source = client_properties(&spec.source, &self.secrets_dir)
-            .map_err(|e| e.to_string())?
-            .to_client_config();
-        let target = client_properties(&spec.target, &self.secrets_dir)
-            .map_err(|e| e.to_string())?
-            .to_client_config();
+        let key = ClientsKey::read(spec, &self.secrets_dir)?;
         let (spec, health, mut taken) = (spec.clone(), self.health.clone(), created.take());
-        let topic = topic.to_string();
-        let (result, back) = crate::kafka::blocking(move || {
-            let r = (|| {
-                let clusters = KafkaClusters::new(&source, &target, &health, REQUEST_TIMEOUT)?;
-                let mut store = KafkaStore::new(&target, &topic, REQUEST_TIMEOUT)?;
-                store.replication_factor = spec.internal_topics.replication_factor;
-                sync_once(&spec, &clusters, &mut store, &mut taken)
-            })();
-            (r, taken)
+        let (topic, kept) = (topic.to_string(), clients.take());
+        let (result, back, kept) = crate::kafka::blocking(move || {
+            let mut c = match SyncClients::reuse_or_connect(kept, key, &health, &topic) {
+                Ok(c) => c,
+                Err(e) => return (Err(e), taken, None),
+            };
+            c.store.replication_factor = spec.internal_topics.replication_factor;
+            let r = sync_once(&spec, &c.clusters, &mut c.store, &mut taken);
+            // After a failure the next sync starts over with fresh clients: a connection may
+            // be wedged, or a credential changed in a way the Secret files do not show.
+            let kept = r.is_ok().then_some(c);
+            (r, taken, kept)
         })
         .await?;
         *created = back;
+        *clients = kept;
         result
     }
 }
@@ -619,6 +695,48 @@ mod tests {
         // Recorded before creation, forgotten after deletion.
         let order: Vec<bool> = store.0.iter().map(|(_, c)| *c).collect();
         assert_eq!(order, vec![true, true, false, false]);
+    }
+
+    #[test]
+    fn clients_are_kept_until_a_property_or_a_secret_changes() {
+        use crate::kafka::secrets::kubelet::write_secret;
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        write_secret(d, "ca", &[("ca.crt", b"ca-1")]).unwrap();
+        write_secret(d, "creds", &[("username", b"m"), ("password", b"p1")]).unwrap();
+        let secured = |bootstrap: &str, config: serde_json::Value| -> MirrorFlowSpec {
+            serde_json::from_value(serde_json::json!({
+                "source": {"alias": "dc1", "bootstrapServers": bootstrap, "config": config},
+                "target": {"alias": "dc2", "bootstrapServers": "b:1",
+                           "tls": {"ca": {"secretName": "ca", "key": "ca.crt"}},
+                           "sasl": {"mechanism": "SCRAM-SHA-512",
+                                    "credentials": {"secretName": "creds"}}},
+            }))
+            .unwrap()
+        };
+        let base = secured("a:1", serde_json::json!({}));
+        let key = |spec: &MirrorFlowSpec| ClientsKey::read(spec, d).unwrap();
+        let first = key(&base);
+        assert_eq!(key(&base), first, "nothing changed: the clients are kept");
+        // The kubelet swaps in a rotated password, then a rotated CA (a file librdkafka reads
+        // when a client is built: only its contents change, not the property).
+        write_secret(d, "creds", &[("username", b"m"), ("password", b"p2")]).unwrap();
+        let rotated = key(&base);
+        assert_ne!(rotated, first, "password rotated");
+        write_secret(d, "ca", &[("ca.crt", b"ca-2")]).unwrap();
+        let ca_rotated = key(&base);
+        assert_ne!(ca_rotated, rotated, "CA rotated");
+        assert_eq!(key(&base), ca_rotated);
+        // A changed property of either cluster.
+        assert_ne!(key(&secured("a:2", serde_json::json!({}))), ca_rotated);
+        assert_ne!(
+            key(&secured("a:1", serde_json::json!({"client.rack": "r1"}))),
+            ca_rotated
+        );
+        // A Secret that went missing is an error naming it, as when building the clients.
+        std::fs::remove_dir_all(d.join("creds")).unwrap();
+        let e = ClientsKey::read(&base, d).unwrap_err();
+        assert!(e.contains("creds"), "{e}");
     }
 
     #[test]

@@ -293,8 +293,8 @@ pub async fn run_with(
         shutdown.await;
         let _ = stop_tx.send(true);
     };
-    // Rotation: a cluster's changed Secret files make the engine and the
-    // checkpoint runner reconnect (the ACL sync builds fresh clients every time anyway).
+    // Rotation: a cluster's changed Secret files make the engine and the checkpoint runner
+    // reconnect (the ACL sync compares the files' contents before each run itself).
     let (secrets, secrets_watcher) = {
         let spec = input.spec.borrow();
         crate::kafka::secrets::watch_secrets(
