@@ -32,7 +32,6 @@ use crate::api::{MirrorFlowSpec, TopicAclSync};
 use crate::kafka::acl::{self, plan, target_acl, TopicAcl};
 use crate::kafka::config::{client_properties, secret_files, ClientProperties};
 use crate::kafka::context::LogContext;
-use crate::kafka::health::FlowHealth;
 use crate::kafka::secrets::fingerprint;
 use crate::worker::checkpoint::io::{ensure_checkpoints_topic, TopicTail};
 use crate::worker::replicate::select::{TopicDecision, TopicFilter};
@@ -198,19 +197,24 @@ pub struct KafkaClusters {
 }
 
 impl KafkaClusters {
-    /// Admin clients from the clusters' client configs, reporting into `health`.
+    /// Admin clients from the clusters' client configs, logging under the clusters' aliases.
+    /// They do not report into the connection health (as the heartbeat clients): they live
+    /// from one sync to the next, and a problem recorded by a client without statistics
+    /// would stay until it is dropped. The engine's clients report both clusters; a sync's
+    /// own failure is in `status.topicAcls.lastError`.
     pub fn new(
-        source: &ClientConfig,
-        target: &ClientConfig,
-        health: &FlowHealth,
+        source: (&ClientConfig, &str),
+        target: (&ClientConfig, &str),
         timeout: Duration,
     ) -> Result<Self, String> {
         Ok(Self {
             source: source
-                .create_with_context(health.source.context())
+                .0
+                .create_with_context(LogContext::new(source.1))
                 .map_err(|e| format!("source admin client: {e}"))?,
             target: target
-                .create_with_context(health.target.context())
+                .0
+                .create_with_context(LogContext::new(target.1))
                 .map_err(|e| format!("target admin client: {e}"))?,
             timeout,
         })
@@ -418,7 +422,7 @@ impl SyncClients {
     fn reuse_or_connect(
         kept: Option<Self>,
         key: ClientsKey,
-        health: &FlowHealth,
+        spec: &MirrorFlowSpec,
         topic: &str,
     ) -> Result<Self, String> {
         match kept {
@@ -427,7 +431,11 @@ impl SyncClients {
                 let (source, target) =
                     (key.source.to_client_config(), key.target.to_client_config());
                 Ok(Self {
-                    clusters: KafkaClusters::new(&source, &target, health, REQUEST_TIMEOUT)?,
+                    clusters: KafkaClusters::new(
+                        (&source, &spec.source.alias),
+                        (&target, &spec.target.alias),
+                        REQUEST_TIMEOUT,
+                    )?,
                     store: KafkaStore::new(&target, topic, REQUEST_TIMEOUT)?,
                     key,
                 })
@@ -449,7 +457,6 @@ pub struct AclSyncRunner {
     pub flow: String,
     pub secrets_dir: PathBuf,
     pub spec: watch::Receiver<MirrorFlowSpec>,
-    pub health: FlowHealth,
     pub state: watch::Sender<Option<TopicAclSync>>,
     pub metrics: Option<AclMetrics>,
 }
@@ -535,10 +542,10 @@ impl AclSyncRunner {
         clients: &mut Option<SyncClients>,
     ) -> Result<SyncCounts, String> {
         let key = ClientsKey::read(spec, &self.secrets_dir)?;
-        let (spec, health, mut taken) = (spec.clone(), self.health.clone(), created.take());
+        let (spec, mut taken) = (spec.clone(), created.take());
         let (topic, kept) = (topic.to_string(), clients.take());
         let (result, back, kept) = crate::kafka::blocking(move || {
-            let mut c = match SyncClients::reuse_or_connect(kept, key, &health, &topic) {
+            let mut c = match SyncClients::reuse_or_connect(kept, key, &spec, &topic) {
                 Ok(c) => c,
                 Err(e) => return (Err(e), taken, None),
             };

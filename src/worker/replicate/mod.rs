@@ -309,7 +309,6 @@ pub async fn run_with(
             flow: input.name.clone(),
             secrets_dir: args.secrets_dir.clone(),
             spec: input.spec.clone(),
-            health: health.clone(),
             state: acl_state,
             metrics: AclMetrics::new(&metrics.registry)
                 .map_err(|e| warn!("topic ACL metrics are not exported: {e}"))
