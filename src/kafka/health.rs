@@ -1,15 +1,16 @@
 //! Connection health per cluster: which clients cannot authenticate or verify TLS, and why.
 //!
-//! librdkafka only logs a refused password or an untrusted certificate and retries for ever, so the
-//! worker would look merely slow. The engine's clients of a cluster get a [`LogContext`] from that
-//! cluster's [`ClusterHealth`] (side tasks' clients only log); the context's error callback
-//! classifies the client error ([`classify`], pure) and records it in the client's slot. A slot
-//! clears when the client's statistics show the failed broker (or, for a bootstrap address, any
-//! broker) `UP` again ([`recovered`], pure), or, for the metadata client that has no statistics,
-//! when one of its calls is answered ([`ClientSlot::on_answer`]). A dropped client's problem stays
-//! with the cluster until one of its clients shows a broker `UP` (a producer recreated after each
-//! failed attempt must not make the problem blink; a client rebuilt after a Secret rotation clears
-//! it once it connects). [`ClusterHealth::problem`] is the oldest problem: what `/status`, the
+//! librdkafka only logs a refused password or an untrusted certificate and retries for
+//! ever, so the worker would look merely slow. The engine's clients of a cluster get a
+//! [`LogContext`] from that cluster's [`ClusterHealth`] (side tasks' clients only log); the
+//! context's error callback classifies the client error ([`classify`], pure) and records it
+//! in the client's slot. A slot clears when the client's statistics show the failed broker
+//! (or, for a bootstrap address, any broker) `UP` again ([`recovered`], pure), or, for the
+//! metadata client that has no statistics, when one of its calls is answered
+//! ([`ClientSlot::on_answer`]). A dropped client's problem stays with the cluster until one
+//! of its clients shows a broker `UP` (a producer recreated after each failed attempt must
+//! not make the problem blink; a client rebuilt after a Secret rotation clears it once it
+//! connects). [`ClusterHealth::problem`] is the oldest problem: what `/status`, the
 //! worker's status entry and the flow's condition show.
 //!
 //! Statistics are only delivered to clients that are polled (consumers, producers); create
