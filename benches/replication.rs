@@ -104,7 +104,10 @@
 //! `MIRRORFLOW_BENCH_SCALE_RECORDS` (1 KB records per scale run, default 200,000),
 //! `MIRRORFLOW_BENCH_IDLE_SECONDS` (how long the idle worker runs, default 6; its settled RSS
 //! is the last sample), `MIRRORFLOW_BENCH_TIMEOUT_SECONDS` (per
-//! contender run, default 300), `MIRRORFLOW_BIN`, `MIRRORFLOW_BENCH_KCAT_LIBDIR`,
+//! contender run, default 300), `MIRRORFLOW_BIN`, `MIRRORFLOW_BENCH_BARE_WRAPPER` (a program
+//! the bare loop is run under, given the bench binary and its role in the environment: a
+//! `valgrind` or `perf stat` script, as `MIRRORFLOW_BIN` can be for the worker),
+//! `MIRRORFLOW_BENCH_KCAT_LIBDIR`,
 //! `MIRRORFLOW_BENCH_KEEP_LOGS` (keep contender logs), `MIRRORFLOW_BENCH_LAG_MAX` (the flow's
 //! `offsetSyncs.lagMax`, default 100: what offset syncs cost), `MIRRORFLOW_BENCH_IN_FLIGHT_MIB`
 //! (the flow's `workers.inFlightMiB`, default the API's 32: memory against throughput), `MIRRORFLOW_BENCH_WORKER_RUST_LOG` (the

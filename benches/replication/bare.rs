@@ -58,7 +58,15 @@ fn var(name: &str) -> anyhow::Result<String> {
 /// in the bare role.
 pub fn spawn(run: &Run<'_>, target_topic: &str) -> anyhow::Result<Proc> {
     let exe = std::env::current_exe().context("locating the bench binary")?;
-    let mut cmd = Command::new(exe);
+    // A wrapper (valgrind, perf stat) runs the bare loop as MIRRORFLOW_BIN can run the worker.
+    let mut cmd = match std::env::var_os("MIRRORFLOW_BENCH_BARE_WRAPPER") {
+        Some(w) => {
+            let mut c = Command::new(w);
+            c.arg(exe);
+            c
+        }
+        None => Command::new(exe),
+    };
     cmd.envs(child_env(
         run.src,
         run.tgt,
