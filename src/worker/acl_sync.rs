@@ -11,8 +11,8 @@
 //!
 //! A failed sync leaves the target as it is and reports the error (status `lastError`,
 //! `mirrorflow_worker_topic_acl_sync_errors_total`); the next one starts over with fresh
-//! clients. A good sync's clients serve the next one while the clusters' properties and
-//! Secret files stay the same ([`ClientsKey`]).
+//! clients. A good sync's clients serve the next one until a cluster's spec or its mounted
+//! Secrets change (`kafka::secrets`, as for the engine and the heartbeats).
 
 use std::collections::BTreeSet;
 use std::future::Future;
@@ -28,11 +28,11 @@ use rdkafka::ClientConfig;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use crate::api::{MirrorFlowSpec, TopicAclSync};
+use crate::api::{ClusterSpec, MirrorFlowSpec, TopicAclSync};
 use crate::kafka::acl::{self, plan, target_acl, TopicAcl};
-use crate::kafka::config::{client_properties, secret_files, ClientProperties};
+use crate::kafka::config::client_properties;
 use crate::kafka::context::LogContext;
-use crate::kafka::secrets::fingerprint;
+use crate::kafka::secrets::FlowSecrets;
 use crate::worker::checkpoint::io::{ensure_checkpoints_topic, TopicTail};
 use crate::worker::replicate::select::{TopicDecision, TopicFilter};
 
@@ -383,64 +383,49 @@ pub fn fold_status(
     }
 }
 
-/// What a sync's clients are built from: both clusters' properties and the contents of
-/// their mounted Secret files. Clients are kept from one sync to the next while it stays the
-/// same: a sync every `topics.refreshIntervalSeconds` would otherwise open (and
-/// authenticate) three new connections each time.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClientsKey {
-    source: ClientProperties,
-    target: ClientProperties,
-    secrets: u64,
+/// The clusters' specs a sync's clients are built from.
+type ClustersKey = (ClusterSpec, ClusterSpec);
+
+fn clusters_key(spec: &MirrorFlowSpec) -> ClustersKey {
+    (spec.source.clone(), spec.target.clone())
 }
 
-impl ClientsKey {
-    /// Reads `spec`'s clusters' properties and their Secret files under `secrets_dir`.
-    pub fn read(spec: &MirrorFlowSpec, secrets_dir: &Path) -> Result<Self, String> {
-        let files = [
-            secret_files(&spec.source, secrets_dir),
-            secret_files(&spec.target, secrets_dir),
-        ]
-        .concat();
-        Ok(Self {
-            source: client_properties(&spec.source, secrets_dir).map_err(|e| e.to_string())?,
-            target: client_properties(&spec.target, secrets_dir).map_err(|e| e.to_string())?,
-            secrets: fingerprint(&files),
-        })
-    }
-}
-
-/// The clients of a sync and what they were built from.
+/// The clients of a sync, kept for the next one: a sync every `topics.refreshIntervalSeconds`
+/// would otherwise open (and authenticate) three new connections each time.
 struct SyncClients {
-    key: ClientsKey,
+    key: ClustersKey,
     clusters: KafkaClusters,
     store: KafkaStore,
 }
 
 impl SyncClients {
-    /// `kept` if it was built from `key`, else new clients (`kept` is closed). Blocking.
+    /// `kept` if it was built from `spec`'s clusters, else new clients with the Secrets under
+    /// `secrets_dir` (`kept` is closed). Blocking.
     fn reuse_or_connect(
         kept: Option<Self>,
-        key: ClientsKey,
         spec: &MirrorFlowSpec,
+        secrets_dir: &Path,
         topic: &str,
     ) -> Result<Self, String> {
-        match kept {
-            Some(c) if c.key == key => Ok(c),
-            _ => {
-                let (source, target) =
-                    (key.source.to_client_config(), key.target.to_client_config());
-                Ok(Self {
-                    clusters: KafkaClusters::new(
-                        (&source, &spec.source.alias),
-                        (&target, &spec.target.alias),
-                        REQUEST_TIMEOUT,
-                    )?,
-                    store: KafkaStore::new(&target, topic, REQUEST_TIMEOUT)?,
-                    key,
-                })
-            }
+        let key = clusters_key(spec);
+        if let Some(c) = kept.filter(|c| c.key == key) {
+            return Ok(c);
         }
+        let config = |c: &ClusterSpec| {
+            client_properties(c, secrets_dir)
+                .map(|p| p.to_client_config())
+                .map_err(|e| e.to_string())
+        };
+        let (source, target) = (config(&spec.source)?, config(&spec.target)?);
+        Ok(Self {
+            clusters: KafkaClusters::new(
+                (&source, &spec.source.alias),
+                (&target, &spec.target.alias),
+                REQUEST_TIMEOUT,
+            )?,
+            store: KafkaStore::new(&target, topic, REQUEST_TIMEOUT)?,
+            key,
+        })
     }
 }
 
@@ -457,6 +442,8 @@ pub struct AclSyncRunner {
     pub flow: String,
     pub secrets_dir: PathBuf,
     pub spec: watch::Receiver<MirrorFlowSpec>,
+    /// Rotation: the kept clients are closed when a cluster's Secrets change.
+    pub secrets: Option<FlowSecrets>,
     pub state: watch::Sender<Option<TopicAclSync>>,
     pub metrics: Option<AclMetrics>,
 }
@@ -530,6 +517,10 @@ impl AclSyncRunner {
                 _ = shutdown.as_mut() => return,
                 _ = tokio::time::sleep(every) => {}
                 r = self.spec.changed() => if r.is_err() { return },
+                cluster = crate::kafka::secrets::rotated(&mut self.secrets) => {
+                    info!("topic ACL sync: the {cluster} cluster's Secrets changed; reconnecting");
+                    release(clients.take()).await;
+                }
             }
         }
     }
@@ -541,11 +532,11 @@ impl AclSyncRunner {
         created: &mut Option<BTreeSet<TopicAcl>>,
         clients: &mut Option<SyncClients>,
     ) -> Result<SyncCounts, String> {
-        let key = ClientsKey::read(spec, &self.secrets_dir)?;
         let (spec, mut taken) = (spec.clone(), created.take());
         let (topic, kept) = (topic.to_string(), clients.take());
+        let secrets_dir = self.secrets_dir.clone();
         let (result, back, kept) = crate::kafka::blocking(move || {
-            let mut c = match SyncClients::reuse_or_connect(kept, key, &spec, &topic) {
+            let mut c = match SyncClients::reuse_or_connect(kept, &spec, &secrets_dir, &topic) {
                 Ok(c) => c,
                 Err(e) => return (Err(e), taken, None),
             };
@@ -705,45 +696,33 @@ mod tests {
     }
 
     #[test]
-    fn clients_are_kept_until_a_property_or_a_secret_changes() {
-        use crate::kafka::secrets::kubelet::write_secret;
-        let dir = tempfile::tempdir().unwrap();
-        let d = dir.path();
-        write_secret(d, "ca", &[("ca.crt", b"ca-1")]).unwrap();
-        write_secret(d, "creds", &[("username", b"m"), ("password", b"p1")]).unwrap();
-        let secured = |bootstrap: &str, config: serde_json::Value| -> MirrorFlowSpec {
-            serde_json::from_value(serde_json::json!({
+    fn clients_are_kept_while_the_clusters_specs_stay_the_same() {
+        // Changed Secret contents close the kept clients through `kafka::secrets`' watcher
+        // (its own test covers a kubelet swap); here, what the spec changes.
+        let secured = |bootstrap: &str, config: serde_json::Value, creds: &str| {
+            let spec: MirrorFlowSpec = serde_json::from_value(serde_json::json!({
                 "source": {"alias": "dc1", "bootstrapServers": bootstrap, "config": config},
                 "target": {"alias": "dc2", "bootstrapServers": "b:1",
                            "tls": {"ca": {"secretName": "ca", "key": "ca.crt"}},
                            "sasl": {"mechanism": "SCRAM-SHA-512",
-                                    "credentials": {"secretName": "creds"}}},
+                                    "credentials": {"secretName": creds}}},
+                "topics": {"include": ["orders"]},
             }))
-            .unwrap()
+            .unwrap();
+            spec
         };
-        let base = secured("a:1", serde_json::json!({}));
-        let key = |spec: &MirrorFlowSpec| ClientsKey::read(spec, d).unwrap();
-        let first = key(&base);
-        assert_eq!(key(&base), first, "nothing changed: the clients are kept");
-        // The kubelet swaps in a rotated password, then a rotated CA (a file librdkafka reads
-        // when a client is built: only its contents change, not the property).
-        write_secret(d, "creds", &[("username", b"m"), ("password", b"p2")]).unwrap();
-        let rotated = key(&base);
-        assert_ne!(rotated, first, "password rotated");
-        write_secret(d, "ca", &[("ca.crt", b"ca-2")]).unwrap();
-        let ca_rotated = key(&base);
-        assert_ne!(ca_rotated, rotated, "CA rotated");
-        assert_eq!(key(&base), ca_rotated);
-        // A changed property of either cluster.
-        assert_ne!(key(&secured("a:2", serde_json::json!({}))), ca_rotated);
-        assert_ne!(
-            key(&secured("a:1", serde_json::json!({"client.rack": "r1"}))),
-            ca_rotated
-        );
-        // A Secret that went missing is an error naming it, as when building the clients.
-        std::fs::remove_dir_all(d.join("creds")).unwrap();
-        let e = ClientsKey::read(&base, d).unwrap_err();
-        assert!(e.contains("creds"), "{e}");
+        let base = secured("a:1", serde_json::json!({}), "creds");
+        let key = clusters_key(&base);
+        let mut other_topics = base.clone();
+        other_topics.topics.include = vec!["pay".into()];
+        assert_eq!(clusters_key(&other_topics), key, "not a cluster change");
+        for changed in [
+            secured("a:2", serde_json::json!({}), "creds"),
+            secured("a:1", serde_json::json!({"client.rack": "r1"}), "creds"),
+            secured("a:1", serde_json::json!({}), "creds-2"),
+        ] {
+            assert_ne!(clusters_key(&changed), key);
+        }
     }
 
     #[test]

@@ -293,8 +293,8 @@ pub async fn run_with(
         shutdown.await;
         let _ = stop_tx.send(true);
     };
-    // Rotation: a cluster's changed Secret files make the engine and the checkpoint runner
-    // reconnect (the ACL sync compares the files' contents before each run itself).
+    // Rotation: a cluster's changed Secret files make the engine, the checkpoint runner, the
+    // heartbeats and the ACL sync reconnect.
     let (secrets, secrets_watcher) = {
         let spec = input.spec.borrow();
         crate::kafka::secrets::watch_secrets(
@@ -309,6 +309,7 @@ pub async fn run_with(
             flow: input.name.clone(),
             secrets_dir: args.secrets_dir.clone(),
             spec: input.spec.clone(),
+            secrets: Some(secrets.clone()),
             state: acl_state,
             metrics: AclMetrics::new(&metrics.registry)
                 .map_err(|e| warn!("topic ACL metrics are not exported: {e}"))
