@@ -38,7 +38,7 @@ use super::partitions::PartitionTable;
 use super::pipeline::{Delivered, Job, Pipeline, PipelineConfig};
 use super::reset::{handled_reset_ids, ResetIo, Resets};
 use super::select::TopicFilter;
-use super::step::{next_step, LoopState, Step};
+use super::step::{due, next_step, wake_at, Deadlines, Due, LoopState, Step};
 use super::validate::{
     attribute_out_of_range, detection_failure, failure_counter, out_of_range, Attribution, TopicIds,
 };
@@ -202,6 +202,8 @@ impl Engine {
         let mut timers = Timers {
             next_status: Instant::now() + self.settings.tuning.status_interval,
             flow_open: true,
+            wake: Box::pin(tokio::time::sleep(Duration::ZERO)),
+            wake_armed: None,
         };
         loop {
             if let Some(msg) = &self.fatal {
@@ -301,19 +303,37 @@ impl Engine {
         limits: &BatchLimits,
         timers: &mut Timers,
     ) -> Result<bool, EngineError> {
+        let now = Instant::now();
+        let deadlines = Deadlines {
+            refresh: self.refreshing.is_none().then_some(self.next_refresh),
+            status: timers.next_status,
+            batch: self.pipeline.open_deadline(limits),
+            retry: self.pipeline.retry.at,
+        };
+        let due = due(&deadlines, now);
+        if due.refresh {
+            self.start_refresh();
+        }
+        if due.status {
+            timers.next_status = now + self.settings.tuning.status_interval;
+            self.update_readiness();
+            self.publish();
+        }
+        if due.retry {
+            self.pipeline.retry.at = None;
+        }
+        if due != Due::default() {
+            // What was due may have changed the loop's state: decide again.
+            return Ok(true);
+        }
+        let wake = wake_at(&deadlines, now);
+        if let Some(at) = wake.filter(|at| timers.wake_armed != Some(*at)) {
+            timers.wake.as_mut().reset(at.into());
+            timers.wake_armed = Some(at);
+        }
         let consuming = self.can_write()
             && !self.pipeline.open_full(limits)
             && !self.pipeline.reassign_needed();
-        let far = Instant::now() + Duration::from_secs(3600);
-        // Only a deadline still ahead: a due batch waiting for room in the pipeline must not
-        // wake the loop again at once.
-        let batch_deadline = self
-            .pipeline
-            .open_deadline(limits)
-            .filter(|d| *d > Instant::now())
-            .unwrap_or(far);
-        let retry_at = self.pipeline.retry.at.unwrap_or(far);
-        let next_refresh = self.next_refresh;
         let head_ready = self.can_write() && self.pipeline.head_finishable();
         let delivery_pending = head_ready || self.pipeline.meta_in_flight() > 0;
         let consumer = Arc::clone(&self.clients.consumer);
@@ -351,14 +371,6 @@ impl Engine {
                     Err(e) => warn!("the topic refresh task failed: {e}"),
                 }
             }
-            _ = tokio::time::sleep_until(next_refresh.into()), if self.refreshing.is_none() => {
-                self.start_refresh();
-            }
-            _ = tokio::time::sleep_until(timers.next_status.into()) => {
-                timers.next_status = Instant::now() + self.settings.tuning.status_interval;
-                self.update_readiness();
-                self.publish();
-            }
             d = self.pipeline.delivered(head_ready), if delivery_pending => match d {
                 Delivered::Meta => self.pipeline.on_meta_delivered(&mut self.table),
                 Delivered::Head => {
@@ -375,10 +387,6 @@ impl Engine {
             // Delivery reports are served by the waits for them; this serves the rest
             // (statistics for the connection health, errors) while nothing is in flight.
             _ = ProducerEvents::signalled(events.as_deref()) => self.pipeline.serve_producer(),
-            _ = tokio::time::sleep_until(batch_deadline.into()), if batch_deadline < far => {}
-            _ = tokio::time::sleep_until(retry_at.into()), if self.pipeline.retry.at.is_some() => {
-                self.pipeline.retry.at = None;
-            }
             r = consumer.recv(), if consuming => {
                 match r {
                     Ok(m) => self.on_message(SourceMessage::of(&m)),
@@ -386,6 +394,8 @@ impl Engine {
                 }
                 self.drain_ready(&consumer, limits);
             }
+            // Last: a busy loop sees its deadlines at the top of each turn.
+            _ = timers.wake.as_mut(), if wake.is_some() => timers.wake_armed = None,
         }
         Ok(true)
     }
@@ -796,6 +806,11 @@ impl Engine {
 struct Timers {
     next_status: Instant,
     flow_open: bool,
+    /// The one timer of the wait, armed for [`wake_at`] and kept from turn to turn: it is
+    /// polled (registered with tokio's timer driver) only when the loop has nothing else to
+    /// do, and reset only when its deadline changes.
+    wake: std::pin::Pin<Box<tokio::time::Sleep>>,
+    wake_armed: Option<Instant>,
 }
 
 /// Waits for the refresh task (pending while there is none).

@@ -1,4 +1,7 @@
-//! What the replication loop does next, as a pure function of its state.
+//! What the replication loop does next, and which of its deadlines are due, as pure
+//! functions of its state.
+
+use std::time::Instant;
 
 /// The loop's state at the top of a turn.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -53,6 +56,51 @@ pub fn next_step(s: &LoopState) -> Step {
     Step::Wait {
         reassign: s.reassign_needed && s.open_empty && s.none_in_flight && s.retry_due,
     }
+}
+
+/// The loop's deadlines at the top of a turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deadlines {
+    /// The next topic refresh; `None` while one runs.
+    pub refresh: Option<Instant>,
+    /// The next status publication.
+    pub status: Instant,
+    /// When the open batch must be written; `None` while it is empty.
+    pub batch: Option<Instant>,
+    /// The end of the retry delay, if one is pending.
+    pub retry: Option<Instant>,
+}
+
+/// The timed work due at a turn. A due batch needs nothing here: [`LoopState::batch_due`]
+/// reads its deadline.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Due {
+    pub refresh: bool,
+    pub status: bool,
+    /// The retry delay passed: clear it.
+    pub retry: bool,
+}
+
+/// Which deadlines have passed at `now`. The loop checks them at every turn, so no timer
+/// needs to be armed while records keep it busy.
+pub fn due(d: &Deadlines, now: Instant) -> Due {
+    let passed = |t: Option<Instant>| t.is_some_and(|t| t <= now);
+    Due {
+        refresh: passed(d.refresh),
+        status: d.status <= now,
+        retry: passed(d.retry),
+    }
+}
+
+/// When the loop's one timer must wake it if nothing else does: the earliest deadline still
+/// ahead of `now`. A due batch waiting for room in the pipeline is not ahead: it must not
+/// wake the loop again at once (its delivery reports will).
+pub fn wake_at(d: &Deadlines, now: Instant) -> Option<Instant> {
+    [d.refresh, Some(d.status), d.batch, d.retry]
+        .into_iter()
+        .flatten()
+        .filter(|t| *t > now)
+        .min()
 }
 
 #[cfg(test)]
@@ -178,6 +226,96 @@ mod tests {
         ];
         for (name, state, want) in cases {
             assert_eq!(next_step(&state), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn deadlines() {
+        let now = Instant::now();
+        let ms = |n: u64| now + std::time::Duration::from_millis(n);
+        let ago = |n: u64| now - std::time::Duration::from_millis(n);
+        let quiet = Deadlines {
+            refresh: Some(ms(10_000)),
+            status: ms(2_000),
+            batch: None,
+            retry: None,
+        };
+        let cases: Vec<(&str, Deadlines, Due, Option<Instant>)> = vec![
+            (
+                "nothing due: the status is first",
+                quiet,
+                Due::default(),
+                Some(ms(2_000)),
+            ),
+            (
+                "an open batch wakes the loop at its deadline",
+                Deadlines {
+                    batch: Some(ms(100)),
+                    ..quiet
+                },
+                Due::default(),
+                Some(ms(100)),
+            ),
+            (
+                "a due batch does not wake the loop again",
+                Deadlines {
+                    batch: Some(ago(1)),
+                    ..quiet
+                },
+                Due::default(),
+                Some(ms(2_000)),
+            ),
+            (
+                "a deadline at now is due, not ahead",
+                Deadlines {
+                    status: now,
+                    ..quiet
+                },
+                Due {
+                    status: true,
+                    ..Due::default()
+                },
+                Some(ms(10_000)),
+            ),
+            (
+                "a refresh that runs has no deadline",
+                Deadlines {
+                    refresh: None,
+                    status: ms(5_000),
+                    ..quiet
+                },
+                Due::default(),
+                Some(ms(5_000)),
+            ),
+            (
+                "everything passed",
+                Deadlines {
+                    refresh: Some(ago(5)),
+                    status: ago(1),
+                    batch: Some(ago(2)),
+                    retry: Some(ago(3)),
+                },
+                Due {
+                    refresh: true,
+                    status: true,
+                    retry: true,
+                },
+                None,
+            ),
+            (
+                "a retry ahead is the earliest",
+                Deadlines {
+                    retry: Some(ms(50)),
+                    batch: Some(ms(100)),
+                    ..quiet
+                },
+                Due::default(),
+                Some(ms(50)),
+            ),
+        ];
+        for (name, d, want_due, want_wake) in cases {
+            assert_eq!(due(&d, now), want_due, "{name}: due");
+            assert_eq!(wake_at(&d, now), want_wake, "{name}: wake_at");
         }
     }
 }
