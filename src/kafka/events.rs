@@ -1,21 +1,25 @@
 //! The target producer's events (delivery reports, statistics, errors) served on the task
-//! that waits for them, not on a polling thread: librdkafka writes to an eventfd when its
-//! main queue gets an event, tokio's reactor wakes the waiting task, which drains the queue.
+//! that waits for them, not on a polling thread: librdkafka calls back when its main queue
+//! gets an event after being empty, the callback wakes the waiting task, which drains the
+//! queue.
 //!
 //! rdkafka's `ThreadedProducer` polls in 100 ms slices and, its timeout being whole
 //! milliseconds, spins through the last one of each; with its wake-ups that thread was 12 %
-//! of the worker's CPU at 100 B records (`perf`, docs/PERFORMANCE.md).
+//! of the worker's CPU at 100 B records (`perf`, docs/PERFORMANCE.md). The signal was an
+//! eventfd before: each one woke the thread parked in tokio's reactor, which then woke the
+//! engine's thread, even while the engine was running; the callback wakes the task itself,
+//! and only if it waits.
 
+use std::ffi::c_void;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use futures::task::AtomicWaker;
 use rdkafka::bindings as rd;
 use rdkafka::producer::{BaseProducer, Producer};
-use tokio::io::unix::AsyncFd;
 
 use crate::kafka::delivery::DeliveryContext;
 
@@ -33,9 +37,34 @@ struct MainQueue(*mut rd::rd_kafka_queue_t);
 unsafe impl Send for MainQueue {}
 unsafe impl Sync for MainQueue {}
 
+/// What librdkafka's queue callback sets, on one of its threads.
+#[derive(Default)]
+struct Signal {
+    /// The queue got an event since the waiting task last looked.
+    raised: AtomicBool,
+    waker: AtomicWaker,
+}
+
+impl Signal {
+    fn take(&self) -> bool {
+        self.raised.swap(false, Ordering::AcqRel)
+    }
+}
+
+/// librdkafka's queue event callback: called with the queue's lock held when an event
+/// arrives in the empty queue. Only sets the flag and wakes: nothing here may call back
+/// into librdkafka.
+unsafe extern "C" fn raise(_rk: *mut rd::rd_kafka_t, opaque: *mut c_void) {
+    // SAFETY: `opaque` is the `Signal` of a live `ProducerEvents`: its `Drop` disables this
+    // callback (under the same lock) before the `Arc` is released.
+    let signal = unsafe { &*opaque.cast::<Signal>() };
+    signal.raised.store(true, Ordering::Release);
+    signal.waker.wake();
+}
+
 /// The wake-up channel of one producer, and the producer to poll.
 pub struct ProducerEvents {
-    fd: AsyncFd<OwnedFd>,
+    signal: Arc<Signal>,
     /// Events were left in the queue by the last `serve`.
     backlog: AtomicBool,
     queue: MainQueue,
@@ -43,35 +72,24 @@ pub struct ProducerEvents {
 }
 
 impl ProducerEvents {
-    /// Signals `producer`'s main queue on a new eventfd. Must run inside the tokio runtime.
+    /// Signals `producer`'s main queue through a callback.
     pub fn new(producer: &Arc<DeliveryProducer>) -> io::Result<Self> {
-        // SAFETY: plain syscall; the fd is owned below.
-        let raw = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if raw < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `raw` is a new fd nobody else owns.
-        let owned = unsafe { OwnedFd::from_raw_fd(raw) };
-        // SAFETY: `owned` is a valid fd, neither replaced nor closed while registered.
-        let fd = unsafe { AsyncFd::register(owned)? };
         // SAFETY: the client outlives this call; the handle is destroyed in `drop`.
         let queue = unsafe { rd::rd_kafka_queue_get_main(producer.client().native_ptr()) };
         if queue.is_null() {
             return Err(io::Error::other("librdkafka has no main queue"));
         }
-        // An eventfd takes 8-byte writes; librdkafka copies the payload.
-        let one = 1u64.to_ne_bytes();
-        // SAFETY: valid queue and fd; the fd stays open until the signal is disabled.
+        let signal = Arc::new(Signal::default());
+        // SAFETY: valid queue; the opaque `Signal` lives until the callback is disabled.
         unsafe {
-            rd::rd_kafka_queue_io_event_enable(
+            rd::rd_kafka_queue_cb_event_enable(
                 queue,
-                fd.get_ref().as_raw_fd(),
-                one.as_ptr().cast(),
-                one.len(),
+                Some(raise),
+                Arc::as_ptr(&signal).cast_mut().cast(),
             )
         };
         Ok(Self {
-            fd,
+            signal,
             // Events queued before the signal was enabled are served on the first check.
             backlog: AtomicBool::new(true),
             queue: MainQueue(queue),
@@ -103,27 +121,16 @@ impl ProducerEvents {
     /// Ready when librdkafka signalled new events (the signal is consumed: serve them) or
     /// some are left from the last [`ProducerEvents::serve`]; registers `cx` otherwise.
     pub fn poll_signal(&self, cx: &mut Context<'_>) -> Poll<()> {
-        if self.backlog.load(Ordering::Relaxed) {
+        if self.backlog.load(Ordering::Relaxed) || self.signal.take() {
             return Poll::Ready(());
         }
-        match self.fd.poll_read_ready(cx) {
-            Poll::Ready(Ok(mut guard)) => {
-                let mut buf = [0u8; 8];
-                // SAFETY: reads 8 bytes into `buf` from our eventfd (non-blocking).
-                let _ = unsafe {
-                    libc::read(
-                        self.fd.get_ref().as_raw_fd(),
-                        buf.as_mut_ptr().cast(),
-                        buf.len(),
-                    )
-                };
-                guard.clear_ready();
-                Poll::Ready(())
-            }
-            // The reactor is gone (runtime shutting down): nothing to wait for.
-            Poll::Ready(Err(_)) => Poll::Ready(()),
-            Poll::Pending => Poll::Pending,
+        self.signal.waker.register(cx.waker());
+        // Raised between the check and the registration: its wake may have gone to the
+        // previous waker.
+        if self.signal.take() {
+            return Poll::Ready(());
         }
+        Poll::Pending
     }
 
     /// Ready when librdkafka signalled a new event; pending forever without `events`.
@@ -154,10 +161,80 @@ impl ProducerEvents {
 
 impl Drop for ProducerEvents {
     fn drop(&mut self) {
-        // SAFETY: valid handle; disabling first, so librdkafka never writes to a closed fd.
+        // SAFETY: valid handle; disabling first (under the queue's lock, which the callback
+        // runs under), so the callback never sees a released `Signal`.
         unsafe {
-            rd::rd_kafka_queue_io_event_enable(self.queue.0, -1, std::ptr::null(), 0);
+            rd::rd_kafka_queue_cb_event_enable(self.queue.0, None, std::ptr::null_mut());
             rd::rd_kafka_queue_destroy(self.queue.0);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kafka::context::LogContext;
+    use crate::kafka::delivery::Tracker;
+    use rdkafka::config::ClientConfig;
+    use rdkafka::mocking::MockCluster;
+    use rdkafka::producer::BaseRecord;
+
+    async fn signalled_within(events: &ProducerEvents, ms: u64) -> bool {
+        tokio::time::timeout(
+            Duration::from_millis(ms),
+            ProducerEvents::signalled(Some(events)),
+        )
+        .await
+        .is_ok()
+    }
+
+    // Nobody polls the producer: only librdkafka's callback can wake the waiting task.
+    #[tokio::test]
+    async fn a_report_wakes_the_waiting_task_and_only_then() {
+        let mock = MockCluster::new(1).expect("mock cluster");
+        mock.create_topic("t", 1, 1).expect("topic");
+        let producer: Arc<DeliveryProducer> = Arc::new(
+            ClientConfig::new()
+                .set("bootstrap.servers", mock.bootstrap_servers())
+                .create_with_context(DeliveryContext::new(
+                    LogContext::new("test"),
+                    Tracker::default(),
+                ))
+                .expect("producer"),
+        );
+        let events = ProducerEvents::new(&producer).expect("events");
+        assert!(
+            signalled_within(&events, 0).await,
+            "the first check serves what came before"
+        );
+        assert!(events.serve());
+        assert!(!signalled_within(&events, 200).await, "nothing was sent");
+        for round in 0..3 {
+            producer
+                .send(BaseRecord::<(), str, usize>::with_opaque_to("t", 0).payload("v"))
+                .map_err(|(e, _)| e)
+                .expect("send");
+            assert!(
+                signalled_within(&events, 10_000).await,
+                "round {round}: the report's signal"
+            );
+            assert!(events.serve());
+            assert_eq!(
+                producer.in_flight_count(),
+                0,
+                "round {round}: the report was served"
+            );
+            assert!(
+                !signalled_within(&events, 100).await,
+                "round {round}: served, no new event"
+            );
+        }
+        // Dropped: the callback is off before its signal is released; the producer lives on.
+        drop(events);
+        producer
+            .send(BaseRecord::<(), str, usize>::with_opaque_to("t", 0).payload("v"))
+            .map_err(|(e, _)| e)
+            .expect("send");
+        crate::kafka::producer::flush(&producer, Duration::from_secs(10)).expect("flush");
     }
 }

@@ -61,7 +61,7 @@ pub struct Outgoing<'a> {
 }
 
 impl EventProducer {
-    /// Creates the producer from `config`. Must run inside the tokio runtime.
+    /// Creates the producer from `config`.
     pub fn create(config: &ClientConfig, ctx: LogContext) -> Result<Self, KafkaError> {
         let tracker = Tracker::default();
         let producer: DeliveryProducer =
