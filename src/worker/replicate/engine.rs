@@ -203,7 +203,6 @@ impl Engine {
             next_status: Instant::now() + self.settings.tuning.status_interval,
             flow_open: true,
             wake: Box::pin(tokio::time::sleep(Duration::ZERO)),
-            wake_armed: None,
         };
         loop {
             if let Some(msg) = &self.fatal {
@@ -326,10 +325,11 @@ impl Engine {
             // What was due may have changed the loop's state: decide again.
             return Ok(true);
         }
-        let wake = wake_at(&deadlines, now);
-        if let Some(at) = wake.filter(|at| timers.wake_armed != Some(*at)) {
-            timers.wake.as_mut().reset(at.into());
-            timers.wake_armed = Some(at);
+        let wake = wake_at(&deadlines, now).map(tokio::time::Instant::from_std);
+        if let Some(at) =
+            wake.filter(|at| timers.wake.deadline() != *at || timers.wake.is_elapsed())
+        {
+            timers.wake.as_mut().reset(at);
         }
         let consuming = self.can_write()
             && !self.pipeline.open_full(limits)
@@ -395,7 +395,7 @@ impl Engine {
                 self.drain_ready(&consumer, limits);
             }
             // Last: a busy loop sees its deadlines at the top of each turn.
-            _ = timers.wake.as_mut(), if wake.is_some() => timers.wake_armed = None,
+            _ = timers.wake.as_mut(), if wake.is_some() => {}
         }
         Ok(true)
     }
@@ -808,9 +808,8 @@ struct Timers {
     flow_open: bool,
     /// The one timer of the wait, armed for [`wake_at`] and kept from turn to turn: it is
     /// polled (registered with tokio's timer driver) only when the loop has nothing else to
-    /// do, and reset only when its deadline changes.
+    /// do, and reset only when its deadline changes or it fired.
     wake: std::pin::Pin<Box<tokio::time::Sleep>>,
-    wake_armed: Option<Instant>,
 }
 
 /// Waits for the refresh task (pending while there is none).
