@@ -44,8 +44,34 @@ enum Command {
     },
 }
 
+/// jemalloc for the whole process, librdkafka's C allocations included (the crate's
+/// `unprefixed` feature provides `malloc` and `free`). glibc's malloc takes an arena lock when
+/// one thread frees what another allocated, which is every fetched record (librdkafka's broker
+/// thread allocates it, the engine frees it); jemalloc batches those frees in per-thread caches.
+/// See docs/PERFORMANCE.md, "The allocator".
+#[cfg(target_os = "linux")]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// jemalloc's options, read at its first allocation; `MALLOC_CONF` in the environment is read
+/// after them and wins. One arena and small thread caches (a worker runs about 50 threads, most
+/// of them nearly idle), freed pages returned to the system after a second.
+#[cfg(target_os = "linux")]
+#[export_name = "malloc_conf"]
+static MALLOC_CONF: JemallocOptions = JemallocOptions(
+    c"narenas:1,tcache_max:1024,lg_tcache_nslots_mul:-2,tcache_nslots_small_max:32,\
+      dirty_decay_ms:1000,muzzy_decay_ms:0"
+        .as_ptr(),
+);
+
+/// jemalloc reads `malloc_conf` as a `const char *`.
+#[repr(transparent)]
+struct JemallocOptions(*const std::ffi::c_char);
+
+// SAFETY: it points at a static string that nothing writes.
+unsafe impl Sync for JemallocOptions {}
+
 fn main() -> ExitCode {
-    limit_malloc_arenas();
     let cli = Cli::parse();
     logging::init(cli.log_format);
     let result: anyhow::Result<()> = match cli.command {
@@ -94,20 +120,6 @@ fn main() -> ExitCode {
     }
 }
 
-/// glibc gives each thread that allocates its own arena (up to 8 per core), and librdkafka
-/// runs a few threads per client: idle memory grows with arenas that each keep freed pages.
-/// Two arenas measured 1.5-2.5 MiB less idle RSS per worker with no throughput cost. An
-/// operator's `MALLOC_ARENA_MAX` wins.
-fn limit_malloc_arenas() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
-        // SAFETY: mallopt only sets an allocator parameter; called before any thread starts.
-        unsafe {
-            libc::mallopt(libc::M_ARENA_MAX, 2);
-        }
-    }
-}
-
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -125,4 +137,56 @@ fn worker_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         ))
         .enable_all()
         .build()?)
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use std::ffi::{c_char, c_int, c_void, CStr};
+
+    unsafe extern "C" {
+        fn mallctl(
+            name: *const c_char,
+            oldp: *mut c_void,
+            oldlenp: *mut usize,
+            newp: *mut c_void,
+            newlen: usize,
+        ) -> c_int;
+    }
+
+    fn read<T: Default>(name: &CStr) -> T {
+        let mut value = T::default();
+        let mut len = std::mem::size_of::<T>();
+        // SAFETY: `value` is a T of `len` bytes, the type jemalloc documents for `name`.
+        let rc = unsafe {
+            mallctl(
+                name.as_ptr(),
+                (&raw mut value).cast(),
+                &mut len,
+                std::ptr::null_mut(),
+                0,
+            )
+        };
+        assert_eq!(rc, 0, "mallctl {name:?}");
+        value
+    }
+
+    #[test]
+    fn jemalloc_runs_with_the_compiled_options() {
+        assert_eq!(read::<u32>(c"opt.narenas"), 1);
+        assert_eq!(read::<usize>(c"opt.tcache_max"), 1024);
+        assert_eq!(read::<isize>(c"opt.dirty_decay_ms"), 1000);
+        assert_eq!(read::<isize>(c"opt.muzzy_decay_ms"), 0);
+    }
+
+    #[test]
+    fn c_malloc_is_jemalloc() {
+        let before = read::<u64>(c"thread.allocated");
+        // SAFETY: a plain allocation, freed below.
+        let p = unsafe { libc::malloc(1 << 20) };
+        assert!(!p.is_null());
+        let after = read::<u64>(c"thread.allocated");
+        // SAFETY: allocated above with malloc.
+        unsafe { libc::free(p) };
+        assert!(after - before >= 1 << 20, "{before} -> {after}");
+    }
 }
