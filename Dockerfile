@@ -1,7 +1,8 @@
 # syntax=docker/dockerfile:1
 # mirrorflow: one binary (controller, worker, tools). librdkafka is built from source by
-# rdkafka's cmake-build feature and linked statically, as are zstd and curl (librdkafka's
-# OIDC token fetch for SASL/OAUTHBEARER, built for HTTP(S) only); the binary still links
+# rdkafka's cmake-build feature and linked statically, as are zstd, curl (librdkafka's
+# OIDC token fetch for SASL/OAUTHBEARER, built for HTTP(S) only) and jemalloc, the process's
+# malloc (tikv-jemalloc-sys builds it with make); the binary still links
 # libssl3/libcrypto3 and zlib dynamically (see `ldd`), which the runtime image provides.
 #
 #   docker build -t mirrorflow:0.1.0 .

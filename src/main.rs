@@ -55,12 +55,12 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// jemalloc's options, read at its first allocation; `MALLOC_CONF` in the environment is read
 /// after them and wins. One arena and small thread caches (a worker runs about 50 threads, most
-/// of them nearly idle), freed pages returned to the system after a second.
+/// of them nearly idle), freed pages returned to the system after half a second.
 #[cfg(target_os = "linux")]
 #[export_name = "malloc_conf"]
 static MALLOC_CONF: JemallocOptions = JemallocOptions(
     c"narenas:1,tcache_max:1024,lg_tcache_nslots_mul:-2,tcache_nslots_small_max:32,\
-      dirty_decay_ms:1000,muzzy_decay_ms:0"
+      dirty_decay_ms:500,muzzy_decay_ms:0"
         .as_ptr(),
 );
 
@@ -174,7 +174,7 @@ mod tests {
     fn jemalloc_runs_with_the_compiled_options() {
         assert_eq!(read::<u32>(c"opt.narenas"), 1);
         assert_eq!(read::<usize>(c"opt.tcache_max"), 1024);
-        assert_eq!(read::<isize>(c"opt.dirty_decay_ms"), 1000);
+        assert_eq!(read::<isize>(c"opt.dirty_decay_ms"), 500);
         assert_eq!(read::<isize>(c"opt.muzzy_decay_ms"), 0);
     }
 
