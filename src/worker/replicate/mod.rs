@@ -73,7 +73,7 @@
 //! - producer queue: ≤ 32 MiB (`queue.buffering.max.kbytes`), in practice the window.
 //!
 //! So about 4 + 2 + 32 = 38 MiB of record data, plus librdkafka's buffers (measured: peak RSS
-//! the window plus 23-33 MiB with 1,000 partitions, an idle worker 18 MiB;
+//! the window plus 24-37 MiB with 1,000 partitions, an idle worker 18 MiB;
 //! docs/PERFORMANCE.md). Backpressure: a slow target holds the window full, and then nothing
 //! more is consumed. `source.config` may override the consumer bounds.
 //!
