@@ -8,6 +8,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
+use mirrorflow::worker::replicate::intake::prefetch_properties;
 use mirrorflow::worker::replicate::Tuning;
 use rdkafka::client::ClientContext;
 use rdkafka::config::ClientConfig;
@@ -172,8 +173,13 @@ pub fn run_from_env() -> anyhow::Result<()> {
 }
 
 fn consumer(src: &str, tuning: &Tuning) -> anyhow::Result<BaseConsumer> {
-    // The engine's consumer settings (engine.rs `create_consumer`, defaults of `Tuning`).
-    ClientConfig::new()
+    // The engine's consumer settings (intake.rs `create_consumer`, defaults of `Tuning`),
+    // without statistics: nothing here would read them.
+    let mut config = ClientConfig::new();
+    for (k, v) in prefetch_properties(tuning, None) {
+        config.set(k, v);
+    }
+    config
         .set("bootstrap.servers", src)
         .set("group.id", "mirrorflow-bench-bare")
         .set("enable.auto.commit", "false")
@@ -181,14 +187,6 @@ fn consumer(src: &str, tuning: &Tuning) -> anyhow::Result<BaseConsumer> {
         .set("enable.partition.eof", "false")
         .set("isolation.level", "read_committed")
         .set("auto.offset.reset", "error")
-        .set(
-            "queued.max.messages.kbytes",
-            tuning.consumer_queue_kbytes.to_string(),
-        )
-        .set("queued.min.messages", "10000")
-        .set("fetch.max.bytes", tuning.fetch_max_bytes.to_string())
-        .set("fetch.wait.max.ms", "100")
-        .set("fetch.queue.backoff.ms", "20")
         .create()
         .context("creating the consumer")
 }

@@ -23,33 +23,8 @@ pub fn create_consumer(
     ctx: LogContext,
 ) -> Result<StreamConsumer<LogContext>, KafkaError> {
     let mut config = props.to_client_config();
-    let t: &Tuning = &settings.tuning;
-    let defaults = [
-        (
-            "queued.max.messages.kbytes",
-            t.consumer_queue_kbytes.to_string(),
-        ),
-        ("queued.min.messages", "10000".to_string()),
-        (
-            "fetch.max.bytes",
-            fetch_max_bytes(t.fetch_max_bytes, props.get("message.max.bytes")).to_string(),
-        ),
-        ("fetch.wait.max.ms", "100".to_string()),
-        (
-            "fetch.queue.backoff.ms",
-            crate::kafka::config::FETCH_QUEUE_BACKOFF_MS.to_string(),
-        ),
-    ];
-    // Polled: its statistics let the connection health see a broker come back.
-    let defaults = defaults.into_iter().chain(
-        crate::kafka::health::STATS_PROPERTIES
-            .iter()
-            .map(|(k, v)| (*k, v.to_string())),
-    );
-    for (k, v) in defaults {
-        if props.get(k).is_none() {
-            config.set(k, v);
-        }
+    for (k, v) in consumer_defaults(&settings.tuning, props) {
+        config.set(k, v);
     }
     config
         // Never used for commits or membership: positions live in the progress topic.
@@ -67,6 +42,43 @@ pub fn create_consumer(
             },
         );
     config.create_with_context(ctx)
+}
+
+/// The consumer's prefetch bounds from the tuning (the bench's bare loop uses them too).
+pub fn prefetch_properties(
+    t: &Tuning,
+    message_max_bytes: Option<&str>,
+) -> [(&'static str, String); 5] {
+    [
+        (
+            "queued.max.messages.kbytes",
+            t.consumer_queue_kbytes.to_string(),
+        ),
+        ("queued.min.messages", t.consumer_queue_records.to_string()),
+        (
+            "fetch.max.bytes",
+            fetch_max_bytes(t.fetch_max_bytes, message_max_bytes).to_string(),
+        ),
+        ("fetch.wait.max.ms", "100".to_string()),
+        (
+            "fetch.queue.backoff.ms",
+            crate::kafka::config::FETCH_QUEUE_BACKOFF_MS.to_string(),
+        ),
+    ]
+}
+
+/// What the source consumer gets beyond `source.config`: the prefetch bounds and, since it
+/// is polled, statistics (so that the connection health sees a broker come back); a
+/// property set in `source.config` wins.
+pub fn consumer_defaults(t: &Tuning, props: &ClientProperties) -> Vec<(&'static str, String)> {
+    let stats = crate::kafka::health::STATS_PROPERTIES
+        .iter()
+        .map(|(k, v)| (*k, v.to_string()));
+    prefetch_properties(t, props.get("message.max.bytes"))
+        .into_iter()
+        .chain(stats)
+        .filter(|(k, _)| props.get(k).is_none())
+        .collect()
 }
 
 /// The consumer's `fetch.max.bytes`: the tuning's bound, raised to a `message.max.bytes` set
@@ -204,6 +216,45 @@ impl ReadAhead {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_consumer_gets_the_tunings_bounds_unless_source_config_sets_them() {
+        let t = Tuning::default();
+        let props = |kv: &[(&str, &str)]| {
+            let mut p = ClientProperties::default();
+            for (k, v) in kv {
+                p.set(*k, *v);
+            }
+            p
+        };
+        // (source.config, property, what the consumer gets beyond source.config)
+        type Case = (
+            &'static [(&'static str, &'static str)],
+            &'static str,
+            Option<&'static str>,
+        );
+        let cases: [Case; 6] = [
+            (&[], "queued.min.messages", Some("40000")),
+            (&[], "queued.max.messages.kbytes", Some("4096")),
+            (&[], "fetch.max.bytes", Some("1048576")),
+            (&[], "statistics.interval.ms", Some("5000")),
+            (
+                &[("queued.min.messages", "500")],
+                "queued.min.messages",
+                None,
+            ),
+            (
+                &[("message.max.bytes", "5242880")],
+                "fetch.max.bytes",
+                Some("5242880"),
+            ),
+        ];
+        for (source_config, key, want) in cases {
+            let got = consumer_defaults(&t, &props(source_config));
+            let got = got.iter().find(|(k, _)| *k == key).map(|(_, v)| v.as_str());
+            assert_eq!(got, want, "{source_config:?} {key}");
+        }
+    }
 
     #[test]
     fn fetch_bound_follows_a_larger_message_bound() {

@@ -61,8 +61,9 @@
 //!   progress acknowledged) within 10 s, or are aborted; exit 0.
 //!
 //! # Memory bound (defaults, per worker)
-//! - consumer prefetch: `queued.max.messages.kbytes` = 4 MiB, overshot by at most one
-//!   fetch (`fetch.max.bytes` = 2 MiB, or `message.max.bytes` if `source.config` sets it larger);
+//! - consumer prefetch: `queued.max.messages.kbytes` = 4 MiB (or 40,000 records,
+//!   `queued.min.messages`), overshot by at most one fetch (`fetch.max.bytes` = 1 MiB, or
+//!   `message.max.bytes` if `source.config` sets it larger);
 //! - record data of sent records and the open batch, each record counted with 256 bytes of
 //!   bookkeeping (`batch::RECORD_OVERHEAD_BYTES`): ≤ `spec.workers.inFlightMiB` = 32 MiB (and
 //!   40,000 records) in all ([`batch::BatchLimits::room`]: the open batch gets a third with
@@ -72,8 +73,8 @@
 //!   the room forms a batch of its own;
 //! - producer queue: ≤ 32 MiB (`queue.buffering.max.kbytes`), in practice the window.
 //!
-//! So about 4 + 2 + 32 = 38 MiB of record data, plus librdkafka's buffers (measured: peak RSS
-//! the window plus 24-37 MiB with 1,000 partitions, an idle worker 18 MiB;
+//! So about 4 + 1 + 32 = 37 MiB of record data, plus librdkafka's buffers (measured: peak RSS
+//! the window plus 21-34 MiB with 1,000 partitions, an idle worker 18 MiB;
 //! docs/PERFORMANCE.md). Backpressure: a slow target holds the window full, and then nothing
 //! more is consumed. `source.config` may override the consumer bounds.
 //!

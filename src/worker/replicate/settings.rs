@@ -24,6 +24,8 @@ pub struct Tuning {
     pub consumer_queue_kbytes: u32,
     /// `fetch.max.bytes` (unless set in `source.config`).
     pub fetch_max_bytes: u32,
+    /// `queued.min.messages`, the prefetch's record count (unless set in `source.config`).
+    pub consumer_queue_records: u32,
     /// AtLeastOnce: batches sent to the target before the oldest one's delivery reports are
     /// in, and batches whose syncs and progress may await acknowledgement (1 = one at a
     /// time). `batch` then bounds all of them together, so after a crash at most
@@ -55,10 +57,12 @@ impl Default for Tuning {
             batch: BatchLimits::default(),
             producer: ProducerLimits::default(),
             // Measured by benches/replication.rs (docs/PERFORMANCE.md): a 2 MiB prefetch cost
-            // 25-40 % of the 1 KB rate; 1 MiB fetches took 2 MiB off the peak at 1,000
-            // partitions but 10 % off the 100 B rate.
+            // 25-40 % of the 1 KB rate; 1 MiB fetches keep the peak at 1,000 partitions
+            // under window + 32 MiB, and 40,000 records let the 100 B prefetch fill its 4 MiB
+            // (10,000, about 1 MB, cost a fifth of the 100 B rate with 1 MiB fetches).
             consumer_queue_kbytes: 4 * 1024,
-            fetch_max_bytes: 2 * 1024 * 1024,
+            fetch_max_bytes: 1024 * 1024,
+            consumer_queue_records: 40_000,
             pipeline_depth: 2,
             io_timeout: Duration::from_secs(30),
             status_interval: Duration::from_secs(2),
