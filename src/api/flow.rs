@@ -584,7 +584,7 @@ pub struct WorkersSpec {
     /// Record data each worker keeps in flight to the target, in MiB: records sent and not
     /// yet acknowledged, plus the batch being read, each counted with its key, value, headers
     /// and 256 bytes of bookkeeping. It is the term of a worker's memory that grows with load
-    /// (peak RSS is about this plus 24-37 MiB with 1,000 partitions, measured), and with
+    /// (peak RSS is about this plus 21-34 MiB with 1,000 partitions, measured), and with
     /// AtLeastOnce it bounds what a crash may replicate twice (with at most 40,000 records).
     /// Larger copies faster when the target is slow to acknowledge. Workers restart when it
     /// changes.

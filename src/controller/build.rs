@@ -43,7 +43,7 @@ pub use crate::api::MAX_FLOW_NAME_LEN;
 /// CPU request of a worker whose flow sets no `workers.resources`.
 pub const DEFAULT_CPU_REQUEST: &str = "100m";
 /// Memory a worker needs besides its in-flight window (measured peak RSS is the window plus
-/// 24-37 MiB at 1,000 partitions, benches/replication.rs; the limit is twice the request).
+/// 21-34 MiB at 1,000 partitions, benches/replication.rs; the limit is twice the request).
 pub const BASE_MEMORY_MIB: i32 = 48;
 
 /// Label keys and values shared by all children.
