@@ -8,7 +8,10 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
+use mirrorflow::kafka::config::ClientProperties;
+use mirrorflow::kafka::health::STATS_PROPERTIES;
 use mirrorflow::worker::replicate::intake::prefetch_properties;
+use mirrorflow::worker::replicate::writer::{producer_defaults, producer_properties};
 use mirrorflow::worker::replicate::Tuning;
 use rdkafka::client::ClientContext;
 use rdkafka::config::ClientConfig;
@@ -192,21 +195,19 @@ fn consumer(src: &str, tuning: &Tuning) -> anyhow::Result<BaseConsumer> {
 }
 
 fn producer(tgt: &str, tuning: &Tuning, compression: &str) -> anyhow::Result<BaseProducer<Acks>> {
-    // The engine's producer settings (writer.rs `TargetWriter::create`, AtLeastOnce).
-    ClientConfig::new()
+    // The engine's producer settings (writer.rs `TargetWriter::create`, AtLeastOnce), without
+    // statistics: nothing here would read them.
+    let mut config = ClientConfig::new();
+    for (k, v) in producer_properties(&tuning.producer, None) {
+        config.set(k, v);
+    }
+    for (k, v) in producer_defaults(&ClientProperties::default()) {
+        if !STATS_PROPERTIES.iter().any(|(s, _)| *s == k) {
+            config.set(k, v);
+        }
+    }
+    config
         .set("bootstrap.servers", tgt)
-        .set("enable.idempotence", "true")
-        .set("acks", "all")
-        .set(
-            "queue.buffering.max.kbytes",
-            tuning.producer.queue_kbytes.to_string(),
-        )
-        .set(
-            "queue.buffering.max.messages",
-            tuning.producer.queue_messages.to_string(),
-        )
-        .set("message.timeout.ms", "60000")
-        .set("linger.ms", "5")
         .set("compression.type", compression)
         .create_with_context(Acks::default())
         .context("creating the producer")

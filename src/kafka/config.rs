@@ -106,6 +106,18 @@ impl ClientProperties {
             .map(|(_, v)| v.as_str())
     }
 
+    /// `defaults` without the keys set here: what a client gets beyond the user's
+    /// properties, which win.
+    pub fn unless_set<K: AsRef<str>, V>(
+        &self,
+        defaults: impl IntoIterator<Item = (K, V)>,
+    ) -> Vec<(K, V)> {
+        defaults
+            .into_iter()
+            .filter(|(k, _)| self.get(k.as_ref()).is_none())
+            .collect()
+    }
+
     /// All properties in order (unmasked: do not log).
     pub fn entries(&self) -> &[(String, String)] {
         &self.0
@@ -133,6 +145,17 @@ impl ClientProperties {
             config.set(k, v);
         }
         config
+    }
+}
+
+impl<K: Into<String>, V: Into<String>> FromIterator<(K, V)> for ClientProperties {
+    /// Properties set in order (a later value of a key replaces an earlier one).
+    fn from_iter<I: IntoIterator<Item = (K, V)>>(pairs: I) -> Self {
+        let mut p = Self::default();
+        for (k, v) in pairs {
+            p.set(k, v);
+        }
+        p
     }
 }
 

@@ -74,11 +74,11 @@ pub fn consumer_defaults(t: &Tuning, props: &ClientProperties) -> Vec<(&'static 
     let stats = crate::kafka::health::STATS_PROPERTIES
         .iter()
         .map(|(k, v)| (*k, v.to_string()));
-    prefetch_properties(t, props.get("message.max.bytes"))
-        .into_iter()
-        .chain(stats)
-        .filter(|(k, _)| props.get(k).is_none())
-        .collect()
+    props.unless_set(
+        prefetch_properties(t, props.get("message.max.bytes"))
+            .into_iter()
+            .chain(stats),
+    )
 }
 
 /// The consumer's `fetch.max.bytes`: the tuning's bound, raised to a `message.max.bytes` set
@@ -220,13 +220,7 @@ mod tests {
     #[test]
     fn the_consumer_gets_the_tunings_bounds_unless_source_config_sets_them() {
         let t = Tuning::default();
-        let props = |kv: &[(&str, &str)]| {
-            let mut p = ClientProperties::default();
-            for (k, v) in kv {
-                p.set(*k, *v);
-            }
-            p
-        };
+        let props = |kv: &[(&str, &str)]| kv.iter().copied().collect::<ClientProperties>();
         // (source.config, property, what the consumer gets beyond source.config)
         type Case = (
             &'static [(&'static str, &'static str)],

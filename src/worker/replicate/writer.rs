@@ -124,6 +124,61 @@ pub fn describe_error(err: &KafkaError) -> String {
     }
 }
 
+/// The target producer's settings that `target.config` cannot change (the bench's bare loop
+/// uses them too): idempotence, acknowledgements from all replicas, the queue and delivery
+/// bounds, and the transactional id, or without transactions the gapless guarantee.
+pub fn producer_properties(
+    limits: &ProducerLimits,
+    transactional_id: Option<&str>,
+) -> Vec<(&'static str, String)> {
+    let mut p = vec![
+        ("enable.idempotence", "true".to_string()),
+        ("acks", "all".to_string()),
+        (
+            "queue.buffering.max.kbytes",
+            limits.queue_kbytes.to_string(),
+        ),
+        (
+            "queue.buffering.max.messages",
+            limits.queue_messages.to_string(),
+        ),
+        (
+            "message.timeout.ms",
+            limits.delivery_timeout.as_millis().to_string(),
+        ),
+    ];
+    match transactional_id {
+        Some(id) => p.extend([
+            ("transactional.id", id.to_string()),
+            (
+                "transaction.timeout.ms",
+                limits.transaction_timeout.as_millis().to_string(),
+            ),
+        ]),
+        // Without transactions, a batch the broker refuses for good (e.g. too large) must not
+        // let librdkafka bump the epoch and deliver the records behind it first: that would
+        // put r+1.. on the target before r is retried. The producer stops instead (a fatal
+        // error); the engine recreates it and re-sends from the committed positions, so each
+        // partition keeps its order of first appearance.
+        None => p.push(("enable.gapless.guarantee", "true".to_string())),
+    }
+    p
+}
+
+/// What the target producer gets beyond `target.config` (which wins): a short linger and,
+/// since it is polled, statistics (so that the connection health sees a broker come back).
+///
+/// Batches are pipelined (AtLeastOnce), so a short linger costs no throughput and fills
+/// produce requests: with 0 every record wakes the broker thread and requests stay small
+/// (measured: about 12 % more records/s at 5 ms).
+pub fn producer_defaults(props: &ClientProperties) -> Vec<(&'static str, &'static str)> {
+    props.unless_set(
+        [("linger.ms", "5")]
+            .into_iter()
+            .chain(crate::kafka::health::STATS_PROPERTIES.iter().copied()),
+    )
+}
+
 /// The target producer.
 pub struct TargetWriter {
     inner: EventProducer,
@@ -156,47 +211,11 @@ impl TargetWriter {
         limits: ProducerLimits,
     ) -> Result<Self, KafkaError> {
         let mut config = props.to_client_config();
-        config
-            .set("enable.idempotence", "true")
-            .set("acks", "all")
-            .set(
-                "queue.buffering.max.kbytes",
-                limits.queue_kbytes.to_string(),
-            )
-            .set(
-                "queue.buffering.max.messages",
-                limits.queue_messages.to_string(),
-            )
-            .set(
-                "message.timeout.ms",
-                limits.delivery_timeout.as_millis().to_string(),
-            );
-        // Batches are pipelined (AtLeastOnce), so a short linger costs no throughput and
-        // fills produce requests: with 0 every record wakes the broker thread and requests
-        // stay small (measured: about 12 % more records/s at 5 ms). The user's
-        // `target.config` wins.
-        if props.get("linger.ms").is_none() {
-            config.set("linger.ms", "5");
+        for (k, v) in producer_properties(&limits, transactional_id) {
+            config.set(k, v);
         }
-        if transactional_id.is_none() {
-            // Without transactions, a batch the broker refuses for good (e.g. too large) must
-            // not let librdkafka bump the epoch and deliver the records behind it first:
-            // that would put r+1.. on the target before r is retried. The producer stops
-            // instead (a fatal error); the engine recreates it and re-sends from the
-            // committed positions, so each partition keeps its order of first appearance.
-            config.set("enable.gapless.guarantee", "true");
-        }
-        // Polled: its statistics let the connection health see a broker come back.
-        for (k, v) in crate::kafka::health::STATS_PROPERTIES {
-            if props.get(k).is_none() {
-                config.set(*k, *v);
-            }
-        }
-        if let Some(id) = transactional_id {
-            config.set("transactional.id", id).set(
-                "transaction.timeout.ms",
-                limits.transaction_timeout.as_millis().to_string(),
-            );
+        for (k, v) in producer_defaults(props) {
+            config.set(k, v);
         }
         let inner = EventProducer::create(&config, ctx)?;
         if transactional_id.is_some() {
@@ -319,6 +338,59 @@ impl TargetWriter {
 mod tests {
     use super::*;
     use RDKafkaErrorCode as C;
+
+    #[test]
+    fn the_producer_is_idempotent_and_gapless_without_transactions() {
+        let l = ProducerLimits::default();
+        // (transactional id, property, value)
+        let cases = [
+            (None, "enable.idempotence", Some("true")),
+            (None, "acks", Some("all")),
+            (None, "queue.buffering.max.kbytes", Some("32768")),
+            (None, "queue.buffering.max.messages", Some("100000")),
+            (None, "message.timeout.ms", Some("60000")),
+            (None, "enable.gapless.guarantee", Some("true")),
+            (None, "transactional.id", None),
+            (Some("t-0"), "transactional.id", Some("t-0")),
+            (Some("t-0"), "transaction.timeout.ms", Some("60000")),
+            (Some("t-0"), "enable.gapless.guarantee", None),
+            (Some("t-0"), "enable.idempotence", Some("true")),
+        ];
+        for (id, key, want) in cases {
+            let got = producer_properties(&l, id);
+            let got = got.iter().find(|(k, _)| *k == key).map(|(_, v)| v.as_str());
+            assert_eq!(got, want, "{id:?} {key}");
+        }
+    }
+
+    #[test]
+    fn the_producer_gets_linger_and_statistics_unless_target_config_sets_them() {
+        let props = |kv: &[(&str, &str)]| kv.iter().copied().collect::<ClientProperties>();
+        // (target.config, what the producer gets beyond it)
+        type Case = (
+            &'static [(&'static str, &'static str)],
+            &'static [(&'static str, &'static str)],
+        );
+        let cases: [Case; 4] = [
+            (
+                &[],
+                &[("linger.ms", "5"), ("statistics.interval.ms", "5000")],
+            ),
+            (&[("linger.ms", "0")], &[("statistics.interval.ms", "5000")]),
+            (&[("statistics.interval.ms", "0")], &[("linger.ms", "5")]),
+            (
+                &[("linger.ms", "20"), ("statistics.interval.ms", "1000")],
+                &[],
+            ),
+        ];
+        for (target_config, want) in cases {
+            assert_eq!(
+                producer_defaults(&props(target_config)),
+                want,
+                "{target_config:?}"
+            );
+        }
+    }
 
     #[test]
     fn classification_table() {
