@@ -10,7 +10,7 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::BaseRecord;
 use tracing::{debug, error, info, warn};
 
-use super::send::{first_failure, send_waiting, Dispatched, MetaPending, Target, Via};
+use super::send::{first_failure, send_waiting, Dispatched, MetaPending, Target};
 use super::verdict::{self, commit_error_action, CommitAction, CommitPlan, Judgement, Verdict};
 use crate::kafka::delivery::GroupHandle;
 
@@ -327,10 +327,13 @@ impl Pipeline {
         plan: &CommitPlan,
         table: &mut PartitionTable,
     ) -> Result<Option<(GroupHandle, usize)>, EngineError> {
-        let Some(writer) = self.writer.as_ref() else {
+        let Some(writer) = self.writer.as_mut() else {
             return Ok(None);
         };
-        let producer = writer.producer().clone();
+        let (syncs_topic, progress_topic) = (
+            writer.topic(&self.cfg.syncs_topic),
+            writer.topic(&self.cfg.progress_topic),
+        );
         let meta_group = writer
             .tracker()
             .group(plan.syncs.len() + plan.progress.len());
@@ -361,7 +364,10 @@ impl Pipeline {
                     .key(key.as_slice())
                     .payload(value.as_slice())
                     .headers(headers);
-            match send_waiting(&producer, Via::Name(&producer), br, flush_timeout).await {
+            let Some(writer) = self.writer.as_ref() else {
+                return Ok(None);
+            };
+            match send_waiting(writer, syncs_topic, br, flush_timeout).await {
                 Ok(()) => meta_sent += 1,
                 Err(e) => {
                     self.write_error("send offset sync", &e, table)?;
@@ -381,7 +387,10 @@ impl Pipeline {
                     .partition(0)
                     .key(key.as_slice())
                     .payload(value.as_slice());
-            match send_waiting(&producer, Via::Name(&producer), br, flush_timeout).await {
+            let Some(writer) = self.writer.as_ref() else {
+                return Ok(None);
+            };
+            match send_waiting(writer, progress_topic, br, flush_timeout).await {
                 Ok(()) => meta_sent += 1,
                 Err(e) => {
                     self.write_error("send progress", &e, table)?;

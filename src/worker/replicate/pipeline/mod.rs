@@ -35,7 +35,7 @@ use crate::kafka::events::ProducerEvents;
 use crate::kafka::health::ClusterHealth;
 use crate::kafka::wire::{offset_syncs_topic, progress_topic};
 use crate::telemetry::metrics::{ErrorKind, WorkerMetrics};
-use send::{flush, head_delivered, meta_delivered, send_waiting, target_record, Via};
+use send::{flush, head_delivered, meta_delivered, send_waiting, target_record};
 pub use send::{Dispatched, MetaPending, Sending};
 
 /// A writer epoch for a fresh sync emitter: increasing within the process and, being clock
@@ -738,8 +738,7 @@ impl Pipeline {
                 rec.headers().cloned(),
             );
             // A full queue (earlier batches too) is waited for once; order is kept.
-            let via = Via::Topic(writer, target.id);
-            match send_waiting(&producer, via, br, flush_timeout).await {
+            match send_waiting(writer, target.id, br, flush_timeout).await {
                 Ok(()) => {
                     s.pending.push(i);
                     s.sent += 1;

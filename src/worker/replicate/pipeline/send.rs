@@ -174,38 +174,21 @@ pub fn first_failure(group: &GroupHandle, sent: usize) -> Option<Box<RecordFailu
     (0..sent).find_map(|j| delivery_result(group.take(j)).err())
 }
 
-/// How a record reaches the producer.
-#[derive(Clone, Copy)]
-pub enum Via<'w> {
-    /// By its topic's name (offset syncs and progress: a few records a batch).
-    Name(&'w DeliveryProducer),
-    /// Through the topic's handle in the writer (replicated records).
-    Topic(&'w TargetWriter, TopicId),
-}
-
-impl Via<'_> {
-    #[allow(clippy::result_large_err)] // rdkafka's own signature: the record comes back
-    fn send<'a>(self, record: TargetRecord<'a>) -> Result<(), (KafkaError, TargetRecord<'a>)> {
-        match self {
-            Via::Name(p) => p.send(record),
-            Via::Topic(w, id) => w.send(id, record),
-        }
-    }
-}
-
-/// Hands a record to `producer` (`via`); if its queue is full (`target.config` may make it
-/// smaller than the batch window), waits for the queue to empty once and tries again.
+/// Hands a record to the writer's producer, to `topic` (an id of the writer's: one lookup
+/// per producer, not one per record under the client's write lock); if its queue is full
+/// (`target.config` may make it smaller than the batch window), waits for the queue to empty
+/// once and tries again.
 pub async fn send_waiting(
-    producer: &Arc<DeliveryProducer>,
-    via: Via<'_>,
+    writer: &TargetWriter,
+    topic: TopicId,
     record: TargetRecord<'_>,
     timeout: Duration,
 ) -> Result<(), KafkaError> {
-    match via.send(record) {
+    match writer.send(topic, record) {
         Ok(()) => Ok(()),
         Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), record)) => {
-            flush(producer, timeout).await;
-            via.send(record).map_err(|(e, _)| e)
+            flush(writer.producer(), timeout).await;
+            writer.send(topic, record).map_err(|(e, _)| e)
         }
         Err((e, _)) => Err(e),
     }
