@@ -334,69 +334,74 @@ impl Pipeline {
             writer.topic(&self.cfg.syncs_topic),
             writer.topic(&self.cfg.progress_topic),
         );
+        let writer = &*writer;
         let meta_group = writer
             .tracker()
             .group(plan.syncs.len() + plan.progress.len());
         let flush_timeout = self.cfg.tuning.producer.delivery_timeout;
         let mut meta_sent = 0usize;
-        for (slot, s) in &plan.syncs {
-            let tp = &batch.partitions()[*slot].tp;
-            let sync = OffsetSync {
-                topic: tp.topic.clone(),
-                partition: tp.partition,
-                upstream_offset: s.upstream,
-                downstream_offset: s.downstream,
-            };
-            let (key, value) = match (sync.encode_key(), sync.encode_value()) {
-                (Ok(k), Ok(v)) => (k, v),
-                (Err(e), _) | (_, Err(e)) => {
-                    return Err(EngineError::Fatal(format!("encoding an offset sync: {e}")))
+        // A refused send ends both loops; its error is handled below, with `self` free again.
+        let mut refused = None;
+        'send: {
+            for (slot, s) in &plan.syncs {
+                let tp = &batch.partitions()[*slot].tp;
+                let sync = OffsetSync {
+                    topic: tp.topic.clone(),
+                    partition: tp.partition,
+                    upstream_offset: s.upstream,
+                    downstream_offset: s.downstream,
+                };
+                let (key, value) = match (sync.encode_key(), sync.encode_value()) {
+                    (Ok(k), Ok(v)) => (k, v),
+                    (Err(e), _) | (_, Err(e)) => {
+                        return Err(EngineError::Fatal(format!("encoding an offset sync: {e}")))
+                    }
+                };
+                let seq = s.sequence.encode();
+                let headers = OwnedHeaders::new().insert(Header {
+                    key: SYNC_SEQUENCE_HEADER,
+                    value: Some(seq.as_slice()),
+                });
+                let br: BaseRecord<'_, [u8], [u8], usize> =
+                    BaseRecord::with_opaque_to(&self.cfg.syncs_topic, meta_group.ticket(meta_sent))
+                        .partition(0)
+                        .key(key.as_slice())
+                        .payload(value.as_slice())
+                        .headers(headers);
+                match send_waiting(writer, syncs_topic, br, flush_timeout).await {
+                    Ok(()) => meta_sent += 1,
+                    Err(e) => {
+                        refused = Some(("send offset sync", e));
+                        break 'send;
+                    }
                 }
-            };
-            let seq = s.sequence.encode();
-            let headers = OwnedHeaders::new().insert(Header {
-                key: SYNC_SEQUENCE_HEADER,
-                value: Some(seq.as_slice()),
-            });
-            let br: BaseRecord<'_, [u8], [u8], usize> =
-                BaseRecord::with_opaque_to(&self.cfg.syncs_topic, meta_group.ticket(meta_sent))
-                    .partition(0)
-                    .key(key.as_slice())
-                    .payload(value.as_slice())
-                    .headers(headers);
-            let Some(writer) = self.writer.as_ref() else {
-                return Ok(None);
-            };
-            match send_waiting(writer, syncs_topic, br, flush_timeout).await {
-                Ok(()) => meta_sent += 1,
-                Err(e) => {
-                    self.write_error("send offset sync", &e, table)?;
-                    return Ok(None);
+            }
+            for p in &plan.progress {
+                let (key, value) = match (p.encode_key(), p.encode_value()) {
+                    (Ok(k), Ok(v)) => (k, v),
+                    (Err(e), _) | (_, Err(e)) => {
+                        return Err(EngineError::Fatal(format!("encoding progress: {e}")))
+                    }
+                };
+                let br: BaseRecord<'_, [u8], [u8], usize> = BaseRecord::with_opaque_to(
+                    &self.cfg.progress_topic,
+                    meta_group.ticket(meta_sent),
+                )
+                .partition(0)
+                .key(key.as_slice())
+                .payload(value.as_slice());
+                match send_waiting(writer, progress_topic, br, flush_timeout).await {
+                    Ok(()) => meta_sent += 1,
+                    Err(e) => {
+                        refused = Some(("send progress", e));
+                        break 'send;
+                    }
                 }
             }
         }
-        for p in &plan.progress {
-            let (key, value) = match (p.encode_key(), p.encode_value()) {
-                (Ok(k), Ok(v)) => (k, v),
-                (Err(e), _) | (_, Err(e)) => {
-                    return Err(EngineError::Fatal(format!("encoding progress: {e}")))
-                }
-            };
-            let br: BaseRecord<'_, [u8], [u8], usize> =
-                BaseRecord::with_opaque_to(&self.cfg.progress_topic, meta_group.ticket(meta_sent))
-                    .partition(0)
-                    .key(key.as_slice())
-                    .payload(value.as_slice());
-            let Some(writer) = self.writer.as_ref() else {
-                return Ok(None);
-            };
-            match send_waiting(writer, progress_topic, br, flush_timeout).await {
-                Ok(()) => meta_sent += 1,
-                Err(e) => {
-                    self.write_error("send progress", &e, table)?;
-                    return Ok(None);
-                }
-            }
+        if let Some((what, e)) = refused {
+            self.write_error(what, &e, table)?;
+            return Ok(None);
         }
         meta_group.expect(meta_sent);
         Ok(Some((meta_group, meta_sent)))
