@@ -25,7 +25,7 @@
 //! - **bare loop**: this bench binary re-run with `MIRRORFLOW_BENCH_ROLE=bare`: a
 //!   `BaseConsumer` (assign, no group) polled one record at a time into a `BaseProducer`,
 //!   with the engine's consumer settings (prefetch bounds from `Tuning::default()`) and the
-//!   engine's producer settings (`writer::producer_properties` and `producer_defaults`:
+//!   engine's producer settings (`writer::producer_properties` and `PRODUCER_TUNING`:
 //!   idempotent, gapless, `acks=all`, `linger.ms=5`, same queue bounds; no statistics),
 //!   until every record is acknowledged. It keeps partition, key, value, headers and
 //!   timestamp, like the engine.

@@ -8,10 +8,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
-use mirrorflow::kafka::config::ClientProperties;
-use mirrorflow::kafka::health::STATS_PROPERTIES;
 use mirrorflow::worker::replicate::intake::prefetch_properties;
-use mirrorflow::worker::replicate::writer::{producer_defaults, producer_properties};
+use mirrorflow::worker::replicate::writer::{producer_properties, PRODUCER_TUNING};
 use mirrorflow::worker::replicate::Tuning;
 use rdkafka::client::ClientContext;
 use rdkafka::config::ClientConfig;
@@ -201,10 +199,8 @@ fn producer(tgt: &str, tuning: &Tuning, compression: &str) -> anyhow::Result<Bas
     for (k, v) in producer_properties(&tuning.producer, None) {
         config.set(k, v);
     }
-    for (k, v) in producer_defaults(&ClientProperties::default()) {
-        if !STATS_PROPERTIES.iter().any(|(s, _)| *s == k) {
-            config.set(k, v);
-        }
+    for (k, v) in PRODUCER_TUNING {
+        config.set(k, v);
     }
     config
         .set("bootstrap.servers", tgt)
