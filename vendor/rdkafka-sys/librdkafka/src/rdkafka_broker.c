@@ -3889,6 +3889,7 @@ static int rd_kafka_toppar_producer_serve(rd_kafka_broker_t *rkb,
         int inflight              = 0;
         uint64_t epoch_base_msgid = 0;
         rd_bool_t batch_ready     = rd_false;
+        rd_ts_t wakeup_unready;
 
         /* By limiting the number of not-yet-sent buffers (rkb_outbufs) we
          * provide a backpressure mechanism to the producer loop
@@ -3945,6 +3946,11 @@ static int rd_kafka_toppar_producer_serve(rd_kafka_broker_t *rkb,
                         }
                 }
         }
+
+        /* The wake-up before this partition's batch readiness counts:
+         * restored when the partition may not send for its in-flight
+         * requests (mirrorflow patch, see below). */
+        wakeup_unready = *next_wakeup;
 
         if (unlikely(!may_send)) {
                 /* Sends prohibited on the broker or instance level */
@@ -4066,8 +4072,17 @@ static int rd_kafka_toppar_producer_serve(rd_kafka_broker_t *rkb,
 
 
         /* Check if allowed to create and enqueue a ProduceRequest */
-        if (max_requests <= 0)
+        if (max_requests <= 0) {
+                /* A ready batch set the wake-up to now, but an idempotent
+                 * partition at its in-flight limit (which counts messages:
+                 * RD_KAFKA_IDEMP_MAX_INFLIGHT of them in flight) can send
+                 * only after a response, which wakes this thread anyway:
+                 * waking now would spin on poll(0) until then
+                 * (mirrorflow patch). */
+                if (inflight >= RD_KAFKA_IDEMP_MAX_INFLIGHT)
+                        *next_wakeup = wakeup_unready;
                 return 0;
+        }
 
         r = rktp->rktp_xmit_msgq.rkmq_msg_cnt;
         if (r == 0)
