@@ -13,6 +13,7 @@ use tracing::{debug, error, info, warn};
 use super::send::{first_failure, send_waiting, Dispatched, MetaPending, Target};
 use super::verdict::{self, commit_error_action, CommitAction, CommitPlan, Judgement, Verdict};
 use crate::kafka::delivery::GroupHandle;
+use crate::kafka::produce::TopicId;
 
 /// Commit attempts of one transaction before its outcome counts as unknown.
 const MAX_COMMIT_ATTEMPTS: u32 = 5;
@@ -334,68 +335,60 @@ impl Pipeline {
             writer.topic(&self.cfg.syncs_topic),
             writer.topic(&self.cfg.progress_topic),
         );
+        // Every record encoded before any is sent: an encoding error sends nothing.
+        let mut records = Vec::with_capacity(plan.syncs.len() + plan.progress.len());
+        for (slot, s) in &plan.syncs {
+            let tp = &batch.partitions()[*slot].tp;
+            let sync = OffsetSync {
+                topic: tp.topic.clone(),
+                partition: tp.partition,
+                upstream_offset: s.upstream,
+                downstream_offset: s.downstream,
+            };
+            let (key, value) = encoded(sync.encode_key(), sync.encode_value(), "an offset sync")?;
+            let headers = OwnedHeaders::new().insert(Header {
+                key: SYNC_SEQUENCE_HEADER,
+                value: Some(s.sequence.encode().as_slice()),
+            });
+            records.push(MetaRecord {
+                topic: (syncs_topic, &self.cfg.syncs_topic),
+                what: "send offset sync",
+                key,
+                value,
+                headers: Some(headers),
+            });
+        }
+        for p in &plan.progress {
+            let (key, value) = encoded(p.encode_key(), p.encode_value(), "progress")?;
+            records.push(MetaRecord {
+                topic: (progress_topic, &self.cfg.progress_topic),
+                what: "send progress",
+                key,
+                value,
+                headers: None,
+            });
+        }
         let writer = &*writer;
-        let meta_group = writer
-            .tracker()
-            .group(plan.syncs.len() + plan.progress.len());
+        let meta_group = writer.tracker().group(records.len());
         let flush_timeout = self.cfg.tuning.producer.delivery_timeout;
         let mut meta_sent = 0usize;
-        // A refused send ends both loops; its error is handled below, with `self` free again.
+        // A refused send ends the loop; its error is handled below, with `self` free again.
         let mut refused = None;
-        'send: {
-            for (slot, s) in &plan.syncs {
-                let tp = &batch.partitions()[*slot].tp;
-                let sync = OffsetSync {
-                    topic: tp.topic.clone(),
-                    partition: tp.partition,
-                    upstream_offset: s.upstream,
-                    downstream_offset: s.downstream,
-                };
-                let (key, value) = match (sync.encode_key(), sync.encode_value()) {
-                    (Ok(k), Ok(v)) => (k, v),
-                    (Err(e), _) | (_, Err(e)) => {
-                        return Err(EngineError::Fatal(format!("encoding an offset sync: {e}")))
-                    }
-                };
-                let seq = s.sequence.encode();
-                let headers = OwnedHeaders::new().insert(Header {
-                    key: SYNC_SEQUENCE_HEADER,
-                    value: Some(seq.as_slice()),
-                });
-                let br: BaseRecord<'_, [u8], [u8], usize> =
-                    BaseRecord::with_opaque_to(&self.cfg.syncs_topic, meta_group.ticket(meta_sent))
-                        .partition(0)
-                        .key(key.as_slice())
-                        .payload(value.as_slice())
-                        .headers(headers);
-                match send_waiting(writer, syncs_topic, br, flush_timeout).await {
-                    Ok(()) => meta_sent += 1,
-                    Err(e) => {
-                        refused = Some(("send offset sync", e));
-                        break 'send;
-                    }
-                }
+        for r in records {
+            let (id, name) = r.topic;
+            let mut br: BaseRecord<'_, [u8], [u8], usize> =
+                BaseRecord::with_opaque_to(name, meta_group.ticket(meta_sent))
+                    .partition(0)
+                    .key(r.key.as_slice())
+                    .payload(r.value.as_slice());
+            if let Some(h) = r.headers {
+                br = br.headers(h);
             }
-            for p in &plan.progress {
-                let (key, value) = match (p.encode_key(), p.encode_value()) {
-                    (Ok(k), Ok(v)) => (k, v),
-                    (Err(e), _) | (_, Err(e)) => {
-                        return Err(EngineError::Fatal(format!("encoding progress: {e}")))
-                    }
-                };
-                let br: BaseRecord<'_, [u8], [u8], usize> = BaseRecord::with_opaque_to(
-                    &self.cfg.progress_topic,
-                    meta_group.ticket(meta_sent),
-                )
-                .partition(0)
-                .key(key.as_slice())
-                .payload(value.as_slice());
-                match send_waiting(writer, progress_topic, br, flush_timeout).await {
-                    Ok(()) => meta_sent += 1,
-                    Err(e) => {
-                        refused = Some(("send progress", e));
-                        break 'send;
-                    }
+            match send_waiting(writer, id, br, flush_timeout).await {
+                Ok(()) => meta_sent += 1,
+                Err(e) => {
+                    refused = Some((r.what, e));
+                    break;
                 }
             }
         }
@@ -537,5 +530,27 @@ impl Pipeline {
                 Ok(WriteOutcome::Retry)
             }
         }
+    }
+}
+
+/// An offset sync or progress record, encoded, for [`Pipeline::send_meta`].
+struct MetaRecord<'a> {
+    topic: (TopicId, &'a str),
+    /// What failed, for the error if the send is refused.
+    what: &'static str,
+    key: Vec<u8>,
+    value: Vec<u8>,
+    headers: Option<OwnedHeaders>,
+}
+
+/// A record's encoded key and value; an encoding error is fatal (a bug, not the cluster).
+fn encoded<E: std::fmt::Display>(
+    key: Result<Vec<u8>, E>,
+    value: Result<Vec<u8>, E>,
+    what: &str,
+) -> Result<(Vec<u8>, Vec<u8>), EngineError> {
+    match (key, value) {
+        (Ok(k), Ok(v)) => Ok((k, v)),
+        (Err(e), _) | (_, Err(e)) => Err(EngineError::Fatal(format!("encoding {what}: {e}"))),
     }
 }
