@@ -32,10 +32,11 @@ pub fn heartbeat_interval_seconds() -> i32 {
 pub fn replicas() -> i32 {
     1
 }
-/// 32 MiB: the bare rdkafka loop keeps 32 MiB in its producer queue, and 16 left the 1 KB rates
-/// below its 95 % (docs/PERFORMANCE.md, "The default window").
+/// 37 MiB: 32 for the batches (the bare rdkafka loop keeps 32 MiB in its producer queue, and
+/// 16 left the 1 KB rates below its 95 %: docs/PERFORMANCE.md, "The default window"), 4 for
+/// the consumer's prefetch and 1 for a fetch (`worker::replicate::settings::WindowShares`).
 pub fn in_flight_mib() -> i32 {
-    32
+    37
 }
 pub fn checkpoint_interval_seconds() -> i32 {
     5

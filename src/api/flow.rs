@@ -497,7 +497,7 @@ pub enum Delivery {
     ExactlyOnce,
     /// No loss; after a crash, at most one batch window of records is replicated again
     /// (the records not yet covered by acknowledged progress: 40,000 records /
-    /// `workers.inFlightMiB`, 32 MiB by default, per worker).
+    /// the batches' share of `workers.inFlightMiB`, 32 of 37 MiB by default, per worker).
     AtLeastOnce,
 }
 
@@ -581,12 +581,14 @@ pub struct WorkersSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1))]
     pub image: Option<String>,
-    /// Record data each worker keeps in flight to the target, in MiB: records sent and not
-    /// yet acknowledged, plus the batch being read, each counted with its key, value, headers
+    /// Record data each worker holds, in MiB: one 1 MiB fetch, the consumer's prefetch (an
+    /// eighth, at most 4 MiB) and, the rest, the batches: records sent to the target and not
+    /// yet acknowledged plus the batch being read, each counted with its key, value, headers
     /// and 256 bytes of bookkeeping. It is the term of a worker's memory that grows with load
-    /// (peak RSS is about this plus 21-34 MiB with 1,000 partitions, measured), and with
-    /// AtLeastOnce it bounds what a crash may replicate twice (with at most 40,000 records).
-    /// Larger copies faster when the target is slow to acknowledge. Workers restart when it
+    /// (peak RSS is about this plus 16-29 MiB with 1,000 partitions, measured), and with
+    /// AtLeastOnce the batches' share bounds what a crash may replicate twice (with at most
+    /// 40,000 records). Larger copies faster when the target is slow to acknowledge; under
+    /// 3 MiB the batches keep half and the fetch goes beyond it. Workers restart when it
     /// changes.
     #[serde(rename = "inFlightMiB", default = "defaults::in_flight_mib")]
     #[schemars(range(min = 1, max = 1024))]

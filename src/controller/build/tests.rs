@@ -704,7 +704,7 @@ fn default_resources_follow_the_window_and_never_override_the_flow() {
     );
     assert_eq!(
         resources(&with(json!({"inFlightMiB": 64}))),
-        json!({"requests": {"cpu": "100m", "memory": "112Mi"}, "limits": {"memory": "224Mi"}})
+        json!({"requests": {"cpu": "100m", "memory": "107Mi"}, "limits": {"memory": "214Mi"}})
     );
     assert_eq!(
         resources(&with(json!({"resources": {}}))),

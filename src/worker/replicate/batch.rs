@@ -33,17 +33,6 @@ pub struct BatchLimits {
     pub linger: Duration,
 }
 
-impl Default for BatchLimits {
-    fn default() -> Self {
-        Self {
-            max_records: 40_000,
-            // The API's default `spec.workers.inFlightMiB`, so the two cannot drift apart.
-            max_bytes: window_bytes(crate::api::defaults::in_flight_mib()),
-            linger: Duration::from_millis(100),
-        }
-    }
-}
-
 /// The window of `spec.workers.inFlightMiB` = `mib`, in bytes (at least 1 MiB).
 pub fn window_bytes(mib: i32) -> usize {
     (mib.max(1).unsigned_abs() as usize) << 20

@@ -44,7 +44,7 @@
 //!   `queue.buffering.max.*` in `target.config`) keeps the rest of the open batch in memory,
 //!   sent in order when the batch is. A crash replicates again at most the records not
 //!   covered by acknowledged progress: `Tuning::batch` (40,000 records /
-//!   `spec.workers.inFlightMiB`, default 32 MiB), the window that the sent batches, those
+//!   the batches' share of `spec.workers.inFlightMiB`, 32 of the default 37 MiB), the window that the sent batches, those
 //!   awaiting progress and the open batch share.
 //! - **Failures.** A record the target refuses for good (e.g. larger than `max.message.bytes`)
 //!   stops its partition ([`status::PartitionState::Failed`]) with the broker's message;
@@ -61,28 +61,32 @@
 //!   progress acknowledged) within 10 s, or are aborted; exit 0.
 //!
 //! # Memory bound (defaults, per worker)
-//! - consumer prefetch: `queued.max.messages.kbytes` = 4 MiB (or 40,000 records,
-//!   `queued.min.messages`), overshot by at most one fetch (`fetch.max.bytes` = 1 MiB, or
-//!   `message.max.bytes` if `source.config` sets it larger);
-//! - record data of sent records and the open batch, each record counted with 256 bytes of
-//!   bookkeeping (`batch::RECORD_OVERHEAD_BYTES`): ≤ `spec.workers.inFlightMiB` = 32 MiB (and
-//!   40,000 records) in all ([`batch::BatchLimits::room`]: the open batch gets a third with
-//!   the default depth, less what earlier batches still hold), held by librdkafka's producer
-//!   (the engine keeps a copy only of records read ahead while a batch is written, or
-//!   waiting for a full producer queue, within the same bound). A single record larger than
-//!   the room forms a batch of its own;
-//! - producer queue: ≤ 32 MiB (`queue.buffering.max.kbytes`), in practice the window.
+//! `spec.workers.inFlightMiB` (37 MiB by default) bounds all record data a worker holds,
+//! shared by [`settings::WindowShares`]:
+//! - one fetch being read (`fetch.max.bytes` = 1 MiB, or `message.max.bytes` if
+//!   `source.config` sets it larger);
+//! - the consumer's prefetch: `queued.max.messages.kbytes`, an eighth of the window and at
+//!   most 4 MiB (or 40,000 records, `queued.min.messages`);
+//! - the rest, 32 MiB by default, for the batches: records sent and not yet acknowledged and
+//!   the open batch, each record counted with 256 bytes of bookkeeping
+//!   (`batch::RECORD_OVERHEAD_BYTES`), and 40,000 records in all ([`batch::BatchLimits::room`]:
+//!   the open batch gets a third with the default depth, less what earlier batches still
+//!   hold), held by librdkafka's producer (the engine keeps a copy only of records read ahead
+//!   while a batch is written, or waiting for a full producer queue, within the same bound).
+//!   A single record larger than the room forms a batch of its own;
+//! - producer queue: ≤ 32 MiB (`queue.buffering.max.kbytes`), in practice the batches' share.
 //!
-//! So about 4 + 1 + 32 = 37 MiB of record data, plus librdkafka's buffers (measured: peak RSS
-//! the window plus 21-34 MiB with 1,000 partitions, an idle worker 18 MiB;
+//! Beyond the window are librdkafka's buffers and structures and the worker's own (measured:
+//! peak RSS the window plus 16-29 MiB with 1,000 partitions, an idle worker 18 MiB;
 //! docs/PERFORMANCE.md). Backpressure: a slow target holds the window full, and then nothing
 //! more is consumed. `source.config` may override the consumer bounds.
 //!
 //! The window is the trade between memory and throughput: when the target acknowledges
-//! slowly (a busy host), throughput is about window ÷ acknowledgement latency. On the 2-core
-//! bench host (1 KB records, medians of 3 interleaved runs): 16 MiB, 94.5 % of the bare copy
-//! loop (lz4 76.6 %); 32 MiB, 103.0 % (lz4 93.6 %), measured when records were counted with
-//! 64 bytes of bookkeeping, not 256. Hence the default of 32.
+//! slowly (a busy host), throughput is about the batches' share ÷ acknowledgement latency. On
+//! the 2-core bench host (1 KB records, medians of 3 interleaved runs, the prefetch outside
+//! the window then): batches of 16 MiB, 94.5 % of the bare copy loop (lz4 76.6 %); 32 MiB,
+//! 103.0 % (lz4 93.6 %), measured when records were counted with 64 bytes of bookkeeping,
+//! not 256. Hence the default of 37: 32 for the batches.
 
 pub mod assign;
 pub mod batch;
@@ -612,11 +616,42 @@ pub fn watch_flow_file(
 mod tests {
     use super::*;
     use clap::Parser;
+    use settings::WindowShares;
 
     #[derive(Parser, Debug)]
     struct Cli {
         #[command(flatten)]
         args: WorkerArgs,
+    }
+
+    #[test]
+    fn the_window_is_shared_between_fetch_prefetch_and_batches() {
+        const MIB: usize = 1 << 20;
+        const KIB: usize = 1 << 10;
+        let cases = [
+            // (window MiB, fetch, prefetch, batches)
+            (37, MIB, 4 * MIB, 32 * MIB),
+            (32, MIB, 4 * MIB, 27 * MIB),
+            (1024, MIB, 4 * MIB, 1019 * MIB),
+            (16, MIB, 2 * MIB, 13 * MIB),
+            (8, MIB, MIB, 6 * MIB),
+            // The batches keep half: a fetch is 1 MiB whatever the window.
+            (2, MIB, 256 * KIB, MIB),
+            (1, MIB, 128 * KIB, 512 * KIB),
+        ];
+        for (mib, fetch, prefetch, batches) in cases {
+            let s = WindowShares::of(mib << 20);
+            assert_eq!(
+                (s.fetch, s.prefetch, s.batches),
+                (fetch, prefetch, batches),
+                "{mib} MiB"
+            );
+            if mib >= 3 {
+                assert!(s.fetch + s.prefetch + s.batches <= mib << 20, "{mib} MiB");
+            }
+        }
+        // Whole KiB, as `queued.max.messages.kbytes` takes it.
+        assert_eq!(WindowShares::of(3 * MIB + 5).prefetch, 384 * KIB);
     }
 
     #[test]
@@ -630,25 +665,49 @@ mod tests {
             .unwrap()
         };
         let cases = [
-            ("default", serde_json::json!({}), 32 << 20),
-            ("32 MiB", serde_json::json!({"inFlightMiB": 32}), 32 << 20),
-            ("1 MiB", serde_json::json!({"inFlightMiB": 1}), 1 << 20),
+            // (name, workers, batches, prefetch KiB)
+            ("default", serde_json::json!({}), 32 << 20, 4096),
+            (
+                "37 MiB",
+                serde_json::json!({"inFlightMiB": 37}),
+                32 << 20,
+                4096,
+            ),
+            (
+                "16 MiB",
+                serde_json::json!({"inFlightMiB": 16}),
+                13 << 20,
+                2048,
+            ),
+            (
+                "1 MiB",
+                serde_json::json!({"inFlightMiB": 1}),
+                512 << 10,
+                128,
+            ),
             // Refused by validation; never a zero window if it got through.
             (
                 "0 counts as 1",
                 serde_json::json!({"inFlightMiB": 0}),
-                1 << 20,
+                512 << 10,
+                128,
             ),
         ];
-        for (name, workers, bytes) in cases {
+        for (name, workers, bytes, prefetch_kib) in cases {
             let t = Tuning::for_spec(&spec(workers));
             assert_eq!(t.batch.max_bytes, bytes, "{name}");
+            assert_eq!(t.consumer_queue_kbytes, prefetch_kib, "{name}");
+            assert_eq!(t.fetch_max_bytes, 1 << 20, "{name}");
             assert_eq!(
                 t.batch.max_records,
                 Tuning::default().batch.max_records,
                 "{name}"
             );
         }
+        assert_eq!(
+            Tuning::default(),
+            Tuning::for_spec(&spec(serde_json::json!({})))
+        );
     }
 
     #[test]

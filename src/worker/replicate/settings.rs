@@ -7,6 +7,7 @@ use std::time::Duration;
 use super::batch::{window_bytes, BatchLimits};
 use super::status::StatusSink;
 use super::writer::ProducerLimits;
+use crate::api::defaults;
 use crate::api::MirrorFlowSpec;
 use crate::kafka::health::FlowHealth;
 use crate::telemetry::http::Readiness;
@@ -52,16 +53,33 @@ pub struct Tuning {
 }
 
 impl Default for Tuning {
+    /// The knobs of a flow with the default window.
     fn default() -> Self {
+        Self::for_window(window_bytes(defaults::in_flight_mib()))
+    }
+}
+
+impl Tuning {
+    /// The defaults with the flow's window (`spec.workers.inFlightMiB`, read at start: the
+    /// controller restarts workers when it changes).
+    pub fn for_spec(spec: &MirrorFlowSpec) -> Self {
+        Self::for_window(window_bytes(spec.workers.in_flight_mib))
+    }
+
+    /// The defaults with a window of `window` bytes, shared as [`WindowShares::of`] says.
+    fn for_window(window: usize) -> Self {
+        let shares = WindowShares::of(window);
         Self {
-            batch: BatchLimits::default(),
+            batch: BatchLimits {
+                max_records: 40_000,
+                max_bytes: shares.batches,
+                linger: Duration::from_millis(100),
+            },
             producer: ProducerLimits::default(),
-            // Measured by benches/replication.rs (docs/PERFORMANCE.md): a 2 MiB prefetch cost
-            // 25-40 % of the 1 KB rate; 1 MiB fetches keep the peak at 1,000 partitions
-            // under window + 32 MiB, and 40,000 records let the 100 B prefetch fill its 4 MiB
-            // (10,000, about 1 MB, cost a fifth of the 100 B rate with 1 MiB fetches).
-            consumer_queue_kbytes: 4 * 1024,
-            fetch_max_bytes: 1024 * 1024,
+            consumer_queue_kbytes: u32::try_from(shares.prefetch >> 10).unwrap_or(u32::MAX),
+            fetch_max_bytes: u32::try_from(shares.fetch).unwrap_or(u32::MAX),
+            // 40,000 records let the 100 B prefetch fill its 4 MiB (10,000, about 1 MB, cost
+            // a fifth of the 100 B rate with 1 MiB fetches: docs/PERFORMANCE.md).
             consumer_queue_records: 40_000,
             pipeline_depth: 2,
             io_timeout: Duration::from_secs(30),
@@ -75,13 +93,40 @@ impl Default for Tuning {
     }
 }
 
-impl Tuning {
-    /// The defaults with the flow's window (`spec.workers.inFlightMiB`, read at start: the
-    /// controller restarts workers when it changes).
-    pub fn for_spec(spec: &MirrorFlowSpec) -> Self {
-        let mut t = Self::default();
-        t.batch.max_bytes = window_bytes(spec.workers.in_flight_mib);
-        t
+/// One fetch response (`fetch.max.bytes`), by which the prefetch may overshoot its bound.
+/// 1 MiB kept the peak at 1,000 partitions lower than 2 MiB did, at no cost in rate
+/// (docs/PERFORMANCE.md, "The loaded peak and the consumer's fetch").
+const FETCH_BYTES: usize = 1 << 20;
+/// The largest prefetch: 2 MiB cost 25-40 % of the 1 KB rate; 5 MiB's extra 100 B rate was
+/// not worth its megabyte at the peak.
+const PREFETCH_MAX_BYTES: usize = 4 << 20;
+
+/// How a worker's window (`spec.workers.inFlightMiB`) is shared between the record data it
+/// holds, so that the one figure bounds all of it. Sizes in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowShares {
+    /// One fetch response being read.
+    pub fetch: usize,
+    /// The consumer's prefetch (`queued.max.messages.kbytes`).
+    pub prefetch: usize,
+    /// Records sent and not yet acknowledged, and the batch being read
+    /// ([`BatchLimits::max_bytes`]).
+    pub batches: usize,
+}
+
+impl WindowShares {
+    /// One fetch, an eighth for the prefetch (at most 4 MiB, whole KiB) and the rest for the
+    /// batches, which get at least half: a window under 3 MiB is exceeded by up to 0.6 MiB,
+    /// since a fetch is 1 MiB whatever the window.
+    pub fn of(window: usize) -> Self {
+        let prefetch = (window / 8).min(PREFETCH_MAX_BYTES) & !1023;
+        Self {
+            fetch: FETCH_BYTES,
+            prefetch,
+            batches: window
+                .saturating_sub(FETCH_BYTES + prefetch)
+                .max(window / 2),
+        }
     }
 }
 
