@@ -587,9 +587,10 @@ pub struct WorkersSpec {
     /// and 256 bytes of bookkeeping. It is the term of a worker's memory that grows with load
     /// (peak RSS is about this plus 16-29 MiB with 1,000 partitions, measured), and with
     /// AtLeastOnce the batches' share bounds what a crash may replicate twice (with at most
-    /// 40,000 records). Larger copies faster when the target is slow to acknowledge; under
-    /// 3 MiB the batches keep half and the fetch goes beyond it. Workers restart when it
-    /// changes.
+    /// 40,000 records). Larger copies faster when the target is slow to acknowledge. A
+    /// `fetch.max.bytes` or `queued.max.messages.kbytes` in `source.config` replaces the
+    /// worker's; the batches keep at least half, so under 3 MiB, or with consumer bounds
+    /// larger than half of it, the worker holds more. Workers restart when it changes.
     #[serde(rename = "inFlightMiB", default = "defaults::in_flight_mib")]
     #[schemars(range(min = 1, max = 1024))]
     pub in_flight_mib: i32,

@@ -79,7 +79,8 @@
 //! Beyond the window are librdkafka's buffers and structures and the worker's own (measured:
 //! peak RSS the window plus 16-29 MiB with 1,000 partitions, an idle worker 18 MiB;
 //! docs/PERFORMANCE.md). Backpressure: a slow target holds the window full, and then nothing
-//! more is consumed. `source.config` may override the consumer bounds.
+//! more is consumed. `source.config` may set the consumer's bounds (`fetch.max.bytes`,
+//! `queued.max.messages.kbytes`): the batches get what they leave, at least half.
 //!
 //! The window is the trade between memory and throughput: when the target acknowledges
 //! slowly (a busy host), throughput is about the batches' share ÷ acknowledgement latency. On
@@ -616,7 +617,7 @@ pub fn watch_flow_file(
 mod tests {
     use super::*;
     use clap::Parser;
-    use settings::WindowShares;
+    use settings::{ConsumerBounds, WindowShares};
 
     #[derive(Parser, Debug)]
     struct Cli {
@@ -640,7 +641,7 @@ mod tests {
             (1, MIB, 128 * KIB, 512 * KIB),
         ];
         for (mib, fetch, prefetch, batches) in cases {
-            let s = WindowShares::of(mib << 20);
+            let s = WindowShares::of(mib << 20, &ConsumerBounds::default());
             assert_eq!(
                 (s.fetch, s.prefetch, s.batches),
                 (fetch, prefetch, batches),
@@ -651,7 +652,86 @@ mod tests {
             }
         }
         // Whole KiB, as `queued.max.messages.kbytes` takes it.
-        assert_eq!(WindowShares::of(3 * MIB + 5).prefetch, 384 * KIB);
+        let default = ConsumerBounds::default();
+        assert_eq!(WindowShares::of(3 * MIB + 5, &default).prefetch, 384 * KIB);
+
+        // What `source.config` lets the consumer hold comes out of the batches' share.
+        let config = |pairs: &[(&str, &str)]| {
+            ConsumerBounds::from_config(
+                &pairs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            )
+        };
+        let cases = [
+            // (source.config, window MiB, fetch, prefetch, batches)
+            (vec![], 37, MIB, 4 * MIB, 32 * MIB),
+            (
+                vec![("fetch.max.bytes", "4194304")],
+                37,
+                4 * MIB,
+                4 * MIB,
+                29 * MIB,
+            ),
+            (
+                vec![("queued.max.messages.kbytes", "16384")],
+                37,
+                MIB,
+                16 * MIB,
+                20 * MIB,
+            ),
+            // A larger `message.max.bytes` raises the fetch (librdkafka needs it); a smaller
+            // one does not lower it.
+            (
+                vec![("message.max.bytes", "3145728")],
+                37,
+                3 * MIB,
+                4 * MIB,
+                30 * MIB,
+            ),
+            (
+                vec![("message.max.bytes", "500000")],
+                37,
+                MIB,
+                4 * MIB,
+                32 * MIB,
+            ),
+            (
+                vec![
+                    ("fetch.max.bytes", "2097152"),
+                    ("message.max.bytes", "3145728"),
+                ],
+                37,
+                2 * MIB,
+                4 * MIB,
+                31 * MIB,
+            ),
+            // Bounds larger than the window: the batches keep half.
+            (
+                vec![("queued.max.messages.kbytes", "65536")],
+                37,
+                MIB,
+                64 * MIB,
+                37 * MIB / 2,
+            ),
+            // Not a number: librdkafka refuses it when the consumer is made.
+            (
+                vec![("fetch.max.bytes", "lots")],
+                37,
+                MIB,
+                4 * MIB,
+                32 * MIB,
+            ),
+        ];
+        for (pairs, mib, fetch, prefetch, batches) in cases {
+            let s = WindowShares::of(mib << 20, &config(&pairs));
+            assert_eq!(
+                (s.fetch, s.prefetch, s.batches),
+                (fetch, prefetch, batches),
+                "{pairs:?}"
+            );
+        }
     }
 
     #[test]
@@ -708,6 +788,13 @@ mod tests {
             Tuning::default(),
             Tuning::for_spec(&spec(serde_json::json!({})))
         );
+
+        let mut with_prefetch = spec(serde_json::json!({}));
+        with_prefetch
+            .source
+            .config
+            .insert("queued.max.messages.kbytes".into(), "8192".into());
+        assert_eq!(Tuning::for_spec(&with_prefetch).batch.max_bytes, 28 << 20);
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Who a worker is, its knobs, what it reports to, and how it fails.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -55,20 +56,26 @@ pub struct Tuning {
 impl Default for Tuning {
     /// The knobs of a flow with the default window.
     fn default() -> Self {
-        Self::for_window(window_bytes(defaults::in_flight_mib()))
+        Self::for_window(WindowShares::of(
+            window_bytes(defaults::in_flight_mib()),
+            &ConsumerBounds::default(),
+        ))
     }
 }
 
 impl Tuning {
     /// The defaults with the flow's window (`spec.workers.inFlightMiB`, read at start: the
-    /// controller restarts workers when it changes).
+    /// controller restarts workers when it changes), less what `source.config` lets the
+    /// consumer hold.
     pub fn for_spec(spec: &MirrorFlowSpec) -> Self {
-        Self::for_window(window_bytes(spec.workers.in_flight_mib))
+        Self::for_window(WindowShares::of(
+            window_bytes(spec.workers.in_flight_mib),
+            &ConsumerBounds::from_config(&spec.source.config),
+        ))
     }
 
-    /// The defaults with a window of `window` bytes, shared as [`WindowShares::of`] says.
-    fn for_window(window: usize) -> Self {
-        let shares = WindowShares::of(window);
+    /// The defaults with the window shared as `shares` says.
+    fn for_window(shares: WindowShares) -> Self {
         Self {
             batch: BatchLimits {
                 max_records: 40_000,
@@ -77,7 +84,7 @@ impl Tuning {
             },
             producer: ProducerLimits::default(),
             consumer_queue_kbytes: u32::try_from(shares.prefetch >> 10).unwrap_or(u32::MAX),
-            fetch_max_bytes: u32::try_from(shares.fetch).unwrap_or(u32::MAX),
+            fetch_max_bytes: FETCH_BYTES as u32,
             // 40,000 records let the 100 B prefetch fill its 4 MiB (10,000, about 1 MB, cost
             // a fifth of the 100 B rate with 1 MiB fetches: docs/PERFORMANCE.md).
             consumer_queue_records: 40_000,
@@ -115,17 +122,46 @@ pub struct WindowShares {
 }
 
 impl WindowShares {
-    /// One fetch, an eighth for the prefetch (at most 4 MiB, whole KiB) and the rest for the
-    /// batches, which get at least half: a window under 3 MiB is exceeded by up to 0.6 MiB,
-    /// since a fetch is 1 MiB whatever the window.
-    pub fn of(window: usize) -> Self {
-        let prefetch = (window / 8).min(PREFETCH_MAX_BYTES) & !1023;
+    /// One fetch, an eighth for the prefetch (at most 4 MiB, whole KiB) unless `source.config`
+    /// sets either, and the rest for the batches, which get at least half: a window under
+    /// 3 MiB, or one smaller than the consumer's own bounds, is exceeded by them.
+    pub fn of(window: usize, consumer: &ConsumerBounds) -> Self {
+        let fetch = consumer.fetch.unwrap_or(FETCH_BYTES);
+        let prefetch = consumer
+            .prefetch
+            .unwrap_or((window / 8).min(PREFETCH_MAX_BYTES) & !1023);
         Self {
-            fetch: FETCH_BYTES,
+            fetch,
             prefetch,
             batches: window
-                .saturating_sub(FETCH_BYTES + prefetch)
+                .saturating_sub(fetch.saturating_add(prefetch))
                 .max(window / 2),
+        }
+    }
+}
+
+/// The consumer bounds a flow's `source.config` sets, in bytes (`None`: the worker's).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConsumerBounds {
+    /// `fetch.max.bytes`, or a larger `message.max.bytes` (which raises the worker's).
+    pub fetch: Option<usize>,
+    /// `queued.max.messages.kbytes`.
+    pub prefetch: Option<usize>,
+}
+
+impl ConsumerBounds {
+    /// Read from `source.config`; a value that is not a number is left to librdkafka, which
+    /// refuses it when the consumer is created.
+    pub fn from_config(config: &BTreeMap<String, String>) -> Self {
+        let num = |k: &str| config.get(k).and_then(|v| v.trim().parse::<usize>().ok());
+        let fetch = num("fetch.max.bytes").or_else(|| {
+            let message_max = config.get("message.max.bytes").map(String::as_str);
+            let raised = super::intake::fetch_max_bytes(FETCH_BYTES as u32, message_max) as usize;
+            (raised != FETCH_BYTES).then_some(raised)
+        });
+        Self {
+            fetch,
+            prefetch: num("queued.max.messages.kbytes").map(|k| k.saturating_mul(1024)),
         }
     }
 }
