@@ -54,7 +54,7 @@
 //! worker keeps running and is read when the last record is on the target); judged.
 //! *10-90 %*: the same between the first poll that saw 10 % of the records and the last that
 //! saw at most 90 % (the rate's window: no start-up, no final flush); shown, not judged: the
-//! records in flight at the window's ends (up to the batches' share, 32 MiB by default, at 1 KB a twelfth of
+//! records in flight at the window's ends (up to the batches' share, 40 MiB by default, at 1 KB a twelfth of
 //! the run) are paid for on one side and counted on the other, so its rounds spread more.
 //! Broker CPU is excluded from both and shown separately. *Peak RSS*: `VmHWM` of the contender's
 //! processes (kcat: the sum of both). Record size = key (12 B) + value; no headers.
@@ -111,7 +111,7 @@
 //! `MIRRORFLOW_BENCH_KCAT_LIBDIR`,
 //! `MIRRORFLOW_BENCH_KEEP_LOGS` (keep contender logs), `MIRRORFLOW_BENCH_LAG_MAX` (the flow's
 //! `offsetSyncs.lagMax`, default 100: what offset syncs cost), `MIRRORFLOW_BENCH_IN_FLIGHT_MIB`
-//! (the flow's `workers.inFlightMiB`, default the API's 37: memory against throughput), `MIRRORFLOW_BENCH_WORKER_RUST_LOG` (the
+//! (the flow's `workers.inFlightMiB`, default the API's 45: memory against throughput), `MIRRORFLOW_BENCH_WORKER_RUST_LOG` (the
 //! worker's `RUST_LOG`; `RUST_LOG` itself is removed so the brokers never log at debug
 //! level), `MIRRORFLOW_BENCH_WORKER_SOURCE_CONFIG` / `MIRRORFLOW_BENCH_WORKER_TARGET_CONFIG`
 //! (`key=value,...` added to the flow's `source.config` / `target.config`, for tuning

@@ -102,7 +102,7 @@ async fn create_applies_children_and_status() {
     let container = &sts["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(
         container["resources"],
-        json!({"requests": {"cpu": "100m", "memory": "80Mi"}, "limits": {"memory": "160Mi"}}),
+        json!({"requests": {"cpu": "100m", "memory": "88Mi"}, "limits": {"memory": "176Mi"}}),
         "no BestEffort workers: defaults from inFlightMiB (32) when the flow sets none"
     );
     let volumes = sts["spec"]["template"]["spec"]["volumes"]

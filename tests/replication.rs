@@ -824,7 +824,7 @@ async fn standalone_worker_serves_http_and_follows_the_file_tansu() {
 
 /// `spec.workers.inFlightMiB` reaches the running worker's window: 3 MB of records with a
 /// 1 MiB window take many batches (the batches' share is half of it, 512 KiB, and each batch
-/// at most a third of that), where the default 37 MiB would take one.
+/// at most a third of that), where the default 45 MiB would take one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn in_flight_mib_sets_the_window_tansu() {
     let Some((source, target)) = broker_pair(BrokerKind::Tansu).await else {

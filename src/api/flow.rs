@@ -497,7 +497,7 @@ pub enum Delivery {
     ExactlyOnce,
     /// No loss; after a crash, at most one batch window of records is replicated again
     /// (the records not yet covered by acknowledged progress: 40,000 records /
-    /// the batches' share of `workers.inFlightMiB`, 32 of 37 MiB by default, per worker).
+    /// the batches' share of `workers.inFlightMiB`, 40 of 45 MiB by default, per worker).
     AtLeastOnce,
 }
 

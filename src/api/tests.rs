@@ -49,7 +49,7 @@ fn flow_defaults() {
     assert!(s.sync_topic_configs);
     assert!(!s.paused);
     assert_eq!(s.workers.replicas, 1);
-    assert_eq!(s.workers.in_flight_mib, 37);
+    assert_eq!(s.workers.in_flight_mib, 45);
     assert_eq!(s.workers.resources, None);
     assert_eq!(s.workers.image, None);
     assert_eq!(s.reset, None);

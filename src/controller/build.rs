@@ -42,10 +42,9 @@ pub const WORKER_UID: i64 = 65532;
 pub use crate::api::MAX_FLOW_NAME_LEN;
 /// CPU request of a worker whose flow sets no `workers.resources`.
 pub const DEFAULT_CPU_REQUEST: &str = "100m";
-/// Memory a worker needs besides its window, `inFlightMiB` (measured peak RSS is the window
-/// plus 16-29 MiB at 1,000 partitions, benches/replication.rs; the limit is twice the
-/// request). 43 + the default 37 = 80 MiB, what the request was before the window counted
-/// the consumer's prefetch (48 + 32).
+/// Memory a worker needs besides its window, `inFlightMiB`: measured peak RSS is the window
+/// plus 16-29 MiB at 1,000 partitions (benches/replication.rs), so 43 leaves room; the limit
+/// is twice the request. (48 before the window counted the consumer's prefetch.)
 pub const BASE_MEMORY_MIB: i32 = 43;
 
 /// Label keys and values shared by all children.

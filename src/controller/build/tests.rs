@@ -700,7 +700,7 @@ fn default_resources_follow_the_window_and_never_override_the_flow() {
     };
     assert_eq!(
         resources(&with(json!({}))),
-        json!({"requests": {"cpu": "100m", "memory": "80Mi"}, "limits": {"memory": "160Mi"}})
+        json!({"requests": {"cpu": "100m", "memory": "88Mi"}, "limits": {"memory": "176Mi"}})
     );
     assert_eq!(
         resources(&with(json!({"inFlightMiB": 64}))),
