@@ -666,71 +666,39 @@ mod tests {
                     .collect(),
             )
         };
-        let cases = [
-            // (source.config, window MiB, fetch, prefetch, batches)
-            (vec![], 37, MIB, 4 * MIB, 32 * MIB),
+        // A window of 37 MiB; (source.config, (fetch, prefetch, batches) in MiB).
+        let cases: [(&[(&str, &str)], _); 8] = [
+            (&[], (1.0, 4.0, 32.0)),
+            (&[("fetch.max.bytes", "4194304")], (4.0, 4.0, 29.0)),
             (
-                vec![("fetch.max.bytes", "4194304")],
-                37,
-                4 * MIB,
-                4 * MIB,
-                29 * MIB,
-            ),
-            (
-                vec![("queued.max.messages.kbytes", "16384")],
-                37,
-                MIB,
-                16 * MIB,
-                20 * MIB,
+                &[("queued.max.messages.kbytes", "16384")],
+                (1.0, 16.0, 20.0),
             ),
             // A larger `message.max.bytes` raises the fetch (librdkafka needs it); a smaller
-            // one does not lower it.
+            // one does not lower it; `fetch.max.bytes` wins.
+            (&[("message.max.bytes", "3145728")], (3.0, 4.0, 30.0)),
+            (&[("message.max.bytes", "500000")], (1.0, 4.0, 32.0)),
             (
-                vec![("message.max.bytes", "3145728")],
-                37,
-                3 * MIB,
-                4 * MIB,
-                30 * MIB,
-            ),
-            (
-                vec![("message.max.bytes", "500000")],
-                37,
-                MIB,
-                4 * MIB,
-                32 * MIB,
-            ),
-            (
-                vec![
+                &[
                     ("fetch.max.bytes", "2097152"),
                     ("message.max.bytes", "3145728"),
                 ],
-                37,
-                2 * MIB,
-                4 * MIB,
-                31 * MIB,
+                (2.0, 4.0, 31.0),
             ),
             // Bounds larger than the window: the batches keep half.
             (
-                vec![("queued.max.messages.kbytes", "65536")],
-                37,
-                MIB,
-                64 * MIB,
-                37 * MIB / 2,
+                &[("queued.max.messages.kbytes", "65536")],
+                (1.0, 64.0, 18.5),
             ),
             // Not a number: librdkafka refuses it when the consumer is made.
-            (
-                vec![("fetch.max.bytes", "lots")],
-                37,
-                MIB,
-                4 * MIB,
-                32 * MIB,
-            ),
+            (&[("fetch.max.bytes", "lots")], (1.0, 4.0, 32.0)),
         ];
-        for (pairs, mib, fetch, prefetch, batches) in cases {
-            let s = WindowShares::of(mib << 20, &config(&pairs));
+        let mib = |bytes: usize| bytes as f64 / MIB as f64;
+        for (pairs, want) in cases {
+            let s = WindowShares::of(37 * MIB, &config(pairs));
             assert_eq!(
-                (s.fetch, s.prefetch, s.batches),
-                (fetch, prefetch, batches),
+                (mib(s.fetch), mib(s.prefetch), mib(s.batches)),
+                want,
                 "{pairs:?}"
             );
         }
@@ -747,43 +715,27 @@ mod tests {
             .unwrap()
         };
         let cases = [
-            // (name, workers, batches, prefetch KiB)
-            ("default", serde_json::json!({}), 40 << 20, 4096),
-            (
-                "37 MiB",
-                serde_json::json!({"inFlightMiB": 37}),
-                32 << 20,
-                4096,
-            ),
-            (
-                "16 MiB",
-                serde_json::json!({"inFlightMiB": 16}),
-                13 << 20,
-                2048,
-            ),
-            (
-                "1 MiB",
-                serde_json::json!({"inFlightMiB": 1}),
-                512 << 10,
-                128,
-            ),
+            // (inFlightMiB, batches, prefetch KiB); `None`: the default
+            (None, 40 << 20, 4096),
+            (Some(37), 32 << 20, 4096),
+            (Some(16), 13 << 20, 2048),
+            (Some(1), 512 << 10, 128),
             // Refused by validation; never a zero window if it got through.
-            (
-                "0 counts as 1",
-                serde_json::json!({"inFlightMiB": 0}),
-                512 << 10,
-                128,
-            ),
+            (Some(0), 512 << 10, 128),
         ];
-        for (name, workers, bytes, prefetch_kib) in cases {
+        for (mib, bytes, prefetch_kib) in cases {
+            let workers = mib.map_or(
+                serde_json::json!({}),
+                |m: i32| serde_json::json!({ "inFlightMiB": m }),
+            );
             let t = Tuning::for_spec(&spec(workers));
-            assert_eq!(t.batch.max_bytes, bytes, "{name}");
-            assert_eq!(t.consumer_queue_kbytes, prefetch_kib, "{name}");
-            assert_eq!(t.fetch_max_bytes, 1 << 20, "{name}");
+            assert_eq!(t.batch.max_bytes, bytes, "{mib:?}");
+            assert_eq!(t.consumer_queue_kbytes, prefetch_kib, "{mib:?}");
+            assert_eq!(t.fetch_max_bytes, 1 << 20, "{mib:?}");
             assert_eq!(
                 t.batch.max_records,
                 Tuning::default().batch.max_records,
-                "{name}"
+                "{mib:?}"
             );
         }
         assert_eq!(
