@@ -43,9 +43,9 @@
 //!   cover and which may then land after later ones. A full producer queue (a small
 //!   `queue.buffering.max.*` in `target.config`) keeps the rest of the open batch in memory,
 //!   sent in order when the batch is. A crash replicates again at most the records not
-//!   covered by acknowledged progress: `Tuning::batch` (40,000 records /
-//!   the batches' share of `spec.workers.inFlightMiB`, 40 of the default 45 MiB), the window that the sent batches, those
-//!   awaiting progress and the open batch share.
+//!   covered by acknowledged progress: `Tuning::batch` (40,000 records / the batches' share
+//!   of `spec.workers.inFlightMiB`, 40 of the default 45 MiB), the window that the sent
+//!   batches, those awaiting progress and the open batch share.
 //! - **Failures.** A record the target refuses for good (e.g. larger than `max.message.bytes`)
 //!   stops its partition ([`status::PartitionState::Failed`]) with the broker's message;
 //!   other partitions go on. Transient target errors rewind to the committed positions and
@@ -74,7 +74,9 @@
 //!   hold), held by librdkafka's producer (the engine keeps a copy only of records read ahead
 //!   while a batch is written, or waiting for a full producer queue, within the same bound).
 //!   A single record larger than the room forms a batch of its own;
-//! - producer queue: ≤ 32 MiB (`queue.buffering.max.kbytes`), in practice the batches' share.
+//! - producer queue: ≤ 32 MiB of payload (`queue.buffering.max.kbytes`): the batches' 40 MiB
+//!   count each record with its bookkeeping, so with records of more than about 1 KB the
+//!   queue fills first and the engine keeps the rest of the open batch, within its share.
 //!
 //! Beyond the window are librdkafka's buffers and structures and the worker's own (measured:
 //! peak RSS the window plus 16-29 MiB with 1,000 partitions, an idle worker 18 MiB;
