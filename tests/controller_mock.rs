@@ -103,7 +103,7 @@ async fn create_applies_children_and_status() {
     assert_eq!(
         container["resources"],
         json!({"requests": {"cpu": "100m", "memory": "88Mi"}, "limits": {"memory": "176Mi"}}),
-        "no BestEffort workers: defaults from inFlightMiB (32) when the flow sets none"
+        "no BestEffort workers: defaults from inFlightMiB (45) when the flow sets none"
     );
     let volumes = sts["spec"]["template"]["spec"]["volumes"]
         .as_array()

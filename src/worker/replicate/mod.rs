@@ -677,7 +677,8 @@ mod tests {
                 (1.0, 16.0, 20.0),
             ),
             // A larger `message.max.bytes` raises the fetch (librdkafka needs it); a smaller
-            // one does not lower it; `fetch.max.bytes` wins.
+            // one does not lower it; a `fetch.max.bytes` set is taken as it is (librdkafka
+            // refuses one below `message.max.bytes` when the consumer is made).
             (&[("message.max.bytes", "3145728")], (3.0, 4.0, 30.0)),
             (&[("message.max.bytes", "500000")], (1.0, 4.0, 32.0)),
             (
