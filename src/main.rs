@@ -189,4 +189,70 @@ mod tests {
         unsafe { libc::free(p) };
         assert!(after - before >= 1 << 20, "{before} -> {after}");
     }
+
+    /// The vendored librdkafka answers "no headers" for a consumed record without any without
+    /// allocating (vendor/README.md); upstream builds a parse buffer for each such record. A
+    /// record with headers still has them parsed.
+    #[test]
+    fn a_consumed_record_without_headers_is_answered_without_allocating() {
+        use rdkafka::consumer::{BaseConsumer, Consumer};
+        use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+        use rdkafka::mocking::MockCluster;
+        use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+        use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+        use std::time::{Duration, Instant};
+
+        let mock = MockCluster::new(1).expect("mock cluster");
+        mock.create_topic("t", 1, 1).expect("topic");
+        let p: BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", mock.bootstrap_servers())
+            .create()
+            .expect("producer");
+        let headers = OwnedHeaders::new().insert(Header {
+            key: "trace",
+            value: Some(&b"abc"[..]),
+        });
+        p.send(
+            BaseRecord::<[u8], [u8]>::to("t")
+                .payload(&b"h"[..])
+                .headers(headers),
+        )
+        .map_err(|(e, _)| e)
+        .expect("send");
+        for _ in 0..50 {
+            p.send(BaseRecord::<[u8], [u8]>::to("t").payload(&b"v"[..]))
+                .map_err(|(e, _)| e)
+                .expect("send");
+        }
+        p.flush(Duration::from_secs(10)).expect("flush");
+
+        let c: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", mock.bootstrap_servers())
+            .set("group.id", "g")
+            .create()
+            .expect("consumer");
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset("t", 0, Offset::Beginning).unwrap();
+        c.assign(&tpl).expect("assign");
+        let mut got = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while got.len() < 51 && Instant::now() < deadline {
+            if let Some(m) = c.poll(Duration::from_millis(100)) {
+                got.push(m.expect("no consumer error"));
+            }
+        }
+        assert_eq!(got.len(), 51, "every record within 10 s");
+
+        let with = got[0].headers().expect("the first record's headers");
+        assert_eq!(with.count(), 1);
+        assert_eq!(with.get(0).key, "trace");
+        let before = read::<u64>(c"thread.allocated");
+        let none = got[1..].iter().filter(|m| m.headers().is_none()).count();
+        let allocated = read::<u64>(c"thread.allocated") - before;
+        assert_eq!(none, 50, "records sent without headers have none");
+        assert_eq!(
+            allocated, 0,
+            "bytes allocated answering 50 records without headers"
+        );
+    }
 }

@@ -1528,6 +1528,14 @@ rd_kafka_message_headers(const rd_kafka_message_t *rkmessage,
         if (unlikely(!RD_KAFKAP_BYTES_LEN(&rkm->rkm_u.consumer.binhdrs)))
                 return RD_KAFKA_RESP_ERR__NOENT;
 
+        /* A v2 record without headers still carries their count: one byte,
+         * the varint 0. Answered here, without the parse buffer (two
+         * allocations) that rd_kafka_msg_headers_parse() builds to read it
+         * (mirrorflow patch). */
+        if (RD_KAFKAP_BYTES_LEN(&rkm->rkm_u.consumer.binhdrs) == 1 &&
+            *(const unsigned char *)rkm->rkm_u.consumer.binhdrs.data == 0)
+                return RD_KAFKA_RESP_ERR__NOENT;
+
         err = rd_kafka_msg_headers_parse(rkm);
         if (unlikely(err))
                 return err;
