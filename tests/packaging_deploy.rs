@@ -8,6 +8,7 @@ use kube_support::tools::{read, root, run, tool};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::{Mutex, MutexGuard};
 
 use k8s_openapi::api::apps::v1::Deployment;
 use serde_yaml::Value as Yaml;
@@ -16,8 +17,16 @@ use serde_yaml::Value as Yaml;
 // Files that must stay copies of each other
 // ---------------------------------------------------------------------------------------------
 
+/// The tests that write `deploy/` and the chart's CRDs (with `UPDATE_GENERATED=1`) or read
+/// them take turns: run in parallel, a regenerating run read a half-written `deploy/`.
+fn generated_files() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 #[test]
 fn chart_and_deploy_crds_are_byte_identical_to_generated_crds() {
+    let _turn = generated_files();
     let want = read(CRDS);
     for copy in [
         "charts/mirrorflow/crds/mirrorflow-crds.yaml",
@@ -100,6 +109,7 @@ fn deploy_dir_is_fresh() {
     let Some(helm) = tool("helm", "deploy_dir_is_fresh") else {
         return;
     };
+    let _turn = generated_files();
     let bash = PathBuf::from("bash");
     let tmp = tempfile::tempdir().unwrap();
     let run_script = |args: &[&str]| {
@@ -165,6 +175,7 @@ fn kustomize_builds_deploy_and_the_documented_overlay() {
     ) else {
         return;
     };
+    let _turn = generated_files();
     let docs = parse_docs(&run(&kubectl, &["kustomize", "deploy"]).unwrap());
     let k = kinds(&docs);
     for want in [
