@@ -190,9 +190,9 @@ mod tests {
         assert!(after - before >= 1 << 20, "{before} -> {after}");
     }
 
-    /// The vendored librdkafka answers "no headers" for a consumed record without any without
-    /// allocating (vendor/README.md); upstream builds a parse buffer for each such record. A
-    /// record with headers still has them parsed.
+    /// The vendored librdkafka answers "no headers" for a consumed record that has none
+    /// without allocating (vendor/README.md); upstream builds a parse buffer for each such
+    /// record. A record with headers still has them parsed.
     #[test]
     fn a_consumed_record_without_headers_is_answered_without_allocating() {
         use rdkafka::consumer::{BaseConsumer, Consumer};
