@@ -377,7 +377,7 @@ async fn replicates_records_exactly_nisshi_at_least_once() {
         )
         .await
         .unwrap();
-    let orders = records("o", 3, 50);
+    let orders = records_some_large("o", 3, 50, 2_000);
     produce(&sb, "orders", &orders).await.unwrap();
     let spec = flow_spec(&source, &target, Delivery::AtLeastOnce);
     let mut w = start_worker("basic-nisshi", spec, 0, 1, test_tuning(40));
@@ -936,7 +936,7 @@ async fn a_full_producer_queue_keeps_order_and_loses_nothing_nisshi() {
     let sb = source.bootstrap_servers();
     let tb = target.bootstrap_servers();
     create(&source, "flood", 3).await;
-    let flood = records("f", 3, 600);
+    let flood = records_some_large("f", 3, 600, 1_500);
     produce(&sb, "flood", &flood).await.unwrap();
     let spec = flow_spec(&source, &target, Delivery::AtLeastOnce);
     // A window of 400 records (the open batch gets at most a third) in front of a queue

@@ -6,10 +6,13 @@
 //! librdkafka's event API and serves it as rdkafka would for a consumer of assigned
 //! partitions that commits nothing (the worker's): records, errors, statistics and logs.
 
+use std::any::Any;
 use std::ffi::CStr;
 use std::marker::PhantomData;
+use std::mem::ManuallyDrop;
 use std::os::raw::c_char;
 use std::ptr::NonNull;
+use std::sync::Arc;
 
 use rdkafka::bindings as rd;
 use rdkafka::config::RDKafkaLogLevel;
@@ -173,6 +176,62 @@ impl MessageEvent<'_> {
 impl Drop for MessageEvent<'_> {
     fn drop(&mut self) {
         // SAFETY: the event is ours, destroyed once.
+        unsafe { rd::rd_kafka_event_destroy(self.event.as_ptr()) }
+    }
+}
+
+impl MessageEvent<'_> {
+    /// The event, kept beyond the drain with a reference to its consumer (librdkafka's
+    /// consumer must outlive the records it handed out).
+    ///
+    /// # Safety
+    /// `consumer` must be the client this event was taken from.
+    pub unsafe fn hold(self, consumer: Arc<dyn Any + Send + Sync>) -> HeldEvent {
+        let me = ManuallyDrop::new(self);
+        HeldEvent {
+            event: me.event,
+            message: me.message,
+            _consumer: consumer,
+        }
+    }
+}
+
+/// A fetch event holding one record, held beyond the drain (see [`MessageEvent::hold`]);
+/// destroyed on drop, before its consumer reference is released.
+pub struct HeldEvent {
+    event: NonNull<rd::rd_kafka_event_t>,
+    message: NonNull<rd::rd_kafka_message_t>,
+    _consumer: Arc<dyn Any + Send + Sync>,
+}
+
+// SAFETY: librdkafka's messages may be read and destroyed from any thread; the record is
+// only read through it.
+unsafe impl Send for HeldEvent {}
+unsafe impl Sync for HeldEvent {}
+
+impl std::fmt::Debug for HeldEvent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let m = self.message();
+        f.debug_struct("HeldEvent")
+            .field("partition", &m.partition())
+            .field("offset", &m.offset())
+            .finish()
+    }
+}
+
+impl HeldEvent {
+    pub fn message(&self) -> SourceMessage<'_> {
+        SourceMessage {
+            ptr: self.message,
+            _life: PhantomData,
+        }
+    }
+}
+
+impl Drop for HeldEvent {
+    fn drop(&mut self) {
+        // SAFETY: the event is ours, destroyed once, while `_consumer` (dropped after this)
+        // keeps its client alive.
         unsafe { rd::rd_kafka_event_destroy(self.event.as_ptr()) }
     }
 }

@@ -7,6 +7,10 @@
 //! index); whoever polls the producer (the task waiting for a group, see `events`) stores
 //! the report under one lock, and the group's waker is woken once, when its last report is
 //! in.
+//!
+//! A record sent without a copy (`produce::Topics::send_held`) has its fetch event held in
+//! its group, released by its report; a group closed first leaves it as an orphan for the
+//! report, and the producer's destruction releases what is left.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
@@ -18,6 +22,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::producer::{DeliveryResult, ProducerContext};
 
+use crate::kafka::consume::HeldEvent;
 use crate::kafka::context::LogContext;
 use crate::kafka::events::ProducerEvents;
 
@@ -37,6 +42,9 @@ struct Group {
     /// Reports to wait for (records handed to the producer); `None` while still sending.
     expected: Option<usize>,
     waker: Option<Waker>,
+    /// Per record sent without a copy: its consumed event, whose bytes librdkafka reads
+    /// until the report (empty unless such records were sent).
+    held: Vec<Option<HeldEvent>>,
 }
 
 /// A slot whose report is not in (or was taken).
@@ -90,6 +98,10 @@ struct Groups {
     /// Slot vectors of closed groups, kept for the next ones: a batch's worth of fresh
     /// memory is page faults every batch (perf: 4 % of the worker's CPU at 100 B records).
     spare: Vec<Vec<i64>>,
+    spare_held: Vec<Vec<Option<HeldEvent>>>,
+    /// Events of records sent without a copy whose group was closed before their report:
+    /// released by the report (group id, index), or once the producer is gone.
+    orphans: Vec<(u32, usize, HeldEvent)>,
 }
 
 /// The open groups by id: a handful at a time, so a list searched from the newest beats a
@@ -157,6 +169,11 @@ impl Tracker {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Whether `other` is this tracker (a clone of it).
+    pub fn is(&self, other: &Tracker) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
     /// Where this tracker's reports come from: waits serve `events` (set once).
     pub fn serve_from(&self, events: &Arc<ProducerEvents>) {
         let _ = self.events.set(Arc::downgrade(events));
@@ -182,7 +199,7 @@ impl Tracker {
         let mut g = self.lock();
         // Ids wrap after 4 billion groups; a handful are open at a time.
         let mut id = g.next_id;
-        while g.open.contains_key(&id) {
+        while g.open.contains_key(&id) || g.orphans.iter().any(|(o, _, _)| *o == id) {
             id = id.wrapping_add(1);
         }
         g.next_id = id.wrapping_add(1);
@@ -201,13 +218,24 @@ impl Tracker {
         }
     }
 
-    /// Stores a report (producer polling thread). Reports of dropped groups are ignored.
+    /// Stores a report (producer polling thread) and releases the record's held event.
+    /// Reports of dropped groups are ignored.
     fn report(&self, ticket: usize, result: DeliveryReport) {
         let (id, index) = split_ticket(ticket);
+        // Destroyed after the lock is released.
+        let _released: Option<HeldEvent>;
         let mut g = self.lock();
         let Some(group) = g.open.get_mut(&id) else {
+            if let Some(at) = g
+                .orphans
+                .iter()
+                .position(|(o, i, _)| (*o, *i) == (id, index))
+            {
+                _released = Some(g.orphans.swap_remove(at).2);
+            }
             return;
         };
+        _released = group.held.get_mut(index).and_then(Option::take);
         if group.store(index, result) {
             group.done += 1;
         }
@@ -216,6 +244,31 @@ impl Tracker {
                 w.wake();
             }
         }
+    }
+
+    /// Releases every held event: only once librdkafka can no longer read them (the
+    /// producer was destroyed; see [`DeliveryContext`]'s `Drop`).
+    fn release_held(&self) {
+        let mut released = Vec::new();
+        {
+            let mut g = self.lock();
+            released.extend(g.orphans.drain(..).map(|(_, _, e)| e));
+            for (_, group) in &mut g.open.0 {
+                released.extend(group.held.drain(..).flatten());
+            }
+        }
+        drop(released);
+    }
+
+    /// Events held now (open groups and orphans).
+    pub fn held_count(&self) -> usize {
+        let g = self.lock();
+        g.orphans.len()
+            + g.open
+                .0
+                .iter()
+                .map(|(_, group)| group.held.iter().flatten().count())
+                .sum::<usize>()
     }
 
     #[cfg(test)]
@@ -310,6 +363,40 @@ impl GroupHandle {
         let mut g = self.tracker.lock();
         g.open.get_mut(&self.id).and_then(|group| group.take(index))
     }
+
+    /// The tracker the group's reports go to.
+    pub fn tracker(&self) -> &Tracker {
+        &self.tracker
+    }
+
+    /// Holds `event` for record `index` until its report (or until the producer is gone):
+    /// called before the record is handed to the producer without a copy of its bytes, so
+    /// the report, wherever it is served, finds it. Gives it back if the group is closed.
+    pub fn hold(&self, index: usize, event: HeldEvent) -> Result<(), HeldEvent> {
+        let mut g = self.tracker.lock();
+        let g = &mut *g;
+        let Some(group) = g.open.get_mut(&self.id) else {
+            return Err(event);
+        };
+        if group.held.len() <= index {
+            if group.held.capacity() == 0 {
+                group.held = g.spare_held.pop().unwrap_or_default();
+            }
+            // As long as the slots (reserved doubling), so this grows as rarely.
+            let len = group.slots.len().max(index + 1);
+            group.held.resize_with(len, || None);
+        }
+        group.held[index] = Some(event);
+        Ok(())
+    }
+
+    /// Gives back the event held for record `index` (the producer refused the record).
+    pub fn unhold(&self, index: usize) -> Option<HeldEvent> {
+        let mut g = self.tracker.lock();
+        g.open
+            .get_mut(&self.id)
+            .and_then(|group| group.held.get_mut(index)?.take())
+    }
 }
 
 impl Drop for GroupHandle {
@@ -320,12 +407,25 @@ impl Drop for GroupHandle {
                 group.slots.clear();
                 g.spare.push(group.slots);
             }
+            // Records whose report has not come: librdkafka may still read their bytes.
+            let id = self.id;
+            for (i, e) in group.held.iter_mut().enumerate() {
+                if let Some(e) = e.take() {
+                    g.orphans.push((id, i, e));
+                }
+            }
+            if group.held.capacity() > 0 && g.spare_held.len() < SPARE_RESULTS {
+                group.held.clear();
+                g.spare_held.push(group.held);
+            }
         }
     }
 }
 
 /// The target producer's context: logs like [`LogContext`], reports into a [`Tracker`].
-#[derive(Clone)]
+/// Dropped after librdkafka's client is destroyed (rdkafka's `Client` drops its native
+/// handle first): then nothing reads the bytes of records sent without a copy, and their
+/// events are released.
 pub struct DeliveryContext {
     log: LogContext,
     tracker: Tracker,
@@ -335,6 +435,17 @@ impl DeliveryContext {
     /// A context logging as `log` and reporting into `tracker`.
     pub fn new(log: LogContext, tracker: Tracker) -> Self {
         Self { log, tracker }
+    }
+
+    /// Where the reports go.
+    pub fn tracker(&self) -> &Tracker {
+        &self.tracker
+    }
+}
+
+impl Drop for DeliveryContext {
+    fn drop(&mut self) {
+        self.tracker.release_held();
     }
 }
 

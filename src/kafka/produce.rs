@@ -6,6 +6,12 @@
 //! was about 3 % of the engine thread (perf, docs/PERFORMANCE.md). A topic handle looks
 //! the topic up once; each record then costs librdkafka a reference count.
 //! [`Topics`] keeps a producer's handles and sends through them.
+//!
+//! [`Topics::send_held`] sends a consumed record without `RD_KAFKA_MSG_F_COPY`: copying it
+//! was 12 % of the engine thread at 1 KB records (perf). librdkafka reads the bytes until
+//! the delivery report, so the record's fetch event is held in its delivery group
+//! (`kafka::delivery`) until the report, or until the producer is destroyed; the event
+//! keeps its consumer alive (librdkafka's consumer waits for every record it handed out).
 
 use std::collections::HashMap;
 use std::ffi::CString;
@@ -15,11 +21,13 @@ use std::sync::Arc;
 
 use rdkafka::bindings as rd;
 use rdkafka::error::KafkaError;
-use rdkafka::message::BorrowedHeaders;
+use rdkafka::message::{BorrowedHeaders, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, Producer as _};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::util::IntoOpaque;
 
+use crate::kafka::consume::HeldEvent;
+use crate::kafka::delivery::GroupHandle;
 use crate::kafka::events::DeliveryProducer;
 
 /// A record for [`Topics::send`] (delivery opaque: a ticket of the producer's tracker).
@@ -100,6 +108,90 @@ impl Topics {
     }
 }
 
+impl Topics {
+    /// Hands the record of `event` to the producer, to `topic` (named `name`), without a copy
+    /// of its key and value: librdkafka reads them from the consumer's fetch buffer until
+    /// the record's delivery report, so the event is held in `group` (as record `index`)
+    /// until then, or until the producer is destroyed. Without a handle for `name`, or with
+    /// a group of another producer, the record goes by name, copied. On error the event
+    /// comes back.
+    pub fn send_held(
+        &self,
+        topic: TopicId,
+        name: &str,
+        (group, index): (&GroupHandle, usize),
+        event: HeldEvent,
+        timestamp: Option<i64>,
+        headers: Option<OwnedHeaders>,
+    ) -> Result<(), (KafkaError, HeldEvent)> {
+        let rkt = self
+            .handles
+            .get(topic.index)
+            .filter(|h| topic.owner == self.owner && h.name == name)
+            .and_then(|h| h.rkt);
+        // Only this producer's reports (or its end) may release the event.
+        let ours = group.tracker().is(self.producer.context().tracker());
+        let Some(rkt) = rkt.filter(|_| ours) else {
+            return self.send_copied(name, group.ticket(index), event, timestamp, headers);
+        };
+        let m = event.message();
+        let partition = m.partition();
+        let raw = |b: Option<&[u8]>| b.map(|b| (b.as_ptr(), b.len()));
+        let (key, value) = (raw(m.key()), raw(m.payload()));
+        if let Err(event) = group.hold(index, event) {
+            // The group is closed: nothing would release the event at the report.
+            return self.send_copied(name, group.ticket(index), event, timestamp, headers);
+        }
+        // SAFETY: the bytes of the held event's record, in librdkafka's fetch buffer (which
+        // does not move): valid until `group` releases the event at the record's report or
+        // at the producer's destruction, or until it is given back below.
+        let bytes = |r: Option<(*const u8, usize)>| {
+            r.map(|(p, n)| unsafe { std::slice::from_raw_parts(p, n) })
+        };
+        let fields = Fields {
+            partition,
+            key: bytes(key),
+            value: bytes(value),
+            ticket: group.ticket(index),
+            timestamp,
+        };
+        // SAFETY: this producer's handle; key and value stay valid as said above.
+        match unsafe { produce(&self.producer, rkt, 0, fields, &headers) } {
+            Ok(()) => {
+                // librdkafka owns the headers now.
+                std::mem::forget(headers);
+                Ok(())
+            }
+            // A refused record has no report: the event is still in the group.
+            Err(e) => match group.unhold(index) {
+                Some(event) => Err((e, event)),
+                None => unreachable!("the event held above was taken without a report"),
+            },
+        }
+    }
+
+    /// The record of `event` to topic `name`, by name and copied (rdkafka's `send`).
+    fn send_copied(
+        &self,
+        name: &str,
+        ticket: usize,
+        event: HeldEvent,
+        timestamp: Option<i64>,
+        headers: Option<OwnedHeaders>,
+    ) -> Result<(), (KafkaError, HeldEvent)> {
+        let m = event.message();
+        let mut record = TargetRecord::with_opaque_to(name, ticket).partition(m.partition());
+        record.key = m.key();
+        record.payload = m.payload();
+        record.timestamp = timestamp;
+        record.headers = headers;
+        match self.producer.send(record) {
+            Ok(()) => Ok(()),
+            Err((e, _)) => Err((e, event)),
+        }
+    }
+}
+
 impl Drop for Topics {
     fn drop(&mut self) {
         // The handles go first, while `producer` still holds the client.
@@ -157,52 +249,97 @@ impl TopicHandle {
         let Some(rkt) = self.rkt.filter(|_| record.topic == self.name) else {
             return producer.send(record);
         };
-        fn bytes(b: Option<&[u8]>) -> (*mut std::ffi::c_void, usize) {
-            b.map_or((ptr::null_mut(), 0), |b| (b.as_ptr() as *mut _, b.len()))
-        }
-        let (value, value_len) = bytes(record.payload);
-        let (key, key_len) = bytes(record.key);
-        // rdkafka's `BorrowedHeaders` stands for librdkafka's headers at the same address
-        // (its `as_borrowed` is that cast): the only public way to their pointer.
-        let headers = record.headers.as_ref().map_or(ptr::null_mut(), |h| {
-            h.as_borrowed() as *const BorrowedHeaders as *mut rd::rd_kafka_headers_t
-        });
-        // SAFETY: the arguments rdkafka's `send` passes, with the topic handle instead of its
-        // name: key and value are copied (F_COPY); librdkafka takes the headers on success.
-        let err = unsafe {
-            rd::rd_kafka_producev(
-                producer.client().native_ptr(),
-                rd::rd_kafka_vtype_t::RD_KAFKA_VTYPE_RKT,
-                rkt.as_ptr(),
-                rd::rd_kafka_vtype_t::RD_KAFKA_VTYPE_PARTITION,
-                record.partition.unwrap_or(-1),
-                rd::rd_kafka_vtype_t::RD_KAFKA_VTYPE_MSGFLAGS,
-                rd::RD_KAFKA_MSG_F_COPY,
-                rd::rd_kafka_vtype_t::RD_KAFKA_VTYPE_VALUE,
-                value,
-                value_len,
-                rd::rd_kafka_vtype_t::RD_KAFKA_VTYPE_KEY,
-                key,
-                key_len,
-                rd::rd_kafka_vtype_t::RD_KAFKA_VTYPE_OPAQUE,
-                record.delivery_opaque.into_ptr(),
-                rd::rd_kafka_vtype_t::RD_KAFKA_VTYPE_TIMESTAMP,
-                record.timestamp.unwrap_or(0),
-                rd::rd_kafka_vtype_t::RD_KAFKA_VTYPE_HEADERS,
-                headers,
-                rd::rd_kafka_vtype_t::RD_KAFKA_VTYPE_END,
-            )
+        let fields = Fields {
+            partition: record.partition.unwrap_or(-1),
+            key: record.key,
+            value: record.payload,
+            ticket: record.delivery_opaque,
+            timestamp: record.timestamp,
         };
-        if err == rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
-            // librdkafka owns the headers now.
-            std::mem::forget(record.headers);
-            Ok(())
-        } else {
-            Err((
-                KafkaError::MessageProduction(RDKafkaErrorCode::from(err)),
-                record,
-            ))
+        // SAFETY: key and value are copied (F_COPY), valid for the call.
+        match unsafe {
+            produce(
+                producer,
+                rkt,
+                rd::RD_KAFKA_MSG_F_COPY,
+                fields,
+                &record.headers,
+            )
+        } {
+            Ok(()) => {
+                // librdkafka owns the headers now.
+                std::mem::forget(record.headers);
+                Ok(())
+            }
+            Err(e) => Err((e, record)),
         }
+    }
+}
+
+/// What [`produce`] sends besides the headers.
+struct Fields<'a> {
+    partition: i32,
+    key: Option<&'a [u8]>,
+    value: Option<&'a [u8]>,
+    /// The delivery opaque.
+    ticket: usize,
+    timestamp: Option<i64>,
+}
+
+/// `rd_kafka_producev` with a topic handle: the arguments rdkafka's `send` passes, with the
+/// handle instead of the topic's name and `flags` for the message. On success librdkafka
+/// owns the headers (the caller forgets them).
+///
+/// # Safety
+/// `rkt` is a live handle of `producer`'s client. Without `RD_KAFKA_MSG_F_COPY` in `flags`,
+/// key and value must stay valid until the record's delivery report, or until the client
+/// is destroyed.
+unsafe fn produce(
+    producer: &DeliveryProducer,
+    rkt: NonNull<rd::rd_kafka_topic_t>,
+    flags: i32,
+    f: Fields<'_>,
+    headers: &Option<OwnedHeaders>,
+) -> Result<(), KafkaError> {
+    fn bytes(b: Option<&[u8]>) -> (*mut std::ffi::c_void, usize) {
+        b.map_or((ptr::null_mut(), 0), |b| (b.as_ptr() as *mut _, b.len()))
+    }
+    let (value, value_len) = bytes(f.value);
+    let (key, key_len) = bytes(f.key);
+    // rdkafka's `BorrowedHeaders` stands for librdkafka's headers at the same address (its
+    // `as_borrowed` is that cast): the only public way to their pointer.
+    let headers = headers.as_ref().map_or(ptr::null_mut(), |h| {
+        h.as_borrowed() as *const BorrowedHeaders as *mut rd::rd_kafka_headers_t
+    });
+    // SAFETY: the caller's contract; the rest are plain values.
+    let err = unsafe {
+        rd::rd_kafka_producev(
+            producer.client().native_ptr(),
+            rd::rd_kafka_vtype_t::RD_KAFKA_VTYPE_RKT,
+            rkt.as_ptr(),
+            rd::rd_kafka_vtype_t::RD_KAFKA_VTYPE_PARTITION,
+            f.partition,
+            rd::rd_kafka_vtype_t::RD_KAFKA_VTYPE_MSGFLAGS,
+            flags,
+            rd::rd_kafka_vtype_t::RD_KAFKA_VTYPE_VALUE,
+            value,
+            value_len,
+            rd::rd_kafka_vtype_t::RD_KAFKA_VTYPE_KEY,
+            key,
+            key_len,
+            rd::rd_kafka_vtype_t::RD_KAFKA_VTYPE_OPAQUE,
+            f.ticket.into_ptr(),
+            rd::rd_kafka_vtype_t::RD_KAFKA_VTYPE_TIMESTAMP,
+            f.timestamp.unwrap_or(0),
+            rd::rd_kafka_vtype_t::RD_KAFKA_VTYPE_HEADERS,
+            headers,
+            rd::rd_kafka_vtype_t::RD_KAFKA_VTYPE_END,
+        )
+    };
+    if err == rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+        Ok(())
+    } else {
+        Err(KafkaError::MessageProduction(RDKafkaErrorCode::from(err)))
     }
 }
 
@@ -227,7 +364,11 @@ mod tests {
     use rdkafka::mocking::MockCluster;
     use rdkafka::{Offset, TopicPartitionList};
 
+    use rdkafka::consumer::StreamConsumer;
+
+    use crate::kafka::consume::{Polled, ReadyQueue};
     use crate::kafka::context::LogContext;
+    use crate::kafka::delivery::Tracker;
     use crate::kafka::producer::EventProducer;
 
     type Fields = (
@@ -273,12 +414,11 @@ mod tests {
         ]
     }
 
-    /// Every record of `topic`, sorted (the timestamp only when the record set one).
-    fn read(
+    /// A consumer of `topic`'s 2 partitions from their start.
+    fn reader(
         mock: &MockCluster<'_, rdkafka::producer::DefaultProducerContext>,
         topic: &str,
-        wait: Duration,
-    ) -> Vec<Fields> {
+    ) -> BaseConsumer {
         let c: BaseConsumer = ClientConfig::new()
             .set("bootstrap.servers", mock.bootstrap_servers())
             .set("group.id", "g")
@@ -291,6 +431,16 @@ mod tests {
                 .unwrap();
         }
         c.assign(&tpl).expect("assign");
+        c
+    }
+
+    /// Every record of `topic`, sorted (the timestamp only when the record set one).
+    fn read(
+        mock: &MockCluster<'_, rdkafka::producer::DefaultProducerContext>,
+        topic: &str,
+        wait: Duration,
+    ) -> Vec<Fields> {
+        let c = reader(mock, topic);
         let mut got = Vec::new();
         let deadline = std::time::Instant::now() + wait;
         while got.len() < 4 && std::time::Instant::now() < deadline {
@@ -441,5 +591,195 @@ mod tests {
         assert_eq!(back.delivery_opaque, 1);
         assert_eq!(back.payload, Some(&b"second"[..]));
         assert_eq!(back.headers.map(|h| h.count()), Some(2));
+    }
+
+    /// `n` records of `len` bytes each (value `i` repeated, key `k{i}`) in topic `src`
+    /// (2 partitions) of `mock`, and a consumer's events holding them, taken with the drain.
+    fn held_events(
+        mock: &MockCluster<'_, rdkafka::producer::DefaultProducerContext>,
+        n: usize,
+        len: usize,
+    ) -> (Arc<StreamConsumer>, Vec<HeldEvent>) {
+        mock.create_topic("src", 2, 1).expect("topic");
+        let p: rdkafka::producer::BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", mock.bootstrap_servers())
+            .create()
+            .expect("producer");
+        for i in 0..n {
+            let key = format!("k{i}");
+            let value = vec![i as u8; len];
+            p.send(
+                BaseRecord::<[u8], [u8]>::to("src")
+                    .partition((i % 2) as i32)
+                    .key(key.as_bytes())
+                    .payload(&value),
+            )
+            .map_err(|(e, _)| e)
+            .expect("send");
+        }
+        p.flush(Duration::from_secs(10)).expect("flush");
+        let consumer: Arc<StreamConsumer> = Arc::new(
+            ClientConfig::new()
+                .set("bootstrap.servers", mock.bootstrap_servers())
+                .set("group.id", "g")
+                .set("enable.auto.commit", "false")
+                .create()
+                .expect("consumer"),
+        );
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..2 {
+            tpl.add_partition_offset("src", p, Offset::Beginning)
+                .unwrap();
+        }
+        consumer.assign(&tpl).expect("assign");
+        let queue = ReadyQueue::of(consumer.as_ref()).expect("queue");
+        let mut held = Vec::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while held.len() < n && std::time::Instant::now() < deadline {
+            match queue.poll() {
+                Some(Polled::Message(ev)) => {
+                    // SAFETY: taken from `consumer`.
+                    held.push(unsafe { ev.hold(consumer.clone()) });
+                }
+                Some(Polled::Error(e)) => panic!("consumer error: {e}"),
+                None => std::thread::sleep(Duration::from_millis(10)),
+            }
+        }
+        drop(queue);
+        assert_eq!(held.len(), n, "consumed");
+        (consumer, held)
+    }
+
+    /// `(key, value)` of every record of `topic` (2 partitions), sorted.
+    fn contents(
+        mock: &MockCluster<'_, rdkafka::producer::DefaultProducerContext>,
+        topic: &str,
+        n: usize,
+    ) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let c = reader(mock, topic);
+        let mut got = Vec::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while got.len() < n && std::time::Instant::now() < deadline {
+            if let Some(m) = c.poll(Duration::from_millis(100)) {
+                let m = m.expect("no error");
+                got.push((
+                    m.key().unwrap_or_default().to_vec(),
+                    m.payload().unwrap_or_default().to_vec(),
+                ));
+            }
+        }
+        got.sort();
+        got
+    }
+
+    // The bytes librdkafka sends are the consumer's own, read until the report: each event
+    // is held until then, and only then released (with its reference to the consumer).
+    #[tokio::test]
+    async fn records_sent_without_a_copy_arrive_whole_and_are_released_at_their_reports() {
+        let mock = MockCluster::new(1).expect("mock cluster");
+        mock.create_topic("dst", 2, 1).expect("topic");
+        let (consumer, mut held) = held_events(&mock, 41, 2_000);
+        let last = held.pop().expect("41 records");
+        let mut expected: Vec<(Vec<u8>, Vec<u8>)> = held
+            .iter()
+            .chain([&last])
+            .map(|e| {
+                let m = e.message();
+                (m.key().unwrap().to_vec(), m.payload().unwrap().to_vec())
+            })
+            .collect();
+        expected.sort();
+        // Reports wait while the records linger: the events are held meanwhile.
+        let mut p = producer(&mock, &[("linger.ms", "300")]);
+        let id = p.topic("dst");
+        let group = p.tracker().group(40);
+        for (i, e) in held.into_iter().enumerate() {
+            p.send_held(id, "dst", (&group, i), e, None, None)
+                .map_err(|(e, _)| e)
+                .expect("send");
+        }
+        assert_eq!(p.tracker().held_count(), 40, "held until the reports");
+        assert_eq!(Arc::strong_count(&consumer), 42);
+        group.expect(40);
+        tokio::time::timeout(Duration::from_secs(10), group.complete())
+            .await
+            .expect("reports within 10 s");
+        for i in 0..40 {
+            assert!(matches!(group.take(i), Some(Ok(o)) if o >= 0), "record {i}");
+        }
+        assert_eq!(p.tracker().held_count(), 0, "released at the reports");
+        assert_eq!(
+            Arc::strong_count(&consumer),
+            2,
+            "the last one is still ours"
+        );
+        // A group of another producer would never see the report: copied, not held.
+        let foreign = Tracker::default();
+        let other = foreign.group(1);
+        p.send_held(id, "dst", (&other, 0), last, None, None)
+            .map_err(|(e, _)| e)
+            .expect("send");
+        assert_eq!(foreign.held_count(), 0);
+        assert_eq!(p.tracker().held_count(), 0);
+        assert_eq!(Arc::strong_count(&consumer), 1, "released once copied");
+        crate::kafka::producer::flush(p.producer(), Duration::from_secs(10)).expect("flush");
+        assert_eq!(contents(&mock, "dst", 41), expected);
+    }
+
+    // A group closed before its reports leaves its events to them; a producer destroyed
+    // with records still queued releases the rest once librdkafka is gone, and the consumer
+    // can go then (librdkafka's consumer waits for every record it handed out).
+    #[tokio::test]
+    async fn events_outlive_their_group_until_the_report_or_the_producer() {
+        let mock = MockCluster::new(1).expect("mock cluster");
+        mock.create_topic("dst", 2, 1).expect("topic");
+        let (consumer, mut held) = held_events(&mock, 20, 600);
+        let queued = held.split_off(10);
+        // Delivered after their group was closed.
+        let mut p = producer(&mock, &[("linger.ms", "300")]);
+        let id = p.topic("dst");
+        let group = p.tracker().group(10);
+        for (i, e) in held.into_iter().enumerate() {
+            p.send_held(id, "dst", (&group, i), e, None, None)
+                .map_err(|(e, _)| e)
+                .expect("send");
+        }
+        drop(group);
+        assert_eq!(
+            p.tracker().held_count(),
+            10,
+            "orphans wait for their reports"
+        );
+        crate::kafka::producer::flush(p.producer(), Duration::from_secs(10)).expect("flush");
+        assert_eq!(p.tracker().held_count(), 0, "released at the reports");
+        assert_eq!(contents(&mock, "dst", 10).len(), 10);
+        // Never delivered: no broker answers, the records wait in the queue.
+        drop(p);
+        let mut p = EventProducer::create(
+            ClientConfig::new().set("bootstrap.servers", "127.0.0.1:9"),
+            LogContext::new("test"),
+        )
+        .expect("producer");
+        let id = p.topic("dst");
+        let tracker = p.tracker().clone();
+        let group = tracker.group(10);
+        for (i, e) in queued.into_iter().enumerate() {
+            p.send_held(id, "dst", (&group, i), e, None, None)
+                .map_err(|(e, _)| e)
+                .expect("queued");
+        }
+        assert_eq!(tracker.held_count(), 10);
+        drop(p);
+        assert_eq!(tracker.held_count(), 0, "released with the producer");
+        assert_eq!(Arc::strong_count(&consumer), 1);
+        // The consumer goes (it would wait forever for a record still held).
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            drop(consumer);
+            let _ = tx.send(());
+        });
+        rx.recv_timeout(Duration::from_secs(30))
+            .expect("the consumer is destroyed");
+        drop(group);
     }
 }

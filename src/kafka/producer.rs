@@ -7,11 +7,13 @@ use std::time::{Duration, Instant};
 
 use rdkafka::config::ClientConfig;
 use rdkafka::error::KafkaError;
+use rdkafka::message::OwnedHeaders;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
 use rdkafka::types::RDKafkaErrorCode;
 
+use crate::kafka::consume::HeldEvent;
 use crate::kafka::context::LogContext;
-use crate::kafka::delivery::{DeliveryContext, DeliveryReport, Tracker};
+use crate::kafka::delivery::{DeliveryContext, DeliveryReport, GroupHandle, Tracker};
 use crate::kafka::events::{DeliveryProducer, ProducerEvents};
 use crate::kafka::produce::{TargetRecord, TopicId, Topics};
 
@@ -97,6 +99,20 @@ impl EventProducer {
         record: TargetRecord<'a>,
     ) -> Result<(), (KafkaError, TargetRecord<'a>)> {
         self.topics.send(topic, record)
+    }
+
+    /// Hands the record of `event` to the producer without a copy (see [`Topics::send_held`]).
+    pub fn send_held(
+        &self,
+        topic: TopicId,
+        name: &str,
+        at: (&GroupHandle, usize),
+        event: HeldEvent,
+        timestamp: Option<i64>,
+        headers: Option<OwnedHeaders>,
+    ) -> Result<(), (KafkaError, HeldEvent)> {
+        self.topics
+            .send_held(topic, name, at, event, timestamp, headers)
     }
 
     /// Where the delivery reports go.

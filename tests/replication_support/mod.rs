@@ -249,6 +249,18 @@ impl Worker {
 
 /// Records for `topic`: `n` per partition, with keys, values, headers (one null), explicit
 /// timestamps; plus a tombstone and a null-key record on partition 0.
+/// `records`, every third value padded to `len` bytes: records the worker streams from
+/// their fetch event without a copy (from `HELD_MIN_BYTES`) mixed with copied ones.
+pub fn records_some_large(tag: &str, partitions: i32, n: i32, len: usize) -> Vec<ProduceRecord> {
+    let mut out = records(tag, partitions, n);
+    for r in out.iter_mut().step_by(3) {
+        if let Some(v) = r.value.as_mut() {
+            v.resize(len.max(v.len()), b'.');
+        }
+    }
+    out
+}
+
 pub fn records(tag: &str, partitions: i32, n: i32) -> Vec<ProduceRecord> {
     let mut out = Vec::new();
     for i in 0..n {

@@ -35,7 +35,7 @@ use super::discovery::{Discovery, RefreshPlan};
 use super::intake::{classify_consumer_error, ConsumerError, ReadAhead};
 use super::io;
 use super::partitions::PartitionTable;
-use super::pipeline::{Delivered, Job, Pipeline, PipelineConfig};
+use super::pipeline::{Consumed, Delivered, Job, Pipeline, PipelineConfig};
 use super::reset::{handled_reset_ids, ResetIo, Resets};
 use super::select::TopicFilter;
 use super::step::{due, next_step, wake_at, Deadlines, Due, LoopState, Step};
@@ -389,7 +389,9 @@ impl Engine {
             _ = ProducerEvents::signalled(events.as_deref()) => self.pipeline.serve_producer(),
             r = consumer.recv(), if consuming => {
                 match r {
-                    Ok(m) => self.on_message(SourceMessage::of(&m)),
+                    Ok(m) => self
+                        .pipeline
+                        .on_message(Consumed::Message(SourceMessage::of(&m)), &mut self.table),
                     Err(e) => self.on_consumer_error(e),
                 }
                 self.drain_ready(&consumer, limits);
@@ -629,8 +631,8 @@ impl Engine {
 
     /// Takes the records librdkafka already has queued without another trip through the
     /// select loop (whose timers cost more than a record), up to the batch bound.
-    fn drain_ready(&mut self, consumer: &StreamConsumer<LogContext>, limits: &BatchLimits) {
-        let Some(queue) = ReadyQueue::of(consumer) else {
+    fn drain_ready(&mut self, consumer: &Arc<StreamConsumer<LogContext>>, limits: &BatchLimits) {
+        let Some(queue) = ReadyQueue::of(consumer.as_ref()) else {
             return;
         };
         for _ in 0..limits.max_records {
@@ -643,17 +645,12 @@ impl Engine {
                 return;
             }
             match queue.poll() {
-                Some(Polled::Message(ev)) => self.on_message(ev.message()),
+                Some(Polled::Message(ev)) => self
+                    .pipeline
+                    .on_message(Consumed::Event(ev, consumer), &mut self.table),
                 Some(Polled::Error(e)) => self.on_consumer_error(e),
                 None => return,
             }
-        }
-    }
-
-    fn on_message(&mut self, m: SourceMessage<'_>) {
-        let topic = m.topic();
-        if self.table.accept(topic, m.partition(), m.offset()) {
-            self.pipeline.on_message(topic, m, &mut self.table);
         }
     }
 

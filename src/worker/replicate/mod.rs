@@ -28,7 +28,9 @@
 //!   (`spec.delivery: AtLeastOnce`); there is no silent downgrade.
 //! - **AtLeastOnce**: idempotent producer, pipelined. Each consumed record is handed to
 //!   the producer as it is read (librdkafka's copy is the only one; the open batch keeps
-//!   offsets, sizes and timestamps), while up to `Tuning::pipeline_depth` (2) earlier
+//!   offsets, sizes and timestamps; from 512 bytes of key and value there is no copy:
+//!   librdkafka reads the consumer's fetch buffer, whose event is held until the record's
+//!   delivery report, `pipeline::HELD_MIN_BYTES`), while up to `Tuning::pipeline_depth` (2) earlier
 //!   batches await their delivery reports. When a batch's records are acknowledged, its
 //!   positions advance and its syncs and progress are sent; their acknowledgement is awaited
 //!   in the background (a lost one is written again). A batch that fails drops every later
@@ -69,9 +71,10 @@
 //!   most 4 MiB (or 40,000 records, `queued.min.messages`);
 //! - the rest, 40 MiB by default, for the batches: records sent and not yet acknowledged and
 //!   the open batch, each record counted with 256 bytes of bookkeeping
-//!   (`batch::RECORD_OVERHEAD_BYTES`), and 40,000 records in all ([`batch::BatchLimits::room`]:
+//!   (`batch::RECORD_OVERHEAD_BYTES`; a record sent without a copy with 352 more for its
+//!   held fetch event, `batch::HELD_OVERHEAD_BYTES`), and 40,000 records in all ([`batch::BatchLimits::room`]:
 //!   the open batch gets a third with the default depth, less what earlier batches still
-//!   hold), held by librdkafka's producer (the engine keeps a copy only of records read ahead
+//!   hold), held by librdkafka's producer or the consumer's fetch buffers (the engine keeps a copy only of records read ahead
 //!   while a batch is written, or waiting for a full producer queue, within the same bound).
 //!   A single record larger than the room forms a batch of its own;
 //! - producer queue: ≤ 32 MiB of payload (`queue.buffering.max.kbytes`): the batches' 40 MiB

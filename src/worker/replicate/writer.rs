@@ -5,12 +5,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rdkafka::error::KafkaError;
+use rdkafka::message::OwnedHeaders;
 use rdkafka::producer::Producer;
 use rdkafka::types::RDKafkaErrorCode;
 
 use crate::kafka::config::ClientProperties;
+use crate::kafka::consume::HeldEvent;
 use crate::kafka::context::LogContext;
-use crate::kafka::delivery::Tracker;
+use crate::kafka::delivery::{GroupHandle, Tracker};
 use crate::kafka::events::{DeliveryProducer, ProducerEvents};
 use crate::kafka::produce::{TargetRecord, TopicId};
 use crate::kafka::producer::EventProducer;
@@ -254,6 +256,21 @@ impl TargetWriter {
         record: TargetRecord<'a>,
     ) -> Result<(), (KafkaError, TargetRecord<'a>)> {
         self.inner.send_to(topic, record)
+    }
+
+    /// Hands the record of `event` to the producer without a copy, to `topic` (named
+    /// `name`; see [`crate::kafka::produce::Topics::send_held`]).
+    pub fn send_held(
+        &self,
+        topic: TopicId,
+        name: &str,
+        at: (&GroupHandle, usize),
+        event: HeldEvent,
+        timestamp: Option<i64>,
+        headers: Option<OwnedHeaders>,
+    ) -> Result<(), (KafkaError, HeldEvent)> {
+        self.inner
+            .send_held(topic, name, at, event, timestamp, headers)
     }
 
     /// The producer's event signal.

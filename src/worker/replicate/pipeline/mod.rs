@@ -18,18 +18,19 @@ use std::time::{Duration, Instant};
 
 use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 use prometheus::IntCounterVec;
+use rdkafka::consumer::StreamConsumer;
 use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
 use tracing::{info, warn};
 
-use super::batch::{Batch, BatchLimits, BatchRecord};
+use super::batch::{Batch, BatchLimits, BatchRecord, HELD_OVERHEAD_BYTES};
 use super::engine::{EngineError, EngineSettings, Tuning};
 use super::intake::{detach_record, headers_and_size};
 use super::partitions::PartitionTable;
 use super::writer::{classify_error, describe_error, ErrorClass, TargetWriter};
 use crate::api::{Delivery, MirrorFlowSpec};
 use crate::kafka::config::ClientProperties;
-use crate::kafka::consume::SourceMessage;
+use crate::kafka::consume::{MessageEvent, SourceMessage};
 use crate::kafka::context::LogContext;
 use crate::kafka::events::ProducerEvents;
 use crate::kafka::health::ClusterHealth;
@@ -37,6 +38,20 @@ use crate::kafka::wire::{offset_syncs_topic, progress_topic};
 use crate::telemetry::metrics::{ErrorKind, WorkerMetrics};
 use send::{flush, head_delivered, meta_delivered, send_waiting, target_record};
 pub use send::{Dispatched, MetaPending, Sending};
+
+/// Key and value bytes from which a record streamed from its event is sent without a copy
+/// (see [`Pipeline::on_message`]). Below it the copy costs less than holding the event: a
+/// lock and a reference count per record.
+pub const HELD_MIN_BYTES: usize = 512;
+
+/// A consumed record as the pipeline takes it.
+pub enum Consumed<'a> {
+    /// Borrowed for the call (copied if sent).
+    Message(SourceMessage<'a>),
+    /// Its event, which may be held while librdkafka reads its bytes, and the consumer it
+    /// was taken from.
+    Event(MessageEvent<'a>, &'a Arc<StreamConsumer<LogContext>>),
+}
 
 /// A writer epoch for a fresh sync emitter: increasing within the process and, being clock
 /// based (µs), across restarts.
@@ -515,14 +530,23 @@ impl Pipeline {
         self.batch.push(topic, partition, record, now);
     }
 
-    /// A record straight from the consumer, already accepted by the table. While the open
-    /// batch streams it is handed to the producer at once, copied only by librdkafka (as a
-    /// bare copy loop does, and without a burst per batch); the batch keeps its
-    /// bookkeeping. Otherwise its payload is copied into the batch.
-    /// `topic` is `m.topic()`, which the caller has already read (each read is a
-    /// `strlen` and a UTF-8 check).
-    pub fn on_message(&mut self, topic: &str, m: SourceMessage<'_>, table: &mut PartitionTable) {
+    /// A record straight from the consumer, if the table accepts it. While the open batch
+    /// streams it is handed to the producer at once (as a bare copy loop does, and without
+    /// a burst per batch), and the batch keeps its bookkeeping: a record of at least
+    /// [`HELD_MIN_BYTES`] taken with its event is not copied at all (the event is held
+    /// until the record's delivery report), others are copied by librdkafka. Otherwise its
+    /// payload is copied into the batch.
+    pub fn on_message(&mut self, c: Consumed<'_>, table: &mut PartitionTable) {
+        let m = match &c {
+            Consumed::Message(m) => *m,
+            Consumed::Event(ev, _) => ev.message(),
+        };
+        // Read once: each read is a `strlen` and a UTF-8 check.
+        let topic = m.topic();
         let (partition, offset) = (m.partition(), m.offset());
+        if !table.accept(topic, partition, offset) {
+            return;
+        }
         let streaming = self.streaming(table);
         let writer = match self.writer.as_mut() {
             Some(w) if streaming => w,
@@ -533,6 +557,9 @@ impl Pipeline {
         };
         let timestamp = m.timestamp();
         let (headers, size) = headers_and_size(m);
+        let bytes = m.key().map_or(0, <[u8]>::len) + m.payload().map_or(0, <[u8]>::len);
+        let held = matches!(c, Consumed::Event(..)) && bytes >= HELD_MIN_BYTES;
+        let size = size + if held { HELD_OVERHEAD_BYTES } else { 0 };
         let now = self.batch.opened_at().unwrap_or_else(Instant::now);
         self.batch.push(
             topic,
@@ -552,27 +579,60 @@ impl Pipeline {
             s.next = i + 1;
             return;
         };
-        let record = target_record(
-            &target.name,
-            s.group.ticket(i),
-            partition,
-            m.key(),
-            m.payload(),
-            timestamp,
-            headers,
-        );
-        match writer.send(target.id, record).map_err(|(e, _)| e) {
+        let sent = match c {
+            Consumed::Event(ev, consumer) if held => {
+                // SAFETY: `consumer` is the client the event was taken from (`Consumed`).
+                let ev = unsafe { ev.hold(consumer.clone()) };
+                writer
+                    .send_held(
+                        target.id,
+                        &target.name,
+                        (&s.group, i),
+                        ev,
+                        timestamp,
+                        headers,
+                    )
+                    .map_err(|(e, ev)| (e, Some(ev)))
+            }
+            c => {
+                let m = match &c {
+                    Consumed::Message(m) => *m,
+                    Consumed::Event(ev, _) => ev.message(),
+                };
+                let record = target_record(
+                    &target.name,
+                    s.group.ticket(i),
+                    partition,
+                    m.key(),
+                    m.payload(),
+                    timestamp,
+                    headers,
+                );
+                match writer.send(target.id, record) {
+                    Ok(()) => Ok(()),
+                    // Kept with its payload (below).
+                    Err((e @ KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                        self.batch.hold_last(detach_record(m));
+                        Err((e, None))
+                    }
+                    Err((e, _)) => Err((e, None)),
+                }
+            }
+        };
+        match sent {
             Ok(()) => {
                 s.pending.push(i);
                 s.sent += 1;
                 s.next = i + 1;
             }
-            Err(KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull)) => {
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), ev)) => {
                 // Kept with its payload; `dispatch` sends it and the rest of the batch
                 // (waiting for room), in order.
-                self.batch.hold_last(detach_record(m));
+                if let Some(ev) = ev {
+                    self.batch.hold_last(detach_record(ev.message()));
+                }
             }
-            Err(e) => {
+            Err((e, _)) => {
                 s.refuse(i, slot, &e);
                 s.next = i + 1;
                 table.halt(&self.batch.partitions()[slot].tp);
