@@ -750,8 +750,10 @@ mod tests {
             10,
             "orphans wait for their reports"
         );
+        assert_eq!(p.tracker().orphan_groups(), 1);
         crate::kafka::producer::flush(p.producer(), Duration::from_secs(10)).expect("flush");
         assert_eq!(p.tracker().held_count(), 0, "released at the reports");
+        assert_eq!(p.tracker().orphan_groups(), 0, "and the group forgotten");
         assert_eq!(contents(&mock, "dst", 10).len(), 10);
         // Never delivered: no broker answers, the records wait in the queue.
         drop(p);
