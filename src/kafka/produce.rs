@@ -33,6 +33,32 @@ use crate::kafka::events::DeliveryProducer;
 /// A record for [`Topics::send`] (delivery opaque: a ticket of the producer's tracker).
 pub type TargetRecord<'a> = BaseRecord<'a, [u8], [u8], usize>;
 
+/// A record for the producer (delivery opaque: `ticket`).
+pub fn target_record<'a>(
+    target: &'a str,
+    ticket: usize,
+    partition: i32,
+    key: Option<&'a [u8]>,
+    value: Option<&'a [u8]>,
+    timestamp: Option<i64>,
+    headers: Option<OwnedHeaders>,
+) -> TargetRecord<'a> {
+    let mut br = BaseRecord::with_opaque_to(target, ticket).partition(partition);
+    if let Some(k) = key {
+        br = br.key(k);
+    }
+    if let Some(v) = value {
+        br = br.payload(v);
+    }
+    if let Some(ts) = timestamp {
+        br = br.timestamp(ts);
+    }
+    if let Some(h) = headers {
+        br = br.headers(h);
+    }
+    br
+}
+
 /// A topic of one producer's [`Topics`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TopicId {
@@ -106,9 +132,7 @@ impl Topics {
             None => self.producer.send(record),
         }
     }
-}
 
-impl Topics {
     /// Hands the record of `event` to the producer, to `topic` (named `name`), without a copy
     /// of its key and value: librdkafka reads them from the consumer's fetch buffer until
     /// the record's delivery report, so the event is held in `group` (as record `index`)
@@ -180,11 +204,15 @@ impl Topics {
         headers: Option<OwnedHeaders>,
     ) -> Result<(), (KafkaError, HeldEvent)> {
         let m = event.message();
-        let mut record = TargetRecord::with_opaque_to(name, ticket).partition(m.partition());
-        record.key = m.key();
-        record.payload = m.payload();
-        record.timestamp = timestamp;
-        record.headers = headers;
+        let record = target_record(
+            name,
+            ticket,
+            m.partition(),
+            m.key(),
+            m.payload(),
+            timestamp,
+            headers,
+        );
         match self.producer.send(record) {
             Ok(()) => Ok(()),
             Err((e, _)) => Err((e, event)),
@@ -425,13 +453,18 @@ mod tests {
             .set("enable.auto.commit", "false")
             .create()
             .expect("consumer");
+        c.assign(&from_start(topic)).expect("assign");
+        c
+    }
+
+    /// `topic`'s 2 partitions from their start.
+    fn from_start(topic: &str) -> TopicPartitionList {
         let mut tpl = TopicPartitionList::new();
         for p in 0..2 {
             tpl.add_partition_offset(topic, p, Offset::Beginning)
                 .unwrap();
         }
-        c.assign(&tpl).expect("assign");
-        c
+        tpl
     }
 
     /// Every record of `topic`, sorted (the timestamp only when the record set one).
@@ -626,12 +659,7 @@ mod tests {
                 .create()
                 .expect("consumer"),
         );
-        let mut tpl = TopicPartitionList::new();
-        for p in 0..2 {
-            tpl.add_partition_offset("src", p, Offset::Beginning)
-                .unwrap();
-        }
-        consumer.assign(&tpl).expect("assign");
+        consumer.assign(&from_start("src")).expect("assign");
         let queue = ReadyQueue::of(consumer.as_ref()).expect("queue");
         let mut held = Vec::new();
         let deadline = std::time::Instant::now() + Duration::from_secs(10);

@@ -34,9 +34,10 @@ use crate::kafka::consume::{MessageEvent, SourceMessage};
 use crate::kafka::context::LogContext;
 use crate::kafka::events::ProducerEvents;
 use crate::kafka::health::ClusterHealth;
+use crate::kafka::produce::target_record;
 use crate::kafka::wire::{offset_syncs_topic, progress_topic};
 use crate::telemetry::metrics::{ErrorKind, WorkerMetrics};
-use send::{flush, head_delivered, meta_delivered, send_waiting, target_record};
+use send::{flush, head_delivered, meta_delivered, send_waiting};
 pub use send::{Dispatched, MetaPending, Sending};
 
 /// Key and value bytes from which a record streamed from its event is sent without a copy
@@ -51,6 +52,15 @@ pub enum Consumed<'a> {
     /// Its event, which may be held while librdkafka reads its bytes, and the consumer it
     /// was taken from.
     Event(MessageEvent<'a>, &'a Arc<StreamConsumer<LogContext>>),
+}
+
+impl Consumed<'_> {
+    fn message(&self) -> SourceMessage<'_> {
+        match self {
+            Consumed::Message(m) => *m,
+            Consumed::Event(ev, _) => ev.message(),
+        }
+    }
 }
 
 /// A writer epoch for a fresh sync emitter: increasing within the process and, being clock
@@ -537,10 +547,7 @@ impl Pipeline {
     /// until the record's delivery report), others are copied by librdkafka. Otherwise its
     /// payload is copied into the batch.
     pub fn on_message(&mut self, c: Consumed<'_>, table: &mut PartitionTable) {
-        let m = match &c {
-            Consumed::Message(m) => *m,
-            Consumed::Event(ev, _) => ev.message(),
-        };
+        let m = c.message();
         // Read once: each read is a `strlen` and a UTF-8 check.
         let topic = m.topic();
         let (partition, offset) = (m.partition(), m.offset());
@@ -595,10 +602,7 @@ impl Pipeline {
                     .map_err(|(e, ev)| (e, Some(ev)))
             }
             c => {
-                let m = match &c {
-                    Consumed::Message(m) => *m,
-                    Consumed::Event(ev, _) => ev.message(),
-                };
+                let m = c.message();
                 let record = target_record(
                     &target.name,
                     s.group.ticket(i),

@@ -7,8 +7,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdkafka::error::KafkaError;
-use rdkafka::message::OwnedHeaders;
-use rdkafka::producer::BaseRecord;
 use rdkafka::types::RDKafkaErrorCode;
 use tracing::debug;
 
@@ -125,32 +123,6 @@ pub struct MetaPending {
     pub marker: Option<String>,
     /// Records and bytes of the batch whose progress this is (still in the window).
     pub window: (usize, usize),
-}
-
-/// A record for the producer (delivery opaque: `ticket`).
-pub fn target_record<'a>(
-    target: &'a str,
-    ticket: usize,
-    partition: i32,
-    key: Option<&'a [u8]>,
-    value: Option<&'a [u8]>,
-    timestamp: Option<i64>,
-    headers: Option<OwnedHeaders>,
-) -> TargetRecord<'a> {
-    let mut br = BaseRecord::with_opaque_to(target, ticket).partition(partition);
-    if let Some(k) = key {
-        br = br.key(k);
-    }
-    if let Some(v) = value {
-        br = br.payload(v);
-    }
-    if let Some(ts) = timestamp {
-        br = br.timestamp(ts);
-    }
-    if let Some(h) = headers {
-        br = br.headers(h);
-    }
-    br
 }
 
 /// Waits until every record of the oldest dispatched batch has its delivery report.
