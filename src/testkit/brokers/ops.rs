@@ -145,8 +145,20 @@ pub async fn create_topic(
     partitions: i32,
     configs: &[(&str, &str)],
 ) -> Result<(), BrokerError> {
+    create_topic_replicated(bootstrap, topic, partitions, 1, configs).await
+}
+
+/// [`create_topic`] with `replication` replicas; -1 takes the broker's
+/// `default.replication.factor` (Apache Kafka; the stand-ins want an explicit count).
+pub async fn create_topic_replicated(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    replication: i32,
+    configs: &[(&str, &str)],
+) -> Result<(), BrokerError> {
     let op = format!("create topic {topic} ({partitions} partitions)");
-    let mut new_topic = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    let mut new_topic = NewTopic::new(topic, partitions, TopicReplication::Fixed(replication));
     for (key, value) in configs {
         new_topic = new_topic.set(key, value);
     }
