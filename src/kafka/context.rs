@@ -1,11 +1,11 @@
 //! The client context of every mirrorflow Kafka client: librdkafka's logs and errors as
 //! `tracing` events tagged with the cluster alias. A context made by
-//! [`crate::kafka::health::ClusterHealth::context`] also feeds that cluster's connection
-//! health (authentication and TLS failures, and their recovery).
+//! [`ClusterHealth::context`] also feeds that cluster's connection health (authentication
+//! and TLS failures, and their recovery); `kafka::health` knows nothing of contexts.
 
 use std::sync::Arc;
 
-use crate::kafka::health::{BrokerStates, ClientSlot};
+use crate::kafka::health::{BrokerStates, ClientSlot, ClusterHealth};
 
 use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
@@ -31,8 +31,8 @@ impl LogContext {
         }
     }
 
-    /// A context reporting into `slot` (see `ClusterHealth::context`).
-    pub(crate) fn with_slot(alias: &str, slot: Arc<ClientSlot>) -> Self {
+    /// A context reporting into `slot` (see [`ClusterHealth::context`]).
+    fn with_slot(alias: &str, slot: Arc<ClientSlot>) -> Self {
         Self {
             cluster: Arc::from(alias),
             health: Some(slot),
@@ -42,6 +42,13 @@ impl LogContext {
     /// The health slot this context reports into, if any.
     pub fn slot(&self) -> Option<&ClientSlot> {
         self.health.as_deref()
+    }
+}
+
+impl ClusterHealth {
+    /// A context for one new client of this cluster, reporting into this health.
+    pub fn context(&self) -> LogContext {
+        LogContext::with_slot(self.alias(), self.new_slot())
     }
 }
 

@@ -2,7 +2,7 @@
 //!
 //! librdkafka only logs a refused password or an untrusted certificate and retries for
 //! ever, so the worker would look merely slow. The engine's clients of a cluster get a
-//! [`LogContext`] from that cluster's [`ClusterHealth`] (side tasks' clients only log); the
+//! `LogContext` from that cluster's [`ClusterHealth`] (side tasks' clients only log); the
 //! context's error callback classifies the client error ([`classify`], pure) and records it
 //! in the client's slot. A slot clears when the client's statistics show the failed broker
 //! (or, for a bootstrap address, any broker) `UP` again ([`recovered`], pure), or, for the
@@ -24,7 +24,6 @@ use rdkafka::types::RDKafkaErrorCode;
 use serde::Deserialize;
 
 use crate::api::{ClusterRole, ConnectionProblem, ConnectionProblemReason};
-use crate::kafka::context::LogContext;
 
 /// Properties that make a polled client report broker states (for [`recovered`]).
 pub const STATS_PROPERTIES: &[(&str, &str)] = &[("statistics.interval.ms", "5000")];
@@ -271,8 +270,9 @@ impl ClusterHealth {
         self.0.clients.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A context for one new client of this cluster, reporting into this health.
-    pub fn context(&self) -> LogContext {
+    /// A slot for one new client of this cluster, reporting into this health (its context:
+    /// `ClusterHealth::context`, beside the context in `kafka::context`).
+    pub(crate) fn new_slot(&self) -> Arc<ClientSlot> {
         let slot = Arc::new(ClientSlot {
             problem: Mutex::default(),
             retained: Some(self.0.retained.clone()),
@@ -280,7 +280,7 @@ impl ClusterHealth {
         let mut clients = self.clients();
         clients.retain(|w| w.strong_count() > 0);
         clients.push(Arc::downgrade(&slot));
-        LogContext::with_slot(&self.0.alias, slot)
+        slot
     }
 
     /// The oldest current problem of the cluster's live clients, naming the cluster by its
