@@ -603,11 +603,15 @@ pub async fn group_committed(
 pub async fn topic_id(bootstrap: &str, topic: &str) -> Result<Option<String>, BrokerError> {
     let (bootstrap, topic) = (bootstrap.to_owned(), topic.to_owned());
     blocking("topic_id", move || {
-        super::topic_id::describe_topic_id(&bootstrap, &topic, OP_TIMEOUT).map_err(|detail| {
-            BrokerError::Failed {
-                op: format!("read topic id of {topic}"),
-                detail,
-            }
+        super::topic_id::describe_topic_id(
+            &client_config(&bootstrap),
+            &bootstrap,
+            &topic,
+            OP_TIMEOUT,
+        )
+        .map_err(|detail| BrokerError::Failed {
+            op: format!("read topic id of {topic}"),
+            detail,
         })
     })
     .await

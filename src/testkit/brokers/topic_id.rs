@@ -5,17 +5,20 @@ use std::time::Duration;
 
 use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
+use rdkafka::ClientConfig;
 
 use crate::kafka::topic_id::describe_topic_ids;
 
-/// Blocking: the base64 topic id of `topic`, `None` when the broker reports the all-zero id
-/// (no id support). Errors are strings naming the topic.
+/// Blocking: the base64 topic id of `topic` on `bootstrap` (reached with `config`), `None`
+/// when the broker reports the all-zero id (no id support). Errors are strings naming the
+/// topic.
 pub(super) fn describe_topic_id(
+    config: &ClientConfig,
     bootstrap: &str,
     topic: &str,
     timeout: Duration,
 ) -> Result<Option<String>, String> {
-    let admin: AdminClient<DefaultClientContext> = super::ops::client_config(bootstrap)
+    let admin: AdminClient<DefaultClientContext> = config
         .create()
         .map_err(|e| format!("admin client for {bootstrap}: {e}"))?;
     let topic = topic.to_string();
