@@ -12,11 +12,10 @@ use kube::runtime::controller::Action;
 use mirrorflow::api::{MirrorFlow, OffsetCheckpoint};
 use mirrorflow::controller::build::{spec_hash, SPEC_HASH_ANNOTATION, WORKER_COUNT_ANNOTATION};
 use mirrorflow::controller::diff::APPLIED_HASH_ANNOTATION;
-use mirrorflow::controller::leader::{LeaseSettings, LeaseState, LeaseThread};
+use mirrorflow::controller::leader::{Leadership, LeaseSettings, LeaseState, LeaseThread};
 use mirrorflow::controller::metrics::FLOW;
 use mirrorflow::controller::reconcile::{
     error_policy, flow_trigger, next_check, reconcile_checkpoint, reconcile_flow, Context,
-    Leadership,
 };
 use serde_json::{json, Value};
 

@@ -7,7 +7,7 @@
 //! *sent* and bounding every call (a hung request counts against it): it stops writing
 //! ([`Leadership`]) before anybody may take the lease over.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use backon::{ExponentialBuilder, Retryable};
@@ -17,7 +17,48 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Api, PostParams};
 use kube::Client;
 
-use super::reconcile::Leadership;
+/// Whether this replica may write: always without leader election; with it, until the renew
+/// deadline of the last successful renewal (a monotonic clock), so a replica that cannot renew
+/// stops writing before another one may take the lease over.
+#[derive(Debug, Clone, Default)]
+pub struct Leadership(Option<Arc<Mutex<Option<Instant>>>>);
+
+impl Leadership {
+    /// No leader election: always the leader.
+    pub fn always() -> Self {
+        Self(None)
+    }
+
+    /// Leader election: not the leader until [`Leadership::renewed`].
+    pub fn elected() -> Self {
+        Self(Some(Arc::new(Mutex::new(None))))
+    }
+
+    /// The lease is ours until `until`.
+    pub fn renewed(&self, until: Instant) {
+        if let Some(m) = &self.0 {
+            *m.lock().expect("leadership lock") = Some(until);
+        }
+    }
+
+    /// The lease is not ours any more.
+    pub fn lost(&self) {
+        if let Some(m) = &self.0 {
+            *m.lock().expect("leadership lock") = None;
+        }
+    }
+
+    /// Whether this replica may write now.
+    pub fn holds(&self) -> bool {
+        match &self.0 {
+            None => true,
+            Some(m) => m
+                .lock()
+                .expect("leadership lock")
+                .is_some_and(|until| Instant::now() < until),
+        }
+    }
+}
 
 /// Lease timing, client-go's defaults.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -22,9 +22,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use axum::extract::State;
-use axum::http::{header, StatusCode};
-use axum::response::IntoResponse;
 use axum::routing::get;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -41,12 +38,13 @@ use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
 use crate::api::{MirrorFlow, OffsetCheckpoint};
+use crate::telemetry::http::metrics_router;
 
 use self::build::{BuildSettings, FIELD_MANAGER, LABEL_MANAGED_BY};
-use self::leader::{LeaseSettings, LeaseState, LeaseThread};
+use self::leader::{Leadership, LeaseSettings, LeaseState, LeaseThread};
 use self::metrics::Metrics;
 use self::reconcile::{
-    error_policy, flow_trigger, reconcile_checkpoint, reconcile_flow, Context, Leadership, Stores,
+    error_policy, flow_trigger, reconcile_checkpoint, reconcile_flow, Context, Stores,
 };
 
 /// Worker image used when neither `--worker-image` nor `MIRRORFLOW_IMAGE` is set.
@@ -125,24 +123,10 @@ async fn os_signal() {
     }
 }
 
-async fn metrics_handler(State(registry): State<Registry>) -> impl IntoResponse {
-    match prometheus::TextEncoder::new().encode_to_string(&registry.gather()) {
-        Ok(body) => (
-            StatusCode::OK,
-            [(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)],
-            body,
-        )
-            .into_response(),
-        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
-    }
-}
-
-/// The controller's HTTP routes: `/metrics` (Prometheus text) and `/healthz`.
+/// The controller's HTTP routes: `/metrics` (telemetry's, as the workers serve it) and
+/// `/healthz`.
 pub fn http_router(registry: Registry) -> axum::Router {
-    axum::Router::new()
-        .route("/metrics", get(metrics_handler))
-        .route("/healthz", get(|| async { "ok" }))
-        .with_state(registry)
+    metrics_router(registry).route("/healthz", get(|| async { "ok" }))
 }
 
 fn identity(args: &ControllerArgs) -> String {

@@ -15,8 +15,8 @@
 //! them with the flow and no finalizer is needed. A flow that is being deleted is left
 //! alone: no child is created or updated and no status is written.
 
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use futures::FutureExt;
 use jiff::{SignedDuration, Timestamp};
@@ -47,6 +47,7 @@ use super::build::{
 use super::diff::{applied_hash, unchanged, APPLIED_HASH_ANNOTATION};
 use super::error::{Error, ErrorCategory};
 use super::events::{checkpoint_events, flow_events, EventSeverity, StatusEvent};
+use super::leader::Leadership;
 use super::memo::Memo;
 use super::metrics::{Metrics, CHECKPOINT, FLOW};
 use super::overlap::{first_collision, FlowEntry};
@@ -141,49 +142,6 @@ impl Stores {
             services: fill(objects),
             stateful_sets: fill(objects),
             disruption_budgets: fill(objects),
-        }
-    }
-}
-
-/// Whether this replica may write: always without leader election; with it, until the renew
-/// deadline of the last successful renewal (a monotonic clock), so a replica that cannot renew
-/// stops writing before another one may take the lease over.
-#[derive(Debug, Clone, Default)]
-pub struct Leadership(Option<Arc<Mutex<Option<Instant>>>>);
-
-impl Leadership {
-    /// No leader election: always the leader.
-    pub fn always() -> Self {
-        Self(None)
-    }
-
-    /// Leader election: not the leader until [`Leadership::renewed`].
-    pub fn elected() -> Self {
-        Self(Some(Arc::new(Mutex::new(None))))
-    }
-
-    /// The lease is ours until `until`.
-    pub fn renewed(&self, until: Instant) {
-        if let Some(m) = &self.0 {
-            *m.lock().expect("leadership lock") = Some(until);
-        }
-    }
-
-    /// The lease is not ours any more.
-    pub fn lost(&self) {
-        if let Some(m) = &self.0 {
-            *m.lock().expect("leadership lock") = None;
-        }
-    }
-
-    /// Whether this replica may write now.
-    pub fn holds(&self) -> bool {
-        match &self.0 {
-            None => true,
-            Some(m) => m
-                .lock()
-                .expect("leadership lock")
-                .is_some_and(|until| Instant::now() < until),
         }
     }
 }

@@ -113,21 +113,30 @@ pub struct HttpState {
 
 /// The router with all four endpoints.
 pub fn router(state: HttpState) -> Router {
+    let registry = state.registry.clone();
     Router::new()
-        .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/status", get(status))
         .with_state(state)
+        .merge(metrics_router(registry))
 }
 
-async fn metrics(State(s): State<HttpState>) -> Response {
+/// `/metrics` alone (Prometheus text of `registry`): a process without readiness or a status
+/// document (the controller) adds its own routes to it.
+pub fn metrics_router(registry: Registry) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .with_state(registry)
+}
+
+async fn metrics(State(registry): State<Registry>) -> Response {
     (
         [(
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        encode_registry(&s.registry),
+        encode_registry(&registry),
     )
         .into_response()
 }
