@@ -24,9 +24,9 @@ use std::time::{Duration, Instant};
 
 use mirrorflow::api::parse_flow_file;
 use mirrorflow::kafka::admin::{GroupAdmin, GroupOffset};
+use mirrorflow::kafka::tail::TopicTail;
 use mirrorflow::kafka::wire;
 use mirrorflow::testkit::brokers::{create_topic, produce, BrokerKind, LocalBroker, ProduceRecord};
-use mirrorflow::worker::checkpoint::io::TopicTail;
 use mirrorflow::worker::checkpoint::runner::{statuses, CheckpointRunner};
 use mirrorflow::worker::checkpoint::status::RunnerState;
 use prometheus::Registry;

@@ -1213,7 +1213,7 @@ async fn batched_group_calls_agree_with_librdkafka() {
 /// watermark of a batched write is its base offset + 1, and the mock consumes ~500 records/s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sync_batch_larger_than_a_fetch_is_read_whole_nisshi() {
-    use mirrorflow::worker::checkpoint::io::TopicTail;
+    use mirrorflow::kafka::tail::TopicTail;
     use mirrorflow::worker::checkpoint::store::SyncStore;
     use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 

@@ -11,10 +11,10 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use mirrorflow::api::Delivery;
+use mirrorflow::kafka::topic_config::ConfigChange;
 use mirrorflow::kafka::wire::progress_topic;
 use mirrorflow::testkit::brokers::{produce, BrokerKind};
 use mirrorflow::worker::replicate::created::created_topics_store;
-use mirrorflow::worker::replicate::select::ConfigChange;
 use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};

@@ -1,5 +1,7 @@
-//! Kafka edges: client configuration and context, MM2 wire formats, topic naming, and the
-//! librdkafka admin calls rust-rdkafka does not wrap (group offsets, topic ids).
+//! Kafka edges: client configuration and context, MM2 wire formats, topic naming, topic
+//! admin calls and reading a topic to its end, and the librdkafka admin calls rust-rdkafka
+//! does not wrap (group offsets, topic ids, incremental config changes). Knows nothing of
+//! the worker: it serves it.
 pub mod acl;
 pub mod admin;
 pub mod config;
@@ -15,8 +17,10 @@ pub mod produce;
 pub mod producer;
 pub mod protocol;
 pub mod secrets;
+pub mod tail;
 pub mod topic_config;
 pub mod topic_id;
+pub mod topics;
 pub mod wire;
 
 /// Runs a blocking librdkafka call on tokio's blocking pool.

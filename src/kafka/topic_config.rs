@@ -12,7 +12,25 @@ use rdkafka::client::ClientContext;
 
 use super::acl::request;
 use super::ffi::{error_text, Handle};
-use crate::worker::replicate::select::ConfigChange;
+
+/// One IncrementalAlterConfigs operation on a target topic.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ConfigChange {
+    /// SET `name` to `value` on the topic.
+    Set(String, String),
+    /// DELETE the topic's own value of `name` (the target's default applies again).
+    Delete(String),
+}
+
+impl ConfigChange {
+    /// The `op` label of `mirrorflow_worker_topic_config_changes_total`.
+    pub fn op(&self) -> &'static str {
+        match self {
+            ConfigChange::Set(..) => "set",
+            ConfigChange::Delete(_) => "delete",
+        }
+    }
+}
 
 /// Blocking: applies `changes` to each topic in one request (one resource per topic); one
 /// result per topic, in order. The outer error means the request failed as a whole.

@@ -33,8 +33,9 @@ use crate::kafka::acl::{self, plan, target_acl, TopicAcl};
 use crate::kafka::config::client_properties;
 use crate::kafka::context::LogContext;
 use crate::kafka::secrets::FlowSecrets;
-use crate::worker::checkpoint::io::{ensure_checkpoints_topic, TopicTail};
-use crate::worker::replicate::select::{TopicDecision, TopicFilter};
+use crate::kafka::tail::TopicTail;
+use crate::kafka::topics::ensure_store_topic;
+use crate::worker::topic_filter::{TopicDecision, TopicFilter};
 
 /// Bound of each cluster call.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -281,7 +282,7 @@ impl KafkaStore {
     fn ensure(&mut self) -> Result<(), String> {
         if !self.ensured {
             // Blocking context: the admin future is driven by librdkafka's own thread.
-            futures::executor::block_on(ensure_checkpoints_topic(
+            futures::executor::block_on(ensure_store_topic(
                 &self.config,
                 &self.topic,
                 self.replication_factor,

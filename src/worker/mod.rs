@@ -6,4 +6,5 @@ pub mod k8s;
 pub mod replicate;
 pub mod report;
 pub mod runtime;
+pub mod topic_filter;
 pub mod validation;

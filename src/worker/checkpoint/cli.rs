@@ -29,10 +29,10 @@ use crate::api::{load_flow_file, MirrorFlow, MirrorFlowSpec};
 use crate::kafka::config::client_properties;
 use crate::kafka::wire;
 
-use super::io::TopicTail;
 use super::runner::checkpoints_topic;
 use super::translate::{decide_group_sync, GroupSyncDecision, TargetGroupState};
 use crate::kafka::admin::{GroupAdmin, GroupOffset};
+use crate::kafka::tail::TopicTail;
 
 /// Output format of `translate`.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -55,11 +55,11 @@ use crate::api::{
 use crate::kafka::config::client_properties;
 use crate::kafka::secrets::FlowSecrets;
 use crate::kafka::wire;
-use crate::worker::replicate::select::{TopicDecision, TopicFilter};
+use crate::worker::topic_filter::{TopicDecision, TopicFilter};
 
 use super::group_sync::{merge_owned_failures, run_group_syncs, sync_owned, Handoff, SyncOffer};
 use super::groups::{assign_groups, GroupSelection};
-use super::io::{self, TopicTail};
+use super::io;
 use super::metrics::CheckpointMetrics;
 use super::plan::{plan_group, GroupPlan};
 use super::status::{checkpoint_status, merge_failures, RunnerState};
@@ -68,6 +68,8 @@ use super::translate::{reload_checkpoints, CheckpointKey, CheckpointState, InFor
 use crate::kafka::admin::{GroupAdmin, GroupOffset};
 use crate::kafka::blocking;
 use crate::kafka::producer::EventProducer;
+use crate::kafka::tail::TopicTail;
+use crate::kafka::topics::ensure_store_topic;
 
 /// Bound for every cluster call of a cycle.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -504,9 +506,7 @@ impl CheckpointRunner {
         )?);
         let checkpoints_topic = checkpoints_topic(&self.flow);
         let rf = self.flow.internal_topics.replication_factor;
-        if io::ensure_checkpoints_topic(&self.target, &checkpoints_topic, rf, REQUEST_TIMEOUT)
-            .await?
-        {
+        if ensure_store_topic(&self.target, &checkpoints_topic, rf, REQUEST_TIMEOUT).await? {
             tracing::info!(topic = %checkpoints_topic, "created the checkpoints topic");
         }
         let in_force = reload(&self.target, &checkpoints_topic).await?;

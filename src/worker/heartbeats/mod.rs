@@ -25,9 +25,9 @@ use crate::kafka::config::{client_properties, ClientProperties};
 use crate::kafka::context::LogContext;
 use crate::kafka::naming::target_topic;
 use crate::kafka::producer::{EventProducer, Outgoing};
+use crate::kafka::topics;
 use crate::kafka::wire::{Heartbeat, HEARTBEATS_TOPIC};
 use crate::telemetry::metrics::WorkerMetrics;
-use crate::worker::replicate::io;
 use latency::{emissions, measures_flow, Cluster, LatencyTracker};
 
 /// Bound of each cluster call and of a heartbeat's acknowledgement.
@@ -268,10 +268,10 @@ impl Side {
         let what =
             |c: &str, e: &dyn std::fmt::Display| format!("cluster {alias}: heartbeat {c}: {e}");
         let ctx = LogContext::new(alias);
-        let meta = io::meta_client(&self.props, ctx.clone()).map_err(|e| what("client", &e))?;
-        let admin = io::admin_client(&self.props, ctx).map_err(|e| what("admin client", &e))?;
+        let meta = topics::meta_client(&self.props, ctx.clone()).map_err(|e| what("client", &e))?;
+        let admin = topics::admin_client(&self.props, ctx).map_err(|e| what("admin client", &e))?;
         let topics = [HEARTBEATS_TOPIC.to_string()];
-        let result = io::ensure_compacted(
+        let result = topics::ensure_compacted(
             &meta,
             &admin,
             &topics,

@@ -7,12 +7,12 @@ use rdkafka::consumer::StreamConsumer;
 use tracing::info;
 
 use super::intake::create_consumer;
-use super::io::{self, Admin, MetaClient};
 use super::settings::{EngineError, EngineSettings};
 use crate::api::MirrorFlowSpec;
 use crate::kafka::config::{client_properties, ClientProperties};
 use crate::kafka::context::LogContext;
 use crate::kafka::health::FlowHealth;
+use crate::kafka::topics::{self, Admin, MetaClient};
 
 /// A worker's clients.
 pub struct Clients {
@@ -45,13 +45,13 @@ impl Clients {
         let (s, t) = (&health.source, &health.target);
         let consumer = create_consumer(settings, spec, &source_props, s.context())
             .map_err(|e| fatal("source consumer", &e))?;
-        let source_meta =
-            io::meta_client(&source_props, s.context()).map_err(|e| fatal("source client", &e))?;
-        let target_meta =
-            io::meta_client(&target_props, t.context()).map_err(|e| fatal("target client", &e))?;
-        let source_admin = io::admin_client(&source_props, s.context())
+        let source_meta = topics::meta_client(&source_props, s.context())
+            .map_err(|e| fatal("source client", &e))?;
+        let target_meta = topics::meta_client(&target_props, t.context())
+            .map_err(|e| fatal("target client", &e))?;
+        let source_admin = topics::admin_client(&source_props, s.context())
             .map_err(|e| fatal("source admin client", &e))?;
-        let target_admin = io::admin_client(&target_props, t.context())
+        let target_admin = topics::admin_client(&target_props, t.context())
             .map_err(|e| fatal("target admin client", &e))?;
         Ok(Self {
             source_props,

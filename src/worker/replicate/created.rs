@@ -19,7 +19,7 @@ use rdkafka::producer::{BaseProducer, BaseRecord};
 use rdkafka::ClientConfig;
 use serde::{Deserialize, Serialize};
 
-use crate::worker::checkpoint::io::TopicTail;
+use crate::kafka::tail::TopicTail;
 
 /// The store topic of a flow (on the target).
 pub fn created_topics_store(namespace: &str, flow: &str) -> String {

@@ -18,20 +18,20 @@ use tracing::{debug, info, warn};
 use super::assign::is_owned;
 use super::clients::Clients;
 use super::created::{created_by_flow, created_topics_store, CreatedTopic, CreatedTopics};
-use super::io::{self, Admin, MetaClient};
+use super::io;
 use super::partitions::{start_position, Partition, PartitionTable, Start, Taken};
-use super::select::{
-    config_changes, target_topic_action, unwritable, ConfigExclusions, TargetTopicAction,
-    TopicDecision, TopicFilter,
-};
+use super::select::{config_changes, target_topic_action, ConfigExclusions, TargetTopicAction};
 use super::settings::EngineSettings;
 use super::status::PartitionState;
 use super::validate::{check_observation, confirm_with_fetch, CheckOutcome, TopicIds};
 use crate::api::{StartFrom, TopicPartitionRef};
 use crate::kafka::config::ClientProperties;
 use crate::kafka::context::LogContext;
+use crate::kafka::topics::unwritable;
+use crate::kafka::topics::{self, Admin, ConfigEntry, MetaClient};
 use crate::kafka::wire::Progress;
 use crate::telemetry::metrics::{ErrorKind, WorkerMetrics};
+use crate::worker::topic_filter::{TopicDecision, TopicFilter};
 use crate::worker::validation::classify::{Detection, KnownPartition, PartitionObservation};
 
 /// A partition as the refresh saw it when it started.
@@ -451,7 +451,7 @@ impl Discovery {
         };
         let wanted = wanted_topics(&source, &input.filter, self.owner);
         plan.wanted = Some(wanted.clone());
-        let target_rf = match io::list_topics_with_replicas(&self.target_meta, timeout).await {
+        let target_rf = match topics::list_topics_with_replicas(&self.target_meta, timeout).await {
             Ok(t) => t,
             Err(e) => {
                 self.metrics.error(ErrorKind::TopicSync);
@@ -583,7 +583,7 @@ impl Discovery {
         side: &str,
         alias: &str,
     ) -> Option<BTreeMap<String, i32>> {
-        match io::list_topics(meta, self.io_timeout).await {
+        match topics::list_topics(meta, self.io_timeout).await {
             Ok(t) => Some(t),
             Err(e) => {
                 self.metrics.error(ErrorKind::TopicSync);
@@ -606,7 +606,7 @@ impl Discovery {
         match action {
             TargetTopicAction::Ready => Ok(()),
             TargetTopicAction::Grow { from, to } => {
-                match io::add_partitions(&self.target_admin, target, to, timeout).await {
+                match topics::add_partitions(&self.target_admin, target, to, timeout).await {
                     Ok(()) => {
                         info!(topic = %target, from, to, "grew target topic");
                         Ok(())
@@ -634,7 +634,7 @@ impl Discovery {
                     Vec::new()
                 };
                 let rf = input.replication_factor;
-                match io::create_topic(
+                match topics::create_topic(
                     &self.target_admin,
                     target,
                     partitions,
@@ -672,13 +672,13 @@ impl Discovery {
             .map_err(|e| format!("topic id of {target}: {e}"))?;
         let mut store = self.take_store()?;
         if !store.exists {
-            let existing = io::list_topics(&self.target_meta, timeout).await;
+            let existing = topics::list_topics(&self.target_meta, timeout).await;
             if !existing?.contains_key(&self.store_topic) {
-                let configs = io::internal_topic_configs();
+                let configs = topics::internal_topic_configs();
                 let rf = input.internal_replication_factor;
                 let store_topic = &self.store_topic;
                 // Created or created meanwhile by another worker: either way it exists.
-                io::create_topic(&self.target_admin, store_topic, 1, rf, &configs, timeout)
+                topics::create_topic(&self.target_admin, store_topic, 1, rf, &configs, timeout)
                     .await
                     .map_err(|e| format!("cannot create internal topic {store_topic}: {e}"))?;
             }
@@ -781,7 +781,7 @@ impl Discovery {
         }
         let targets: Vec<String> = ours.iter().map(|(_, t)| t.clone()).collect();
         let target_configs =
-            match io::describe_topic_configs(&self.target_admin, &targets, timeout).await {
+            match topics::describe_topic_configs(&self.target_admin, &targets, timeout).await {
                 Ok(c) => c,
                 Err(e) => return fail(e),
             };
@@ -790,7 +790,7 @@ impl Discovery {
             let Some(Ok(entries)) = target_configs.get(t) else {
                 continue;
             };
-            let min_insync = io::min_insync_replicas(entries);
+            let min_insync = topics::min_insync_replicas(entries);
             let Some((_, rf)) = target_rf.get(t) else {
                 continue;
             };
@@ -810,7 +810,7 @@ impl Discovery {
     async fn resync_configs(
         &self,
         ours: &[(String, String)],
-        target_configs: &BTreeMap<String, Result<Vec<super::select::ConfigEntry>, String>>,
+        target_configs: &BTreeMap<String, Result<Vec<ConfigEntry>, String>>,
         input: &RefreshInput,
     ) {
         let timeout = self.io_timeout;
@@ -823,7 +823,7 @@ impl Discovery {
         };
         let sources: Vec<String> = ours.iter().map(|(s, _)| s.clone()).collect();
         let source_configs =
-            match io::describe_topic_configs(&self.source_admin, &sources, timeout).await {
+            match topics::describe_topic_configs(&self.source_admin, &sources, timeout).await {
                 Ok(c) => c,
                 Err(e) => {
                     self.metrics.error(ErrorKind::TopicSync);
@@ -851,7 +851,7 @@ impl Discovery {
             return;
         }
         let results =
-            match io::alter_topic_configs(&self.target_admin, changes.clone(), timeout).await {
+            match topics::alter_topic_configs(&self.target_admin, changes.clone(), timeout).await {
                 Ok(r) => r,
                 Err(e) => {
                     self.metrics.error(ErrorKind::TopicSync);

@@ -37,7 +37,6 @@ use super::io;
 use super::partitions::PartitionTable;
 use super::pipeline::{Consumed, Delivered, Job, Pipeline, PipelineConfig};
 use super::reset::{handled_reset_ids, ResetIo, Resets};
-use super::select::TopicFilter;
 use super::step::{due, next_step, wake_at, Deadlines, Due, LoopState, Step};
 use super::validate::{
     attribute_out_of_range, detection_failure, failure_counter, out_of_range, Attribution, TopicIds,
@@ -48,8 +47,10 @@ use crate::kafka::consume::{Polled, ReadyQueue, SourceMessage};
 use crate::kafka::context::LogContext;
 use crate::kafka::events::ProducerEvents;
 use crate::kafka::secrets::FlowSecrets;
+use crate::kafka::topics;
 use crate::kafka::wire::{offset_syncs_topic, progress_topic};
 use crate::telemetry::metrics::ErrorKind;
+use crate::worker::topic_filter::TopicFilter;
 use crate::worker::validation::classify::{Detection, FlowRef, ReportedFailures};
 
 pub use super::pipeline::transactions_unsupported_message;
@@ -423,7 +424,7 @@ impl Engine {
             let c = &self.clients;
             let alias = &self.spec.target.alias;
             let rf = self.spec.internal_topics.replication_factor;
-            let r = io::ensure_compacted(
+            let r = topics::ensure_compacted(
                 &c.target_meta,
                 &c.target_admin,
                 &internal,

@@ -7,7 +7,7 @@
 //!   consumer group: the source consumer uses `assign`, never `subscribe`.
 //! - **Topics.** Every `topics.refreshIntervalSeconds` ([`discovery`], on a task beside the
 //!   replication loop) the source is listed; topics selected
-//!   by [`select::TopicFilter`] (full-match include/exclude, never internal topics, never
+//!   by `worker::topic_filter` (full-match include/exclude, never internal topics, never
 //!   topics that came from the target) get a target topic named by `kafka::naming` with the
 //!   same partition count and — with `syncTopicConfigs` — the source topic's own configs
 //!   (minus broker-specific ones, as MM2). Partition increases are followed.

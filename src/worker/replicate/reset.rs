@@ -8,12 +8,13 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tracing::{info, warn};
 
-use super::io::{self, MetaClient};
+use super::io;
 use super::partitions::PartitionTable;
 use super::pipeline::fresh_epoch;
 use super::validate::TopicIds;
 use crate::api::{AppliedReset, PartitionFailure, ResetOutcome, ResetRequest, TopicPartitionRef};
 use crate::kafka::config::ClientProperties;
+use crate::kafka::topics::MetaClient;
 use crate::kafka::wire::Progress;
 use crate::worker::replicate::assign::is_owned;
 use crate::worker::validation::reset::{

@@ -1,81 +1,13 @@
-//! Which source topics a flow replicates, and which topic configs travel with them. Pure.
+//! What happens to a replicated topic's target: created, grown, or ready; and which topic
+//! configs travel with it (MM2's config sync). Which topics are replicated at all is
+//! `worker::topic_filter`. Pure.
 
 use regex::Regex;
 
 use crate::api::validate::full_match_regex;
-use crate::api::{MirrorFlowSpec, ReplicationPolicy};
-use crate::kafka::naming::{is_cycle, is_heartbeats_topic, is_internal_topic, target_topic};
-
-/// Why a topic is or is not replicated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TopicDecision {
-    /// Replicate it.
-    Replicate,
-    /// Matches no `topics.include` pattern.
-    NotIncluded,
-    /// Matches a `topics.exclude` pattern.
-    Excluded,
-    /// An internal topic (Kafka's, MM2's or mirrorflow's); never replicated.
-    Internal,
-    /// Came from the target cluster (Prefix policy); replicating it would loop.
-    Cycle,
-}
-
-/// The compiled topic selection of a flow.
-#[derive(Debug, Clone)]
-pub struct TopicFilter {
-    include: Vec<Regex>,
-    exclude: Vec<Regex>,
-    policy: ReplicationPolicy,
-    source_alias: String,
-    target_alias: String,
-}
-
-impl TopicFilter {
-    /// Compiles the spec's patterns (full match). Errors name the field and pattern; specs
-    /// that passed `validate_flow` always compile.
-    pub fn new(spec: &MirrorFlowSpec) -> Result<Self, String> {
-        let compile = |field: &str, patterns: &[String]| {
-            patterns
-                .iter()
-                .enumerate()
-                .map(|(i, p)| {
-                    full_match_regex(p).map_err(|e| format!("spec.topics.{field}[{i}] {p:?}: {e}"))
-                })
-                .collect::<Result<Vec<_>, _>>()
-        };
-        Ok(Self {
-            include: compile("include", &spec.topics.include)?,
-            exclude: compile("exclude", &spec.topics.exclude)?,
-            policy: spec.replication_policy.clone(),
-            source_alias: spec.source.alias.clone(),
-            target_alias: spec.target.alias.clone(),
-        })
-    }
-
-    /// Decides for one source topic. Internal topics and cycles win over the patterns;
-    /// heartbeats topics are replicated whatever the patterns say (MM2).
-    pub fn decide(&self, topic: &str) -> TopicDecision {
-        if is_internal_topic(topic) {
-            TopicDecision::Internal
-        } else if is_cycle(&self.policy, &self.target_alias, topic) {
-            TopicDecision::Cycle
-        } else if is_heartbeats_topic(&self.policy, topic) {
-            TopicDecision::Replicate
-        } else if !self.include.iter().any(|r| r.is_match(topic)) {
-            TopicDecision::NotIncluded
-        } else if self.exclude.iter().any(|r| r.is_match(topic)) {
-            TopicDecision::Excluded
-        } else {
-            TopicDecision::Replicate
-        }
-    }
-
-    /// The target topic name of a source topic.
-    pub fn target_topic(&self, topic: &str) -> String {
-        target_topic(&self.policy, &self.source_alias, topic)
-    }
-}
+use crate::api::MirrorFlowSpec;
+use crate::kafka::topic_config::ConfigChange;
+use crate::kafka::topics::ConfigEntry;
 
 /// What to do with a target topic, given the source topic's partition count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -159,39 +91,6 @@ impl ConfigExclusions {
     }
 }
 
-/// Where a topic config value comes from (a subset of Kafka's ConfigSource).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ConfigOrigin {
-    /// Set on the topic itself.
-    TopicOverride,
-    /// A broker or built-in default.
-    Default,
-    /// The broker did not say (old brokers): trust `is_default`.
-    Unknown,
-}
-
-/// One entry of a topic's DescribeConfigs answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigEntry {
-    pub name: String,
-    /// `None` for sensitive values.
-    pub value: Option<String>,
-    pub origin: ConfigOrigin,
-    pub is_default: bool,
-    pub is_sensitive: bool,
-}
-
-impl ConfigEntry {
-    /// Set on the topic itself (not inherited from the broker or Kafka's defaults).
-    pub fn set_on_topic(&self) -> bool {
-        match self.origin {
-            ConfigOrigin::TopicOverride => true,
-            ConfigOrigin::Default => false,
-            ConfigOrigin::Unknown => !self.is_default,
-        }
-    }
-}
-
 /// Whether a source topic config entry is copied to the target topic: only values set on
 /// the topic (MM2 also copies the source *brokers'* settings, as its `isDefault` is only
 /// Kafka's built-in default; a broker setting describes that cluster, not the topic), never
@@ -212,25 +111,6 @@ pub fn syncable_configs(
         .collect();
     out.sort();
     out
-}
-
-/// One IncrementalAlterConfigs operation on a target topic.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub enum ConfigChange {
-    /// SET `name` to `value` on the topic.
-    Set(String, String),
-    /// DELETE the topic's own value of `name` (the target's default applies again).
-    Delete(String),
-}
-
-impl ConfigChange {
-    /// The `op` label of `mirrorflow_worker_topic_config_changes_total`.
-    pub fn op(&self) -> &'static str {
-        match self {
-            ConfigChange::Set(..) => "set",
-            ConfigChange::Delete(_) => "delete",
-        }
-    }
 }
 
 /// What makes a target topic's configs match its source topic's (MM2's config sync with
@@ -264,168 +144,17 @@ pub fn config_changes(
     out
 }
 
-/// Why a target topic can never take a write from the mirror (which produces with
-/// acks=all): fewer replicas than its `min.insync.replicas`. `None` when it can, or when
-/// `min.insync.replicas` is unknown (a broker that does not report it).
-pub fn unwritable(topic: &str, replicas: i32, min_insync: Option<i32>) -> Option<String> {
-    let min = min_insync?;
-    (replicas < min).then(|| {
-        format!(
-            "topic {topic} has replication factor {replicas} but min.insync.replicas={min}: \
-             every acks=all write fails with NOT_ENOUGH_REPLICAS; raise its replication \
-             factor (kafka-reassign-partitions) or lower its min.insync.replicas"
-        )
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{ClusterSpec, ReplicationPolicyType, TopicSelector};
+    use crate::kafka::topics::ConfigOrigin;
 
-    fn spec(include: &[&str], exclude: &[&str], policy: ReplicationPolicyType) -> MirrorFlowSpec {
-        let cluster = |alias: &str| ClusterSpec {
-            alias: alias.into(),
-            bootstrap_servers: "localhost:9092".into(),
-            ..Default::default()
-        };
-        let mut spec: MirrorFlowSpec = serde_json::from_value(serde_json::json!({
+    fn spec() -> MirrorFlowSpec {
+        serde_json::from_value(serde_json::json!({
             "source": {"alias": "dc1", "bootstrapServers": "a:1"},
             "target": {"alias": "dc2", "bootstrapServers": "b:1"},
         }))
-        .unwrap();
-        spec.source = cluster("dc1");
-        spec.target = cluster("dc2");
-        spec.topics = TopicSelector {
-            include: include.iter().map(|s| s.to_string()).collect(),
-            exclude: exclude.iter().map(|s| s.to_string()).collect(),
-            ..TopicSelector::default()
-        };
-        spec.replication_policy.type_ = policy;
-        spec
-    }
-
-    #[test]
-    fn decision_table() {
-        use ReplicationPolicyType::*;
-        use TopicDecision::*;
-        let defaults = crate::api::defaults::topic_excludes();
-        let defaults: Vec<&str> = defaults.iter().map(String::as_str).collect();
-        let cases = [
-            (vec![".*"], defaults.clone(), Prefix, "orders", Replicate),
-            (
-                vec![".*"],
-                defaults.clone(),
-                Prefix,
-                "__consumer_offsets",
-                Internal,
-            ),
-            (vec![".*"], vec![], Prefix, "__consumer_offsets", Internal),
-            (
-                vec![".*"],
-                vec![],
-                Prefix,
-                "mirrorflow-progress.f.internal",
-                Internal,
-            ),
-            (
-                vec![".*"],
-                vec![],
-                Prefix,
-                "mm2-offset-syncs.dc1.internal",
-                Internal,
-            ),
-            (
-                vec![".*"],
-                defaults.clone(),
-                Prefix,
-                "orders.replica",
-                Excluded,
-            ),
-            (vec![".*"], defaults.clone(), Prefix, "dc2.orders", Cycle),
-            (
-                vec![".*"],
-                defaults.clone(),
-                Prefix,
-                "dc3.dc2.orders",
-                Cycle,
-            ),
-            (
-                vec![".*"],
-                defaults.clone(),
-                Prefix,
-                "dc3.orders",
-                Replicate,
-            ),
-            (
-                vec![".*"],
-                defaults.clone(),
-                Identity,
-                "dc2.orders",
-                Replicate,
-            ),
-            // Full match: "order" does not match "orders".
-            (vec!["order"], vec![], Prefix, "orders", NotIncluded),
-            (
-                vec!["orders|payments"],
-                vec![],
-                Prefix,
-                "payments",
-                Replicate,
-            ),
-            (
-                vec!["ord.*"],
-                vec!["ord.*-tmp"],
-                Prefix,
-                "orders-tmp",
-                Excluded,
-            ),
-            (vec!["ord.*"], vec!["tmp"], Prefix, "orders-tmp", Replicate),
-            (vec![], vec![], Prefix, "orders", NotIncluded),
-            // Heartbeats travel whatever the patterns say, never back where they came from.
-            (vec!["orders"], vec![], Prefix, "heartbeats", Replicate),
-            (
-                vec!["orders"],
-                vec!["heartbeats"],
-                Prefix,
-                "heartbeats",
-                Replicate,
-            ),
-            (vec!["orders"], vec![], Prefix, "dc0.heartbeats", Replicate),
-            (vec![".*"], vec![], Prefix, "dc2.heartbeats", Cycle),
-            (vec!["orders"], vec![], Identity, "heartbeats", Replicate),
-            (vec![".*"], vec![], Identity, "dc2.heartbeats", Cycle),
-            (
-                vec!["orders"],
-                vec![],
-                Prefix,
-                "app-heartbeats",
-                NotIncluded,
-            ),
-        ];
-        for (include, exclude, policy, topic, want) in cases {
-            let f = TopicFilter::new(&spec(&include, &exclude, policy)).unwrap();
-            assert_eq!(
-                f.decide(topic),
-                want,
-                "{include:?} {exclude:?} {policy:?} {topic}"
-            );
-        }
-    }
-
-    #[test]
-    fn bad_pattern_names_the_field() {
-        let err =
-            TopicFilter::new(&spec(&["ok", "("], &[], ReplicationPolicyType::Prefix)).unwrap_err();
-        assert!(err.contains("spec.topics.include[1]"), "{err}");
-    }
-
-    #[test]
-    fn target_names() {
-        let f = TopicFilter::new(&spec(&[".*"], &[], ReplicationPolicyType::Prefix)).unwrap();
-        assert_eq!(f.target_topic("orders"), "dc1.orders");
-        let f = TopicFilter::new(&spec(&[".*"], &[], ReplicationPolicyType::Identity)).unwrap();
-        assert_eq!(f.target_topic("orders"), "orders");
+        .unwrap()
     }
 
     #[test]
@@ -521,7 +250,7 @@ mod tests {
 
     #[test]
     fn spec_exclusions_add_to_the_defaults() {
-        let mut s = spec(&[".*"], &[], ReplicationPolicyType::Prefix);
+        let mut s = spec();
         s.topic_configs.exclude = vec![r"retention\..*".into()];
         let x = ConfigExclusions::new(&s).unwrap();
         assert!(x.excludes("retention.ms") && x.excludes("retention.bytes"));
@@ -536,7 +265,7 @@ mod tests {
     fn config_changes_table() {
         use ConfigChange::*;
         use ConfigOrigin::*;
-        let mut s = spec(&[".*"], &[], ReplicationPolicyType::Prefix);
+        let mut s = spec();
         s.topic_configs.exclude = vec!["segment\\.bytes".into()];
         let x = ConfigExclusions::new(&s).unwrap();
         let set = |n: &str, v: &str| Set(n.into(), v.into());
@@ -622,29 +351,6 @@ mod tests {
         ];
         for (what, source, target, want) in cases {
             assert_eq!(config_changes(&source, &target, &x), want, "{what}");
-        }
-    }
-
-    #[test]
-    fn unwritable_table() {
-        let cases = [
-            (1, Some(2), true),
-            (2, Some(2), false),
-            (3, Some(2), false),
-            (1, Some(1), false),
-            (1, None, false),
-        ];
-        for (rf, min, want) in cases {
-            let got = unwritable("dc1.orders", rf, min);
-            assert_eq!(got.is_some(), want, "rf {rf} min {min:?}");
-            if let Some(m) = got {
-                assert!(
-                    m.contains("dc1.orders")
-                        && m.contains(&format!("replication factor {rf}"))
-                        && m.contains(&format!("min.insync.replicas={}", min.unwrap())),
-                    "{m}"
-                );
-            }
         }
     }
 }

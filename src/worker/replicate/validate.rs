@@ -77,10 +77,11 @@ use std::time::{Duration, Instant};
 use prometheus::{IntCounterVec, Opts, Registry};
 use tracing::{debug, error, warn};
 
-use super::io::{self, Admin, MetaClient};
+use super::io;
 use super::partitions::PartitionTable;
 use super::status::{FailureKind, PartitionFailed};
 use crate::api::{FailureType, TopicPartitionRef};
+use crate::kafka::topics::{Admin, MetaClient};
 use crate::worker::validation::classify::{
     check_partition, classify_out_of_range, Detection, FlowRef, KnownPartition,
     PartitionObservation, ReportedFailures, Signal,
