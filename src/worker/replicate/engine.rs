@@ -53,10 +53,7 @@ use crate::telemetry::metrics::ErrorKind;
 use crate::worker::topic_filter::TopicFilter;
 use crate::worker::validation::classify::{Detection, FlowRef, ReportedFailures};
 
-pub use super::pipeline::transactions_unsupported_message;
-use super::settings::live_spec;
-pub use super::settings::{EngineError, EngineOutputs, EngineSettings, Tuning};
-pub use super::validate::TOPIC_ID_RETRY;
+use super::settings::{live_spec, EngineError, EngineOutputs, EngineSettings};
 
 mod publish;
 mod refresh;

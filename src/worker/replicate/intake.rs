@@ -8,7 +8,7 @@ use rdkafka::message::OwnedHeaders;
 use rdkafka::types::RDKafkaErrorCode;
 
 use super::batch::{header_bytes, record_size, BatchLimits, BatchRecord};
-use super::engine::{EngineSettings, Tuning};
+use super::settings::{fetch_max_bytes, EngineSettings, Tuning};
 use crate::api::MirrorFlowSpec;
 use crate::kafka::config::ClientProperties;
 use crate::kafka::consume::{Polled, ReadyQueue, SourceMessage};
@@ -79,14 +79,6 @@ pub fn consumer_defaults(t: &Tuning, props: &ClientProperties) -> Vec<(&'static 
             .into_iter()
             .chain(stats),
     )
-}
-
-/// The consumer's `fetch.max.bytes`: the tuning's bound, raised to a `message.max.bytes` set
-/// in `source.config` (librdkafka refuses a consumer whose fetch bound is below it).
-pub fn fetch_max_bytes(tuning: u32, message_max_bytes: Option<&str>) -> u32 {
-    message_max_bytes
-        .and_then(|v| v.trim().parse::<u32>().ok())
-        .map_or(tuning, |m| tuning.max(m))
 }
 
 /// What a consumer error means.

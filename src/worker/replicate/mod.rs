@@ -136,7 +136,8 @@ use crate::worker::checkpoint::{self, runner::CheckpointRunner, status::RunnerSt
 use crate::worker::heartbeats::HeartbeatRunner;
 use crate::worker::report::{Extras, WithExtras};
 
-pub use engine::{Engine, EngineError, EngineOutputs, EngineSettings, Tuning};
+pub use engine::Engine;
+pub use settings::{EngineError, EngineOutputs, EngineSettings, Tuning};
 pub use status::{PartitionState, StatusSink, WorkerSnapshot};
 
 /// `mirrorflow worker` arguments.

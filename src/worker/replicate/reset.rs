@@ -10,7 +10,7 @@ use tracing::{info, warn};
 
 use super::io;
 use super::partitions::PartitionTable;
-use super::pipeline::fresh_epoch;
+use super::syncs::fresh_epoch;
 use super::validate::TopicIds;
 use crate::api::{AppliedReset, PartitionFailure, ResetOutcome, ResetRequest, TopicPartitionRef};
 use crate::kafka::config::ClientProperties;

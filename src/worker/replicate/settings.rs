@@ -156,7 +156,7 @@ impl ConsumerBounds {
         let num = |k: &str| config.get(k).and_then(|v| v.trim().parse::<usize>().ok());
         let fetch = num("fetch.max.bytes").or_else(|| {
             let message_max = config.get("message.max.bytes").map(String::as_str);
-            let raised = super::intake::fetch_max_bytes(FETCH_BYTES as u32, message_max) as usize;
+            let raised = fetch_max_bytes(FETCH_BYTES as u32, message_max) as usize;
             (raised != FETCH_BYTES).then_some(raised)
         });
         Self {
@@ -164,6 +164,14 @@ impl ConsumerBounds {
             prefetch: num("queued.max.messages.kbytes").map(|k| k.saturating_mul(1024)),
         }
     }
+}
+
+/// The consumer's `fetch.max.bytes`: the tuning's bound, raised to a `message.max.bytes` set
+/// in `source.config` (librdkafka refuses a consumer whose fetch bound is below it).
+pub fn fetch_max_bytes(tuning: u32, message_max_bytes: Option<&str>) -> u32 {
+    message_max_bytes
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .map_or(tuning, |m| tuning.max(m))
 }
 
 /// Who this worker is.

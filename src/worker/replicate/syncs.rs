@@ -17,6 +17,8 @@
 //! Every sync carries the next [`SyncSequence`] of the emitter (its `writer_epoch` is fixed
 //! per emitter), so readers can tell consecutive syncs apart from ones with a hole between.
 
+use std::sync::atomic::{AtomicI64, Ordering};
+
 use crate::kafka::wire::SyncSequence;
 
 /// Why a sync was emitted.
@@ -140,6 +142,21 @@ impl SyncEmitter {
                 Some(sync)
             }
             _ => None,
+        }
+    }
+}
+
+/// A writer epoch for a fresh sync emitter: increasing within the process and, being clock
+/// based (µs), across restarts.
+pub fn fresh_epoch() -> i64 {
+    static LAST: AtomicI64 = AtomicI64::new(0);
+    let now = jiff::Timestamp::now().as_microsecond();
+    let mut prev = LAST.load(Ordering::Relaxed);
+    loop {
+        let next = now.max(prev + 1);
+        match LAST.compare_exchange(prev, next, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return next,
+            Err(p) => prev = p,
         }
     }
 }

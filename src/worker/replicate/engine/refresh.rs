@@ -9,7 +9,7 @@ use tracing::{debug, info, warn};
 
 use super::super::clients::Clients;
 use super::super::discovery::{self, apply_plan, Discovery, Owner, RefreshPlan};
-use super::super::pipeline::fresh_epoch;
+use super::super::syncs::fresh_epoch;
 use super::super::validate::TopicIds;
 use super::{Engine, EngineError};
 

@@ -22,9 +22,10 @@ use crate::api::TopicPartitionRef;
 use crate::kafka::wire::{OffsetSync, SYNC_SEQUENCE_HEADER};
 use crate::telemetry::metrics::ErrorKind;
 use crate::worker::replicate::batch::Batch;
-use crate::worker::replicate::engine::EngineError;
 use crate::worker::replicate::partitions::PartitionTable;
+use crate::worker::replicate::settings::EngineError;
 use crate::worker::replicate::status::{FailureKind, PartitionFailed};
+use crate::worker::replicate::syncs::fresh_epoch;
 use crate::worker::replicate::validate::failure_kind_name;
 use crate::worker::replicate::writer::{classify_code, classify_error, describe_error, ErrorClass};
 use crate::worker::validation::classify::{record_rejected, FlowRef};
@@ -126,10 +127,7 @@ impl Pipeline {
                     );
                     self.metrics.error(ErrorKind::TargetRetriable);
                     self.drop_writer(table);
-                    table.restart_emitters(
-                        d.batch.partitions().iter().map(|p| &p.tp),
-                        super::fresh_epoch,
-                    );
+                    table.restart_emitters(d.batch.partitions().iter().map(|p| &p.tp), fresh_epoch);
                     self.request_reassign();
                     return Ok(Err(WriteOutcome::Uncertain));
                 }
@@ -441,7 +439,7 @@ impl Pipeline {
             }
         }
         // Emitters start over: the target may hold copies the next attempt writes again.
-        table.restart_emitters(batch.partitions().iter().map(|p| &p.tp), super::fresh_epoch);
+        table.restart_emitters(batch.partitions().iter().map(|p| &p.tp), fresh_epoch);
         self.request_reassign();
         self.metrics
             .transactions

@@ -12,7 +12,6 @@ mod send;
 pub mod verdict;
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,9 +23,9 @@ use rdkafka::types::RDKafkaErrorCode;
 use tracing::{info, warn};
 
 use super::batch::{Batch, BatchLimits, BatchRecord, HELD_OVERHEAD_BYTES};
-use super::engine::{EngineError, EngineSettings, Tuning};
 use super::intake::{detach_record, headers_and_size};
 use super::partitions::PartitionTable;
+use super::settings::{EngineError, EngineSettings, Tuning};
 use super::writer::{classify_error, describe_error, ErrorClass, TargetWriter};
 use crate::api::{Delivery, MirrorFlowSpec};
 use crate::kafka::config::ClientProperties;
@@ -59,21 +58,6 @@ impl Consumed<'_> {
         match self {
             Consumed::Message(m) => *m,
             Consumed::Event(ev, _) => ev.message(),
-        }
-    }
-}
-
-/// A writer epoch for a fresh sync emitter: increasing within the process and, being clock
-/// based (µs), across restarts.
-pub fn fresh_epoch() -> i64 {
-    static LAST: AtomicI64 = AtomicI64::new(0);
-    let now = jiff::Timestamp::now().as_microsecond();
-    let mut prev = LAST.load(Ordering::Relaxed);
-    loop {
-        let next = now.max(prev + 1);
-        match LAST.compare_exchange(prev, next, Ordering::Relaxed, Ordering::Relaxed) {
-            Ok(_) => return next,
-            Err(p) => prev = p,
         }
     }
 }
