@@ -12,7 +12,7 @@
 //! `mirrorflow controller` process started from the chart's Deployment. What is simulated
 //! (no kubelet, no Kafka): each flow's StatefulSet status (all replicas ready, as a kubelet
 //! would report once) and the worker heartbeats: every worker server-side-applies its
-//! `status.workers` entry every 10 s with its own field manager, the body `src/worker/k8s.rs`
+//! `status.workers` entry every 10 s with its own field manager, the body `src/worker/process/k8s.rs`
 //! builds (`worker_status_patch`), state Running, a fresh `lastHeartbeatTime` and a lag that
 //! changes each time. The simulated calls are the bench's (admin user, not audited); only the
 //! controller's ServiceAccount is counted.
@@ -31,7 +31,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::ResourceExt;
 use mirrorflow::api::{MirrorFlow, WorkerStatus};
-use mirrorflow::worker::k8s::{field_manager, worker_status_patch, HEARTBEAT};
+use mirrorflow::worker::process::k8s::{field_manager, worker_status_patch, HEARTBEAT};
 use serde_json::json;
 
 use kube_support::chart::{self, NAMESPACE, RELEASE};

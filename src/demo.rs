@@ -15,7 +15,11 @@ use tokio::sync::watch;
 
 use crate::api::{PartitionFailure, WorkerState};
 use crate::testkit::brokers::{self, BrokerKind, ConsumeUntil, LocalBroker};
-use crate::worker::replicate::{self, WorkerArgs, WorkerSnapshot};
+use crate::worker::process::args::WorkerArgs;
+use crate::worker::process::flow_file::watch_flow_file;
+use crate::worker::process::sinks::WorkerSink;
+use crate::worker::process::wiring::run_with;
+use crate::worker::replicate::{StatusSink, WorkerSnapshot};
 
 /// `mirrorflow demo` options.
 #[derive(clap::Args, Debug, Clone)]
@@ -107,12 +111,12 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         checkpoints_file: None,
         flow_reload_seconds: 5,
     };
-    let (input, watcher) = replicate::watch_flow_file(&flow_path, Duration::from_secs(5))?;
+    let (input, watcher) = watch_flow_file(&flow_path, Duration::from_secs(5))?;
     let (snap_tx, mut snap_rx) = watch::channel::<Option<WorkerSnapshot>>(None);
     let sink = Arc::new(SnapshotSink(snap_tx));
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let started = Instant::now();
-    let worker = tokio::spawn(replicate::run_with(worker_args, input, vec![sink], async {
+    let worker = tokio::spawn(run_with(worker_args, input, vec![sink], async {
         let _ = stop_rx.await;
     }));
 
@@ -262,11 +266,13 @@ fn print_failure(f: &PartitionFailure) {
 
 struct SnapshotSink(watch::Sender<Option<WorkerSnapshot>>);
 
-impl replicate::StatusSink for SnapshotSink {
+impl StatusSink for SnapshotSink {
     fn publish(&self, snapshot: &WorkerSnapshot) {
         self.0.send_replace(Some(snapshot.clone()));
     }
 }
+
+impl WorkerSink for SnapshotSink {}
 
 /// Produce `n` keyed records with a header and explicit timestamps, spread over partitions.
 async fn produce(

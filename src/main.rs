@@ -23,7 +23,7 @@ enum Command {
     Controller(mirrorflow::controller::ControllerArgs),
     /// Run one worker of a flow: replicate, validate offsets, emit offset syncs and checkpoints.
     /// Standalone with `--flow FILE`, or in Kubernetes with `--flow-ref NAMESPACE/NAME`.
-    Worker(mirrorflow::worker::replicate::WorkerArgs),
+    Worker(mirrorflow::worker::process::args::WorkerArgs),
     /// Failover helper: print a group's translated target offsets from the checkpoints topic
     /// (`-o table|json|yaml|csv`; csv is a `kafka-consumer-groups.sh --reset-offsets
     /// --from-file` plan); with --apply, commit them to the group on the target (refused while
@@ -81,9 +81,9 @@ fn main() -> ExitCode {
         Command::Worker(args) => worker_runtime().and_then(|rt| {
             rt.block_on(async move {
                 if args.flow_ref.is_some() {
-                    mirrorflow::worker::k8s::run(args).await
+                    mirrorflow::worker::process::k8s::run(args).await
                 } else {
-                    mirrorflow::worker::replicate::run(args).await
+                    mirrorflow::worker::process::flow_file::run(args).await
                 }
             })
         }),

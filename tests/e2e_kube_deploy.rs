@@ -24,7 +24,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::ResourceExt;
 use mirrorflow::api::status::worker_id;
 use mirrorflow::api::{MirrorFlow, OffsetCheckpoint, WorkerStatus};
-use mirrorflow::worker::k8s::{field_manager, worker_status_patch};
+use mirrorflow::worker::process::k8s::{field_manager, worker_status_patch};
 use serde_json::json;
 use serde_yaml::Value as Yaml;
 

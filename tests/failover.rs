@@ -8,7 +8,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mirrorflow::testkit::brokers::{self, broker_or_skip, BrokerKind, ConsumeUntil, ProduceRecord};
-use mirrorflow::worker::replicate::{self, StatusSink, WorkerArgs, WorkerSnapshot};
+use mirrorflow::worker::process::args::WorkerArgs;
+use mirrorflow::worker::process::flow_file::watch_flow_file;
+use mirrorflow::worker::process::sinks::{checkpoint_reports, CheckpointReportSource, WorkerSink};
+use mirrorflow::worker::process::wiring::run_with;
+use mirrorflow::worker::replicate::{StatusSink, WorkerSnapshot};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Message};
 
@@ -27,13 +31,15 @@ fn consumer(bootstrap: &str, group: &str) -> BaseConsumer {
 
 struct Sink(
     tokio::sync::watch::Sender<Option<WorkerSnapshot>>,
-    std::sync::Mutex<Option<replicate::CheckpointReportSource>>,
+    std::sync::Mutex<Option<CheckpointReportSource>>,
 );
 impl StatusSink for Sink {
     fn publish(&self, s: &WorkerSnapshot) {
         self.0.send_replace(Some(s.clone()));
     }
-    fn attach_checkpoints(&self, source: replicate::CheckpointReportSource) {
+}
+impl WorkerSink for Sink {
+    fn attach_checkpoints(&self, source: CheckpointReportSource) {
         *self.1.lock().unwrap() = Some(source);
     }
 }
@@ -41,12 +47,7 @@ impl StatusSink for Sink {
 impl Sink {
     /// What the worker reports, for a failure message: its snapshot and checkpoint reports.
     fn describe(&self) -> String {
-        let reports = self
-            .1
-            .lock()
-            .unwrap()
-            .as_ref()
-            .map(replicate::checkpoint_reports);
+        let reports = self.1.lock().unwrap().as_ref().map(checkpoint_reports);
         format!(
             "status {}; checkpoints {}",
             serde_json::to_string(&*self.0.borrow()).unwrap_or_default(),
@@ -112,7 +113,7 @@ spec:
         ),
     )
     .unwrap();
-    let (input, watcher) = replicate::watch_flow_file(&flow, Duration::from_secs(1)).unwrap();
+    let (input, watcher) = watch_flow_file(&flow, Duration::from_secs(1)).unwrap();
     assert_eq!(input.checkpoints.borrow().len(), 1);
     let args = WorkerArgs {
         flow: Some(flow.clone()),
@@ -127,14 +128,9 @@ spec:
     let (snap_tx, _snap_rx) = tokio::sync::watch::channel(None);
     let sink = Arc::new(Sink(snap_tx, Default::default()));
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let worker = tokio::spawn(replicate::run_with(
-        args,
-        input,
-        vec![sink.clone()],
-        async {
-            let _ = stop_rx.await;
-        },
-    ));
+    let worker = tokio::spawn(run_with(args, input, vec![sink.clone()], async {
+        let _ = stop_rx.await;
+    }));
 
     // The group appears on the target at the translated offsets.
     let deadline = Instant::now() + Duration::from_secs(90);

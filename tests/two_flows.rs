@@ -19,7 +19,8 @@ use mirrorflow::testkit::brokers::{self, BrokerKind, LocalBroker, ProduceRecord}
 use mirrorflow::worker::checkpoint::cli::{
     render_csv, run_translate, translate_group, TranslateArgs, TranslateOutput, TranslateReport,
 };
-use mirrorflow::worker::replicate::{StatusSink, WorkerSnapshot};
+use mirrorflow::worker::process::sinks::WorkerSink;
+use mirrorflow::worker::replicate::WorkerSnapshot;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Message};
 use tokio::sync::watch;
@@ -81,7 +82,7 @@ fn start(dir: &Path, flow: &Path) -> (Standalone, watch::Receiver<WorkerSnapshot
         1,
         Default::default(),
     ));
-    let sink: Arc<dyn StatusSink> = Arc::new(tx);
+    let sink: Arc<dyn WorkerSink> = Arc::new(tx);
     (
         Standalone::start(&standalone_args(flow, &dir.join("secrets")), vec![sink]),
         rx,

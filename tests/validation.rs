@@ -20,7 +20,8 @@ use mirrorflow::testkit::brokers::{
     broker_or_skip, delete_records_before, delete_topic, produce, topic_id, watermarks, BrokerKind,
     ConsumedRecord, LocalBroker, ProduceRecord,
 };
-use mirrorflow::worker::replicate::{StatusSink, Tuning, WorkerSnapshot};
+use mirrorflow::worker::process::sinks::WorkerSink;
+use mirrorflow::worker::replicate::{Tuning, WorkerSnapshot};
 use replication_support::*;
 use tokio::sync::watch;
 
@@ -1196,7 +1197,7 @@ async fn standalone_file_reset_applies_nisshi() {
         1,
         Delivery::AtLeastOnce,
     ));
-    let sink: std::sync::Arc<dyn StatusSink> = std::sync::Arc::new(tx);
+    let sink: std::sync::Arc<dyn WorkerSink> = std::sync::Arc::new(tx);
     let run = || Standalone::start(&args, vec![sink.clone()]);
     let w = run();
     wait_snapshot(&mut rx, "caught up", |s| {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use kube::Api;
 use mirrorflow::api::{Delivery, MirrorFlow};
-use mirrorflow::worker::k8s::{flow_source, FlowSource, KubeStatusSink};
+use mirrorflow::worker::process::k8s::{flow_source, FlowSource, KubeStatusSink};
 use mirrorflow::worker::replicate::{StatusSink, WorkerSnapshot};
 use serde_json::json;
 

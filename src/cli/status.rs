@@ -202,7 +202,7 @@ pub async fn status_page(
 
 /// `mirrorflow status`: reads the flow and prints [`render`].
 pub async fn run_status(args: StatusArgs) -> anyhow::Result<()> {
-    let (ns, name) = crate::worker::k8s::parse_flow_ref(&args.flow_ref)?;
+    let (ns, name) = crate::worker::process::k8s::parse_flow_ref(&args.flow_ref)?;
     let client = crate::worker::checkpoint::cli::kube_client().await?;
     print!(
         "{}",

@@ -2,9 +2,8 @@
 pub mod acl_sync;
 pub mod checkpoint;
 pub mod heartbeats;
-pub mod k8s;
+pub mod process;
 pub mod replicate;
-pub mod report;
 pub mod runtime;
 pub mod topic_filter;
 pub mod validation;

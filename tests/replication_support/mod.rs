@@ -16,11 +16,14 @@ use mirrorflow::testkit::brokers::{
     broker_or_skip, consume_all, BrokerKind, ConsumeUntil, ConsumedRecord, LocalBroker,
     ProduceRecord,
 };
+use mirrorflow::worker::process::args::WorkerArgs;
+use mirrorflow::worker::process::flow_file::watch_flow_file;
+use mirrorflow::worker::process::sinks::WorkerSink;
+use mirrorflow::worker::process::wiring::run_with;
 use mirrorflow::worker::replicate::batch::BatchLimits;
 use mirrorflow::worker::replicate::writer::ProducerLimits;
 use mirrorflow::worker::replicate::{
-    run_with, watch_flow_file, Engine, EngineError, EngineOutputs, EngineSettings, StatusSink,
-    Tuning, WorkerArgs, WorkerSnapshot,
+    Engine, EngineError, EngineOutputs, EngineSettings, StatusSink, Tuning, WorkerSnapshot,
 };
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
@@ -576,7 +579,7 @@ pub struct Standalone {
 
 impl Standalone {
     /// Starts a worker with `args` (the file re-read every 200 ms), reporting to `sinks`.
-    pub fn start(args: &WorkerArgs, sinks: Vec<Arc<dyn StatusSink>>) -> Self {
+    pub fn start(args: &WorkerArgs, sinks: Vec<Arc<dyn WorkerSink>>) -> Self {
         if std::env::var_os("RUST_LOG").is_some() {
             mirrorflow::telemetry::logging::init(mirrorflow::telemetry::logging::LogFormat::Text);
         }

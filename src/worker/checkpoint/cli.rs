@@ -359,7 +359,7 @@ pub async fn target_access(args: &TranslateArgs) -> anyhow::Result<TargetAccess>
             })
         }
         (None, Some(flow_ref)) => {
-            let (ns, name) = crate::worker::k8s::parse_flow_ref(flow_ref)?;
+            let (ns, name) = crate::worker::process::k8s::parse_flow_ref(flow_ref)?;
             target_from_api(&kube_client().await?, &ns, &name).await
         }
         _ => bail!("give exactly one of --flow FILE and --flow-ref NAMESPACE/NAME"),

@@ -273,6 +273,132 @@ pub fn live_spec(running: &MirrorFlowSpec, new: MirrorFlowSpec) -> Option<LiveSp
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_window_is_shared_between_fetch_prefetch_and_batches() {
+        const MIB: usize = 1 << 20;
+        const KIB: usize = 1 << 10;
+        let cases = [
+            // (window MiB, fetch, prefetch, batches)
+            (45, MIB, 4 * MIB, 40 * MIB),
+            (37, MIB, 4 * MIB, 32 * MIB),
+            (32, MIB, 4 * MIB, 27 * MIB),
+            (1024, MIB, 4 * MIB, 1019 * MIB),
+            (16, MIB, 2 * MIB, 13 * MIB),
+            (8, MIB, MIB, 6 * MIB),
+            // The batches keep half: a fetch is 1 MiB whatever the window.
+            (2, MIB, 256 * KIB, MIB),
+            (1, MIB, 128 * KIB, 512 * KIB),
+        ];
+        for (mib, fetch, prefetch, batches) in cases {
+            let s = WindowShares::of(mib << 20, &ConsumerBounds::default());
+            assert_eq!(
+                (s.fetch, s.prefetch, s.batches),
+                (fetch, prefetch, batches),
+                "{mib} MiB"
+            );
+            if mib >= 3 {
+                assert!(s.fetch + s.prefetch + s.batches <= mib << 20, "{mib} MiB");
+            }
+        }
+        // Whole KiB, as `queued.max.messages.kbytes` takes it.
+        let default = ConsumerBounds::default();
+        assert_eq!(WindowShares::of(3 * MIB + 5, &default).prefetch, 384 * KIB);
+
+        // What `source.config` lets the consumer hold comes out of the batches' share.
+        let config = |pairs: &[(&str, &str)]| {
+            ConsumerBounds::from_config(
+                &pairs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            )
+        };
+        // A window of 37 MiB; (source.config, (fetch, prefetch, batches) in MiB).
+        let cases: [(&[(&str, &str)], _); 8] = [
+            (&[], (1.0, 4.0, 32.0)),
+            (&[("fetch.max.bytes", "4194304")], (4.0, 4.0, 29.0)),
+            (
+                &[("queued.max.messages.kbytes", "16384")],
+                (1.0, 16.0, 20.0),
+            ),
+            // A larger `message.max.bytes` raises the fetch (librdkafka needs it); a smaller
+            // one does not lower it; a `fetch.max.bytes` set is taken as it is (librdkafka
+            // refuses one below `message.max.bytes` when the consumer is made).
+            (&[("message.max.bytes", "3145728")], (3.0, 4.0, 30.0)),
+            (&[("message.max.bytes", "500000")], (1.0, 4.0, 32.0)),
+            (
+                &[
+                    ("fetch.max.bytes", "2097152"),
+                    ("message.max.bytes", "3145728"),
+                ],
+                (2.0, 4.0, 31.0),
+            ),
+            // Bounds larger than the window: the batches keep half.
+            (
+                &[("queued.max.messages.kbytes", "65536")],
+                (1.0, 64.0, 18.5),
+            ),
+            // Not a number: librdkafka refuses it when the consumer is made.
+            (&[("fetch.max.bytes", "lots")], (1.0, 4.0, 32.0)),
+        ];
+        let mib = |bytes: usize| bytes as f64 / MIB as f64;
+        for (pairs, want) in cases {
+            let s = WindowShares::of(37 * MIB, &config(pairs));
+            assert_eq!(
+                (mib(s.fetch), mib(s.prefetch), mib(s.batches)),
+                want,
+                "{pairs:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn window_follows_in_flight_mib() {
+        let spec = |workers: serde_json::Value| -> crate::api::MirrorFlowSpec {
+            serde_json::from_value(serde_json::json!({
+                "source": {"alias": "dc1", "bootstrapServers": "a:1"},
+                "target": {"alias": "dc2", "bootstrapServers": "b:1"},
+                "workers": workers,
+            }))
+            .unwrap()
+        };
+        let cases = [
+            // (inFlightMiB, batches, prefetch KiB); `None`: the default
+            (None, 40 << 20, 4096),
+            (Some(37), 32 << 20, 4096),
+            (Some(16), 13 << 20, 2048),
+            (Some(1), 512 << 10, 128),
+            // Refused by validation; never a zero window if it got through.
+            (Some(0), 512 << 10, 128),
+        ];
+        for (mib, bytes, prefetch_kib) in cases {
+            let workers = mib.map_or(
+                serde_json::json!({}),
+                |m: i32| serde_json::json!({ "inFlightMiB": m }),
+            );
+            let t = Tuning::for_spec(&spec(workers));
+            assert_eq!(t.batch.max_bytes, bytes, "{mib:?}");
+            assert_eq!(t.consumer_queue_kbytes, prefetch_kib, "{mib:?}");
+            assert_eq!(t.fetch_max_bytes, 1 << 20, "{mib:?}");
+            assert_eq!(
+                t.batch.max_records,
+                Tuning::default().batch.max_records,
+                "{mib:?}"
+            );
+        }
+        assert_eq!(
+            Tuning::default(),
+            Tuning::for_spec(&spec(serde_json::json!({})))
+        );
+
+        let mut with_prefetch = spec(serde_json::json!({}));
+        with_prefetch
+            .source
+            .config
+            .insert("queued.max.messages.kbytes".into(), "8192".into());
+        assert_eq!(Tuning::for_spec(&with_prefetch).batch.max_bytes, 36 << 20);
+    }
     use crate::api::Delivery;
 
     fn spec() -> MirrorFlowSpec {

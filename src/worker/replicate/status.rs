@@ -283,9 +283,6 @@ pub fn validation_failures(partitions: &[PartitionSnapshot]) -> Vec<PartitionFai
 pub trait StatusSink: Send + Sync {
     /// A new snapshot is available.
     fn publish(&self, snapshot: &WorkerSnapshot);
-    /// Where the checkpoint side's reports can be read (worker 0 only); sinks that write
-    /// `status.workers[].checkpoints` keep it. Called once, before the first snapshot.
-    fn attach_checkpoints(&self, _source: super::CheckpointReportSource) {}
 }
 
 impl StatusSink for tokio::sync::watch::Sender<WorkerSnapshot> {

@@ -1,14 +1,17 @@
-//! What a worker reports besides the engine's snapshot: the clusters' connection health,
-//! the topic ACL sync and the heartbeat latency. [`WithExtras`] adds them to every snapshot on its way to `/status`
-//! and the status entry, so the engine need not know about them.
+//! Where a worker process reports, and what it adds to the engine's snapshots: the
+//! clusters' connection health, the topic ACL sync and the heartbeat latency.
+//! [`WithExtras`] adds them to every snapshot on its way to `/status` and the status entry,
+//! so the engine need not know about them; a [`WorkerSink`] also takes the checkpoint side's
+//! reports ([`CheckpointReportSource`]).
 
 use std::sync::Arc;
 
 use tokio::sync::watch;
 
-use crate::api::{ReplicationLatency, TopicAclSync};
+use crate::api::{OffsetCheckpoint, ReplicationLatency, TopicAclSync, WorkerCheckpointReport};
 use crate::kafka::health::FlowHealth;
-use crate::worker::replicate::{CheckpointReportSource, StatusSink, WorkerSnapshot};
+use crate::worker::checkpoint::status::{worker_reports, RunnerState};
+use crate::worker::replicate::{StatusSink, WorkerSnapshot};
 
 /// The sources of the extra reports.
 #[derive(Clone)]
@@ -49,10 +52,46 @@ impl StatusSink for WithExtras {
         self.extras.apply(&mut snap);
         self.inner.publish(&snap);
     }
+}
 
-    fn attach_checkpoints(&self, source: CheckpointReportSource) {
-        self.inner.attach_checkpoints(source);
+/// A sink of the worker process: the engine's snapshots and, on worker 0 once its
+/// checkpoint runner runs, where the checkpoint side's reports can be read.
+pub trait WorkerSink: StatusSink {
+    /// Where the checkpoint side's reports can be read (worker 0 only); sinks that write
+    /// `status.workers[].checkpoints` keep it. Called once, before the first snapshot.
+    fn attach_checkpoints(&self, _source: CheckpointReportSource) {}
+}
+
+impl WorkerSink for watch::Sender<WorkerSnapshot> {}
+
+/// Publishes to several sinks.
+pub struct Fanout(pub Vec<Arc<dyn StatusSink>>);
+
+impl StatusSink for Fanout {
+    fn publish(&self, snapshot: &WorkerSnapshot) {
+        for s in &self.0 {
+            s.publish(snapshot);
+        }
     }
+}
+
+/// The checkpoint side's state, for `/status` and the Kubernetes status entry.
+pub type CheckpointReportSource = watch::Receiver<CheckpointReport>;
+
+/// The runner's state and the OffsetCheckpoints it serves, once it runs.
+pub type CheckpointReport = Option<(
+    watch::Receiver<RunnerState>,
+    watch::Receiver<Vec<OffsetCheckpoint>>,
+)>;
+
+/// What the checkpoint runner reports, per OffsetCheckpoint, now.
+pub fn checkpoint_reports(source: &CheckpointReportSource) -> Vec<WorkerCheckpointReport> {
+    let Some((state, cps)) = source.borrow().clone() else {
+        return Vec::new();
+    };
+    let state = state.borrow().clone();
+    let cps = cps.borrow().clone();
+    worker_reports(&state, &cps, jiff::Timestamp::now())
 }
 
 #[cfg(test)]

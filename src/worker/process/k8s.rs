@@ -25,15 +25,16 @@ use tracing::{debug, info, warn};
 
 use std::path::PathBuf;
 
+use super::args::{FlowInput, WorkerArgs};
+use super::sinks::{checkpoint_reports, CheckpointReportSource, WorkerSink};
+use super::wiring::{run_with, shutdown_signal};
 use crate::api::status::{material, same_failure};
 use crate::api::{
     load_flow_file, validate_flow, MirrorFlow, MirrorFlowSpec, OffsetCheckpoint, PartitionFailure,
     WorkerState, WorkerStatus, GROUP, VERSION,
 };
-use crate::worker::replicate::{
-    self, checkpoint_reports, CheckpointReportSource, FlowInput, PartitionState, StatusSink,
-    WorkerArgs, WorkerSnapshot,
-};
+use crate::worker::checkpoint::runner::should_run;
+use crate::worker::replicate::{PartitionState, StatusSink, WorkerSnapshot};
 
 /// Heartbeat: the entry is re-applied this often, with what changed on every report (lag,
 /// checkpoint times) since the last apply (the controller counts entries older than 30 s as
@@ -86,11 +87,8 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         task: source_task,
     } = flow_source(api.clone(), &namespace, &name).await?;
     let reload = Duration::from_secs(args.flow_reload_seconds.max(1));
-    // Only worker 0 runs checkpoints (checkpoint::runner::should_run); the others skip the file.
-    let cp_file = args
-        .checkpoints_file
-        .clone()
-        .filter(|_| crate::worker::checkpoint::runner::should_run(index));
+    // Only worker 0 runs checkpoints (`should_run`); the others skip the file.
+    let cp_file = args.checkpoints_file.clone().filter(|_| should_run(index));
     let (checkpoints, cp_task) = watch_checkpoints_file(cp_file, &name, reload);
     input.checkpoints = checkpoints;
     let sink = Arc::new(KubeStatusSink::spawn(
@@ -100,13 +98,7 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         generation,
         folded,
     ));
-    let result = replicate::run_with(
-        args,
-        input,
-        vec![sink.clone()],
-        replicate::shutdown_signal(),
-    )
-    .await;
+    let result = run_with(args, input, vec![sink.clone()], shutdown_signal()).await;
     source_task.abort();
     cp_task.abort();
     // A final entry (e.g. Stopped) reaches the API before the pod goes away.
@@ -439,7 +431,9 @@ impl StatusSink for KubeStatusSink {
     fn publish(&self, snapshot: &WorkerSnapshot) {
         self.latest.send_replace(Some(snapshot.clone()));
     }
+}
 
+impl WorkerSink for KubeStatusSink {
     fn attach_checkpoints(&self, source: CheckpointReportSource) {
         *self.reports.lock().expect("reports lock") = Some(source);
     }

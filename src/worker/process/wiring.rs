@@ -1,0 +1,324 @@
+//! The worker process, wired in one place: the replication engine, worker 0's singletons
+//! (checkpoints, heartbeats, the topic ACL sync), the HTTP endpoints and the status sinks,
+//! started for one flow and stopped together. The flow and the sinks come from the mode
+//! that calls [`run_with`] (`flow_file` standalone, `k8s` in a pod).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+
+use super::args::{FlowInput, WorkerArgs};
+use super::sinks::{
+    checkpoint_reports, CheckpointReport, CheckpointReportSource, Extras, Fanout, WithExtras,
+    WorkerSink,
+};
+use crate::api::MirrorFlow;
+use crate::kafka::health::FlowHealth;
+use crate::telemetry::http::{self, HttpState, Readiness};
+use crate::telemetry::metrics::WorkerMetrics;
+use crate::worker::acl_sync::{AclMetrics, AclSyncRunner};
+use crate::worker::checkpoint::runner::{self, CheckpointRunner};
+use crate::worker::heartbeats::HeartbeatRunner;
+use crate::worker::replicate::{
+    Engine, EngineOutputs, EngineSettings, StatusSink, Tuning, WorkerSnapshot,
+};
+
+/// Runs a worker for `input`, serving HTTP on `args.listen`, publishing snapshots to
+/// `sinks` (and `/status`), until `shutdown`.
+pub async fn run_with(
+    args: WorkerArgs,
+    input: FlowInput,
+    sinks: Vec<Arc<dyn WorkerSink>>,
+    shutdown: impl std::future::Future<Output = ()> + Send,
+) -> anyhow::Result<()> {
+    let index = args.resolve_index(std::env::var("POD_NAME").ok().as_deref())?;
+    let settings = engine_settings(&args, &input, index);
+    let metrics = WorkerMetrics::new().context("creating metrics")?;
+    let readiness = Readiness::new("starting");
+    let delivery = input.spec.borrow().delivery;
+    let (status_tx, status_rx) = watch::channel(WorkerSnapshot::starting(
+        &input.namespace,
+        &input.name,
+        index,
+        args.worker_count,
+        delivery,
+    ));
+    let (report_checkpoints, report_rx) = watch::channel(None);
+    for s in &sinks {
+        s.attach_checkpoints(report_rx.clone());
+    }
+    // Connection health of both clusters, shared by every client that reports into it, and
+    // the topic ACL sync (worker 0): added to each snapshot (see `sinks`).
+    let health = {
+        let spec = input.spec.borrow();
+        FlowHealth::new(&spec.source.alias, &spec.target.alias)
+    };
+    let (acl_state, acl_rx) = watch::channel(None);
+    let (latency_state, latency_rx) = watch::channel(None);
+    let extras = Extras {
+        health: health.clone(),
+        topic_acls: acl_rx,
+        replication_latency: latency_rx,
+    };
+    let sink = engine_sink(status_tx, sinks, extras);
+    let (addr, stop_http_tx, http_task) = serve_http(
+        args.listen,
+        &metrics,
+        &readiness,
+        status_rx,
+        report_rx.clone(),
+    )
+    .await?;
+    info!(%addr, worker = %crate::api::status::worker_id(&input.name, index), count = args.worker_count, "worker HTTP endpoints up");
+    // The engine owns the shutdown future; completing it (or the engine returning and
+    // dropping it) stops the checkpoint runner too.
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let engine_shutdown = async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    };
+    // Rotation: a cluster's changed Secret files make the engine, the checkpoint runner, the
+    // heartbeats and the ACL sync reconnect.
+    let (secrets, secrets_watcher) = {
+        let spec = input.spec.borrow();
+        crate::kafka::secrets::watch_secrets(
+            &spec,
+            &args.secrets_dir,
+            crate::kafka::secrets::DEFAULT_POLL,
+        )
+    };
+    let acl_task = runner::should_run(index).then(|| {
+        let runner = AclSyncRunner {
+            namespace: input.namespace.clone(),
+            flow: input.name.clone(),
+            secrets_dir: args.secrets_dir.clone(),
+            spec: input.spec.clone(),
+            secrets: Some(secrets.clone()),
+            state: acl_state,
+            metrics: AclMetrics::new(&metrics.registry)
+                .map_err(|e| warn!("topic ACL metrics are not exported: {e}"))
+                .ok(),
+        };
+        tokio::spawn(runner.run(wait_for_stop(stop_rx.clone())))
+    });
+    // Heartbeats are a singleton like the ACL sync: worker 0 emits and measures them.
+    let heartbeat_task = runner::should_run(index).then(|| {
+        let runner = HeartbeatRunner {
+            reader_group: format!("{}-heartbeats", settings.transactional_id()),
+            secrets_dir: args.secrets_dir.clone(),
+            spec: input.spec.clone(),
+            state: latency_state,
+            metrics: metrics.clone(),
+            secrets: Some(secrets.clone()),
+        };
+        tokio::spawn(runner.run(wait_for_stop(stop_rx.clone())))
+    });
+    let checkpoints = runner::should_run(index)
+        .then(|| {
+            start_checkpoints(
+                &input,
+                &args.secrets_dir,
+                &metrics.registry,
+                secrets.clone(),
+                &report_checkpoints,
+                wait_for_stop(stop_rx.clone()),
+            )
+        })
+        .flatten();
+    let outputs = EngineOutputs {
+        health: health.clone(),
+        metrics,
+        sink,
+        readiness,
+    };
+    let result = match Engine::new(settings, input.spec, outputs) {
+        Ok(engine) => engine.watch_secrets(secrets).run(engine_shutdown).await,
+        Err(e) => {
+            drop(engine_shutdown); // releases `stop_tx`: the runner stops at once
+            Err(e)
+        }
+    };
+    secrets_watcher.abort();
+    stop_side_tasks(checkpoints, acl_task).await;
+    stop_side_tasks(None, heartbeat_task).await;
+    let _ = stop_http_tx.send(());
+    let _ = http_task.await;
+    result.map_err(anyhow::Error::from)
+}
+
+/// Where the engine publishes: `/status`'s channel and `sinks`, `extras` added to each
+/// snapshot.
+fn engine_sink(
+    status_tx: watch::Sender<WorkerSnapshot>,
+    sinks: Vec<Arc<dyn WorkerSink>>,
+    extras: Extras,
+) -> Arc<dyn StatusSink> {
+    let mut all: Vec<Arc<dyn StatusSink>> = vec![Arc::new(status_tx)];
+    all.extend(sinks.into_iter().map(|s| s as Arc<dyn StatusSink>));
+    Arc::new(WithExtras {
+        inner: Arc::new(Fanout(all)),
+        extras,
+    })
+}
+
+/// Who the engine of worker `index` is, and its knobs.
+fn engine_settings(args: &WorkerArgs, input: &FlowInput, index: u32) -> EngineSettings {
+    EngineSettings {
+        namespace: input.namespace.clone(),
+        flow_name: input.name.clone(),
+        worker_index: index,
+        worker_count: args.worker_count,
+        secrets_dir: args.secrets_dir.clone(),
+        tuning: Tuning::for_spec(&input.spec.borrow()),
+        // Worker 0 fences the transactional ids of workers scaled away (see EngineSettings).
+        retired_workers: if index == 0 {
+            crate::api::status::retired_workers(
+                &input.name,
+                input.reported_workers.iter().map(String::as_str),
+                args.worker_count,
+            )
+        } else {
+            Vec::new()
+        },
+    }
+}
+
+/// The worker's HTTP endpoints (`/metrics`, `/healthz`, `/readyz`, `/status` with the
+/// checkpoint side's reports); the sender stops them.
+async fn serve_http(
+    listen: SocketAddr,
+    metrics: &WorkerMetrics,
+    readiness: &Arc<Readiness>,
+    status_rx: watch::Receiver<WorkerSnapshot>,
+    report_for_http: CheckpointReportSource,
+) -> anyhow::Result<(
+    SocketAddr,
+    tokio::sync::oneshot::Sender<()>,
+    JoinHandle<std::io::Result<()>>,
+)> {
+    let status_fn: http::StatusFn = Arc::new(move || {
+        let mut v = serde_json::to_value(&*status_rx.borrow()).unwrap_or(serde_json::Value::Null);
+        if let Some(obj) = v.as_object_mut() {
+            let reports = checkpoint_reports(&report_for_http);
+            obj.insert(
+                "checkpoints".into(),
+                serde_json::to_value(reports).unwrap_or_default(),
+            );
+        }
+        v
+    });
+    let router = http::router(HttpState {
+        registry: metrics.registry.clone(),
+        readiness: readiness.clone(),
+        status: status_fn,
+    });
+    let (stop_http_tx, stop_http_rx) = tokio::sync::oneshot::channel::<()>();
+    let (addr, http_task) = http::serve(listen, router, async {
+        let _ = stop_http_rx.await;
+    })
+    .await?;
+    Ok((addr, stop_http_tx, http_task))
+}
+
+type CheckpointTasks = (JoinHandle<anyhow::Result<()>>, JoinHandle<()>);
+
+/// Worker 0's checkpoint runner and the task forwarding live OffsetCheckpoint changes to it;
+/// `None` (with a warning) when the runner cannot be built: replication goes on.
+fn start_checkpoints(
+    input: &FlowInput,
+    secrets_dir: &std::path::Path,
+    registry: &prometheus::Registry,
+    secrets: crate::kafka::secrets::FlowSecrets,
+    report: &watch::Sender<CheckpointReport>,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Option<CheckpointTasks> {
+    let mut flow = MirrorFlow::new(&input.name, input.spec.borrow().clone());
+    flow.metadata.namespace = Some(input.namespace.clone());
+    let cps = input.checkpoints.borrow().clone();
+    match CheckpointRunner::new(&flow, cps, secrets_dir, registry).map(|r| r.watch_secrets(secrets))
+    {
+        Ok(runner) => {
+            let specs = runner.specs();
+            let state = runner.state();
+            let mut cp_rx = input.checkpoints.clone();
+            let forward = tokio::spawn(async move {
+                while cp_rx.changed().await.is_ok() {
+                    let list = cp_rx.borrow_and_update().clone();
+                    specs.send_replace(list);
+                }
+            });
+            let task = tokio::spawn(runner.run(stop));
+            report.send_replace(Some((state, input.checkpoints.clone())));
+            Some((task, forward))
+        }
+        Err(e) => {
+            warn!("checkpoints disabled: {e:#}");
+            None
+        }
+    }
+}
+
+/// After the engine stopped (and dropped `stop_tx`): the checkpoint runner and the ACL sync
+/// stop too; one stuck in a cluster call past the grace period must not outlive the worker.
+async fn stop_side_tasks(checkpoints: Option<CheckpointTasks>, acl_task: Option<JoinHandle<()>>) {
+    if let Some((task, forward)) = checkpoints {
+        forward.abort();
+        let abort = task.abort_handle();
+        let _ = tokio::time::timeout(Duration::from_secs(5), async {
+            match task.await {
+                Ok(Err(e)) => warn!("checkpoint runner: {e:#}"),
+                Err(e) if !e.is_cancelled() => warn!("checkpoint runner: {e}"),
+                _ => {}
+            }
+        })
+        .await;
+        abort.abort();
+    }
+    if let Some(task) = acl_task {
+        let abort = task.abort_handle();
+        let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+        abort.abort();
+    }
+}
+
+/// Completes when `stop` turns true or its sender goes away.
+async fn wait_for_stop(mut stop: watch::Receiver<bool>) {
+    while !*stop.borrow_and_update() {
+        if stop.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Completes on SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            warn!("cannot listen for SIGINT: {e}");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                warn!("cannot listen for SIGTERM: {e}");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => info!("SIGINT received"),
+        _ = term => info!("SIGTERM received"),
+    }
+}
