@@ -28,7 +28,7 @@ enum Command {
     /// (`-o table|json|yaml|csv`; csv is a `kafka-consumer-groups.sh --reset-offsets
     /// --from-file` plan); with --apply, commit them to the group on the target (refused while
     /// it has members). The flow from a file (--flow) or a cluster (--flow-ref NS/NAME).
-    Translate(mirrorflow::worker::checkpoint::cli::TranslateArgs),
+    Translate(mirrorflow::cli::translate::TranslateArgs),
     /// A flow read through the Kubernetes API: conditions, workers and their lag, failed
     /// partitions with the command that clears each.
     Status(mirrorflow::cli::status::StatusArgs),
@@ -87,8 +87,9 @@ fn main() -> ExitCode {
                 }
             })
         }),
-        Command::Translate(args) => runtime()
-            .and_then(|rt| rt.block_on(mirrorflow::worker::checkpoint::cli::run_translate(args))),
+        Command::Translate(args) => {
+            runtime().and_then(|rt| rt.block_on(mirrorflow::cli::translate::run_translate(args)))
+        }
         Command::Status(args) => {
             runtime().and_then(|rt| rt.block_on(mirrorflow::cli::status::run_status(args)))
         }

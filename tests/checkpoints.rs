@@ -20,14 +20,12 @@ use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
 use mirrorflow::api::{parse_flow_file, FlowFile, GroupFailureReason, OffsetCheckpoint};
+use mirrorflow::cli::translate::{plan_apply, run_translate, translate_group, TranslateArgs};
 use mirrorflow::kafka::admin::{GroupAdmin, GroupOffset};
 use mirrorflow::telemetry::metrics::encode_registry;
 use mirrorflow::testkit::brokers::{
     broker_or_skip, consume_all, create_topic, delete_topic, produce, watermarks, BrokerKind,
     ConsumeUntil, LocalBroker, ProduceRecord,
-};
-use mirrorflow::worker::checkpoint::cli::{
-    plan_apply, run_translate, translate_group, TranslateArgs,
 };
 use mirrorflow::worker::checkpoint::runner::{statuses, CheckpointRunner};
 use mirrorflow::worker::checkpoint::status::{checkpoint_status, worker_reports, RunnerState};

@@ -6,7 +6,7 @@ mod kube_mock;
 
 use jiff::Timestamp;
 use mirrorflow::cli::status::status_page;
-use mirrorflow::worker::checkpoint::cli::target_from_api;
+use mirrorflow::cli::translate::target_from_api;
 use serde_json::json;
 
 use kube_mock::{flow_json, FakeApi, FLOWS, NS};

@@ -463,23 +463,23 @@ async fn checkpoint_syncs_a_group(stack: &Stack) {
     // The operator tools, through this API server: `translate --flow-ref` reads the flow (and
     // would read its target's Secrets) and finds the group's checkpoints on the target;
     // `status` renders the flow's workers.
-    let args = mirrorflow::worker::checkpoint::cli::TranslateArgs {
+    let args = mirrorflow::cli::translate::TranslateArgs {
         flow: None,
         flow_ref: Some(format!("{EXAMPLES_NS}/orders-dr")),
-        output: mirrorflow::worker::checkpoint::cli::TranslateOutput::Csv,
+        output: mirrorflow::cli::translate::TranslateOutput::Csv,
         group: "orders-app".into(),
         apply: false,
         secrets_dir: "/nonexistent".into(),
         timeout_seconds: 10,
     };
-    let access = mirrorflow::worker::checkpoint::cli::target_from_api(
+    let access = mirrorflow::cli::translate::target_from_api(
         &stack.cluster.client,
         EXAMPLES_NS,
         "orders-dr",
     )
     .await
     .unwrap();
-    let report = mirrorflow::worker::checkpoint::cli::translate_with(&args, &access)
+    let report = mirrorflow::cli::translate::translate_with(&args, &access)
         .await
         .unwrap();
     assert!(

@@ -15,10 +15,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mirrorflow::testkit::brokers::{self, BrokerKind, LocalBroker, ProduceRecord};
-use mirrorflow::worker::checkpoint::cli::{
+use mirrorflow::cli::translate::{
     render_csv, run_translate, translate_group, TranslateArgs, TranslateOutput, TranslateReport,
 };
+use mirrorflow::testkit::brokers::{self, BrokerKind, LocalBroker, ProduceRecord};
 use mirrorflow::worker::process::sinks::WorkerSink;
 use mirrorflow::worker::replicate::WorkerSnapshot;
 use rdkafka::consumer::{BaseConsumer, Consumer};

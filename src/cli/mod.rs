@@ -1,8 +1,14 @@
-//! Operator tools that read a flow through the Kubernetes API and print it: `mirrorflow
-//! status` ([`status`]). The rendering is pure; the API read is a thin edge beside it.
-//! (`mirrorflow translate` lives with the checkpoints it reads: `worker::checkpoint::cli`.)
+//! Operator tools: `mirrorflow status` ([`status`]: a flow read through the Kubernetes API,
+//! as a page) and `mirrorflow translate` ([`translate`]: a group's checkpoints for failover).
+//! The rendering is pure; the reads are thin edges beside it. They print the decisions of the
+//! rooms below (`worker::checkpoint`, `worker::validation`), never make their own.
+
+use kube::Api;
+
+use crate::api::MirrorFlow;
 
 pub mod status;
+pub mod translate;
 
 /// `rows` (the first one the header) as left-aligned columns two spaces apart, each line
 /// without trailing blanks. Pure.
@@ -28,6 +34,22 @@ pub fn table(rows: &[Vec<String>]) -> String {
         out.push('\n');
     }
     out
+}
+
+/// A client from the default kubeconfig (or in-cluster), with a message that says so.
+pub async fn kube_client() -> anyhow::Result<kube::Client> {
+    kube::Client::try_default().await.map_err(|e| {
+        anyhow::anyhow!("cannot reach the Kubernetes API (KUBECONFIG or in-cluster): {e}")
+    })
+}
+
+/// The MirrorFlow `ns/name`, or an error naming it.
+pub async fn read_flow(client: &kube::Client, ns: &str, name: &str) -> anyhow::Result<MirrorFlow> {
+    Api::<MirrorFlow>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .map_err(|e| anyhow::anyhow!("reading MirrorFlow {ns}/{name}: {e}"))?
+        .ok_or_else(|| anyhow::anyhow!("MirrorFlow {ns}/{name} not found"))
 }
 
 #[cfg(test)]

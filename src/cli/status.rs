@@ -9,8 +9,9 @@
 use jiff::Timestamp;
 use kube::ResourceExt;
 
-use super::table;
+use super::{kube_client, read_flow, table};
 use crate::api::{MirrorFlow, ReplicationPolicyType, WorkerState};
+use crate::worker::process::k8s::parse_flow_ref;
 use crate::worker::validation::classify::{failure_reset_command, FlowRef};
 
 /// Arguments of `mirrorflow status`.
@@ -196,14 +197,14 @@ pub async fn status_page(
     name: &str,
     now: Timestamp,
 ) -> anyhow::Result<String> {
-    let flow = crate::worker::checkpoint::cli::read_flow(client, ns, name).await?;
+    let flow = read_flow(client, ns, name).await?;
     Ok(render(&flow, now))
 }
 
 /// `mirrorflow status`: reads the flow and prints [`render`].
 pub async fn run_status(args: StatusArgs) -> anyhow::Result<()> {
-    let (ns, name) = crate::worker::process::k8s::parse_flow_ref(&args.flow_ref)?;
-    let client = crate::worker::checkpoint::cli::kube_client().await?;
+    let (ns, name) = parse_flow_ref(&args.flow_ref)?;
+    let client = kube_client().await?;
     print!(
         "{}",
         status_page(&client, &ns, &name, Timestamp::now()).await?

@@ -9,10 +9,10 @@
 //!   the commits to the target groups, who reports which failures.
 //! - [`status`]: runner state → `OffsetCheckpointStatus`.
 //! - [`metrics`]: Prometheus series.
-//! - [`io`] and [`crate::kafka::admin`]: cluster calls.
+//! - [`io`] and `kafka::admin`: cluster calls.
 //! - [`runner`]: start-up and the cycles, run by worker 0 of a flow.
-//! - [`cli`]: `mirrorflow translate`.
-pub mod cli;
+//!
+//! `mirrorflow translate` (`cli::translate`) prints [`translate`]'s decisions.
 pub mod group_sync;
 pub mod groups;
 pub mod io;

@@ -1,4 +1,6 @@
-//! `mirrorflow translate`: a group's checkpoints as the target sees them, for failover.
+//! `mirrorflow translate`: a group's checkpoints as the target sees them, for failover. The
+//! decisions it prints (translation, whether a group may be moved) are the checkpoint
+//! side's own (`worker::checkpoint::translate`); this is the operator's edge around them.
 //!
 //! Reads `<sourceAlias>.checkpoints.internal` on the target (the source may be down), and
 //! prints per partition the group's source offset, the translated target offset, the target
@@ -25,14 +27,17 @@ use rdkafka::Message as _;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 
-use crate::api::{load_flow_file, MirrorFlow, MirrorFlowSpec};
-use crate::kafka::config::client_properties;
-use crate::kafka::wire;
-
-use super::runner::checkpoints_topic;
-use super::translate::{decide_group_sync, GroupSyncDecision, TargetGroupState};
+use super::{kube_client, read_flow, table};
+use crate::api::{load_flow_file, MirrorFlowSpec};
 use crate::kafka::admin::{GroupAdmin, GroupOffset};
+use crate::kafka::config::client_properties;
 use crate::kafka::tail::TopicTail;
+use crate::kafka::wire;
+use crate::worker::checkpoint::runner::checkpoints_topic;
+use crate::worker::checkpoint::translate::{
+    decide_group_sync, GroupSyncDecision, TargetGroupState,
+};
+use crate::worker::process::k8s::parse_flow_ref;
 
 /// Output format of `translate`.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -328,7 +333,7 @@ pub fn render(report: &TranslateReport, actions: Option<&[RowAction]>) -> String
             Some(m) => format!("{m} active member(s)"),
         }
     );
-    out.push_str(&crate::cli::table(&rows));
+    out.push_str(&table(&rows));
     let total: i64 = report.rows.iter().filter_map(TranslateRow::lag).sum();
     let _ = writeln!(out, "total lag on the target: {total} record(s)");
     out
@@ -359,7 +364,7 @@ pub async fn target_access(args: &TranslateArgs) -> anyhow::Result<TargetAccess>
             })
         }
         (None, Some(flow_ref)) => {
-            let (ns, name) = crate::worker::process::k8s::parse_flow_ref(flow_ref)?;
+            let (ns, name) = parse_flow_ref(flow_ref)?;
             target_from_api(&kube_client().await?, &ns, &name).await
         }
         _ => bail!("give exactly one of --flow FILE and --flow-ref NAMESPACE/NAME"),
@@ -428,22 +433,6 @@ fn write_private(path: &std::path::Path, value: &[u8]) -> anyhow::Result<()> {
         .with_context(|| format!("writing {}", path.display()))?;
     f.write_all(value)?;
     Ok(())
-}
-
-/// A client from the default kubeconfig (or in-cluster), with a message that says so.
-pub async fn kube_client() -> anyhow::Result<kube::Client> {
-    kube::Client::try_default().await.map_err(|e| {
-        anyhow::anyhow!("cannot reach the Kubernetes API (KUBECONFIG or in-cluster): {e}")
-    })
-}
-
-/// The MirrorFlow `ns/name`, or an error naming it.
-pub async fn read_flow(client: &kube::Client, ns: &str, name: &str) -> anyhow::Result<MirrorFlow> {
-    Api::<MirrorFlow>::namespaced(client.clone(), ns)
-        .get_opt(name)
-        .await
-        .map_err(|e| anyhow::anyhow!("reading MirrorFlow {ns}/{name}: {e}"))?
-        .ok_or_else(|| anyhow::anyhow!("MirrorFlow {ns}/{name} not found"))
 }
 
 /// Reads the group's checkpoints and the target's view of the group.
