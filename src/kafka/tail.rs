@@ -1,7 +1,7 @@
 //! Reading a topic to its end: a consumer without a group that, on each
 //! [`TopicTail::catch_up`], reads up to the end offsets seen when the call started. The
 //! checkpoint side reads the offset syncs and its own checkpoints with it, the ACL sync and
-//! the created-topics record their stores, `mirrorflow translate` the syncs.
+//! the engine's record of created topics read their stores, `mirrorflow translate` the syncs.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
