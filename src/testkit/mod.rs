@@ -2,5 +2,6 @@
 //! benches, a Kafka-aware fault proxy, and the benches' statistics.
 pub mod brokers;
 pub mod kafka;
+pub mod local;
 pub mod proxy;
 pub mod stats;

@@ -14,7 +14,7 @@ use rdkafka::message::{Header, Headers, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 
-use super::BrokerError;
+use crate::testkit::local::BrokerError;
 
 /// Bound for admin calls, metadata propagation waits and deliveries.
 const OP_TIMEOUT: Duration = Duration::from_secs(30);

@@ -3,13 +3,10 @@
 
 use std::path::{Path, PathBuf};
 
-/// Env var naming the cache `scripts/setup-kafka.sh` fills (default
-/// `~/.cache/mirrorflow/kafka`).
-pub const KAFKA_HOME_ENV: &str = "MIRRORFLOW_KAFKA_HOME";
+use crate::testkit::local::KAFKA_HOME_ENV;
+
 /// Env var naming the `java` to run (default `$JAVA_HOME/bin/java`, then `java` on PATH).
 pub const JAVA_ENV: &str = "MIRRORFLOW_JAVA";
-/// How to get the jars.
-pub const KAFKA_INSTALL_HINT: &str = "bash scripts/setup-kafka.sh (part of scripts/setup.sh)";
 
 /// A fetched distribution: the broker's or MirrorMaker 2's jars.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -19,9 +19,7 @@ mod install;
 mod shared;
 
 pub use config::{KafkaConfig, KafkaTls, Listener, NodePorts, OAuthValidation};
-pub use install::{
-    find as find_install, java_from_env, Distribution, Install, KAFKA_HOME_ENV, KAFKA_INSTALL_HINT,
-};
+pub use install::{find as find_install, java_from_env, Distribution, Install};
 pub use shared::SharedKafka;
 
 use std::collections::BTreeMap;
@@ -34,7 +32,10 @@ use std::time::{Duration, Instant};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::ClientConfig;
 
-use super::brokers::{free_port, release_port, BrokerError, BrokerKind, KEEP_LOGS_ENV};
+use super::local::{
+    free_port, release_port, BrokerError, BrokerKind, KAFKA_HOME_ENV, KAFKA_INSTALL_HINT,
+    KEEP_LOGS_ENV,
+};
 
 /// How long a node may take to answer metadata listing every node (a cold JVM on a loaded
 /// 2-core machine can take half a minute).

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
 use super::{print_problems, KafkaCluster, KafkaConfig, Listener};
-use crate::testkit::brokers::BrokerError;
+use crate::testkit::local::BrokerError;
 
 /// Where a shared cluster listens, and its nodes' processes.
 #[derive(Debug, Clone, PartialEq, Eq)]
