@@ -320,75 +320,26 @@ impl CheckpointRunner {
         // Set when the wait below saw a change: `changed()` marks the value seen, so
         // `has_changed()` alone would miss every change that arrives while the runner waits.
         let mut specs_changed = true;
-        let mut schedule: BTreeMap<String, Instant> = BTreeMap::new();
-        let mut selections: Vec<(String, GroupSelection)> = Vec::new();
-        let mut active: BTreeMap<String, OffsetCheckpoint> = BTreeMap::new();
-        let mut groups_listed: Option<Instant> = None;
-        let mut assignment: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        let mut c = Cycles::default();
         loop {
             if std::mem::take(&mut specs_changed) || specs_rx.has_changed().unwrap_or(false) {
                 let specs = specs_rx.borrow_and_update().clone();
-                let (next, sel) = self.accept_specs(specs);
-                for gone in active.keys().filter(|n| !next.contains_key(*n)) {
-                    self.metrics.forget_checkpoint(gone);
-                }
-                schedule.retain(|n, _| next.contains_key(n));
-                for name in next.keys() {
-                    schedule.entry(name.clone()).or_insert_with(Instant::now);
-                    self.metrics.init_checkpoint(name);
-                }
-                self.state_tx.send_modify(|s| {
-                    s.specs.retain(|n, _| next.contains_key(n));
-                    for (n, cp) in &next {
-                        let st = s.specs.entry(n.clone()).or_default();
-                        st.interval_seconds = cp.spec.interval_seconds;
-                        st.generation = cp.metadata.generation;
-                    }
-                });
-                handoff.retain(|n| next.contains_key(n));
-                active = next;
-                selections = sel;
-                groups_listed = None; // new selections see new groups at once
-                if active.is_empty() {
+                self.take_specs(&mut c, specs, handoff);
+                if c.active.is_empty() {
                     return Ok(Ended::Unused);
                 }
             }
-            let refresh = active
-                .values()
-                .map(|c| secs(c.spec.groups.refresh_interval_seconds))
-                .min()
-                .unwrap_or(Duration::from_secs(30));
-            if groups_listed.is_none_or(|t| t.elapsed() >= refresh) {
-                match worker.list_source_groups().await {
-                    Ok(groups) => {
-                        let next = assign_groups(&selections, groups.iter().map(String::as_str));
-                        if next != assignment {
-                            for (name, matched) in &next {
-                                tracing::info!(flow = %self.flow_name, checkpoint = %name, listed = groups.len(), matched = matched.len(), groups = ?matched.iter().take(10).collect::<Vec<_>>(), "consumer groups selected");
-                            }
-                        }
-                        assignment = next;
-                        groups_listed = Some(Instant::now());
-                    }
-                    Err(e) => {
-                        tracing::warn!(flow = %self.flow_name, error = %e, "listing source groups failed");
-                        // Retry at the next due cycle rather than spinning.
-                        groups_listed = Some(Instant::now() - refresh + secs(1));
-                    }
-                }
+            let refresh = refresh_interval(c.active.values());
+            if c.groups_listed.is_none_or(|t| t.elapsed() >= refresh) {
+                self.list_groups(&worker, &mut c, refresh).await;
             }
-            let now = Instant::now();
-            let due: Vec<String> = schedule
-                .iter()
-                .filter(|(_, t)| **t <= now)
-                .map(|(n, _)| n.clone())
-                .collect();
-            for name in due {
-                let Some(cp) = active.get(&name) else {
+            for name in due(&c.schedule, Instant::now()) {
+                let Some(cp) = c.active.get(&name) else {
                     continue;
                 };
                 let started = Instant::now();
-                let groups: Vec<String> = assignment
+                let groups: Vec<String> = c
+                    .assignment
                     .get(&name)
                     .map(|g| g.iter().cloned().collect())
                     .unwrap_or_default();
@@ -402,44 +353,11 @@ impl CheckpointRunner {
                     _ = crate::kafka::secrets::rotated(secrets) => return Ok(Ended::Rotated),
                     r = worker.cycle(self, &name, cp, &groups, &mut offer) => r,
                 };
-                let outcome = (outcome, offer);
                 let interval = secs(cp.spec.interval_seconds);
-                schedule.insert(name.clone(), started + interval);
-                let took = started.elapsed();
-                self.metrics
-                    .cycle_seconds
-                    .with_label_values(&[&name])
-                    .set(took.as_secs_f64());
-                let (outcome, offer) = outcome;
-                if let Err(e) = &outcome {
-                    self.metrics.cycle_errors.with_label_values(&[&name]).inc();
-                    tracing::warn!(flow = %self.flow_name, checkpoint = %name, error = %e, "checkpoint cycle failed");
-                }
-                let at = Timestamp::now();
-                self.state_tx.send_modify(|s| {
-                    let st = s.specs.entry(name.clone()).or_default();
-                    st.cycles += 1;
-                    st.last_cycle = Some(at);
-                    st.last_cycle_duration = Some(took);
-                    st.last_error = outcome.err();
-                });
-                worker.publish_store_state(&self.state_tx);
-                if let Some(offer) = offer {
-                    if handoff.offer(&name, offer) {
-                        self.metrics
-                            .group_syncs_superseded
-                            .with_label_values(&[&name])
-                            .inc();
-                    }
-                }
+                c.schedule.insert(name.clone(), started + interval);
+                self.record_cycle(&worker, &name, started.elapsed(), outcome, offer, handoff);
             }
-            let next_due = schedule.values().min().copied();
-            let next_refresh = groups_listed.map(|t| t + refresh);
-            let wake = [next_due, next_refresh]
-                .into_iter()
-                .flatten()
-                .min()
-                .unwrap_or_else(|| Instant::now() + Duration::from_secs(60));
+            let wake = next_wake(&c.schedule, c.groups_listed, refresh, Instant::now());
             tokio::select! {
                 _ = &mut shutdown => return Ok(Ended::Shutdown),
                 _ = crate::kafka::secrets::rotated(secrets) => return Ok(Ended::Rotated),
@@ -451,6 +369,90 @@ impl CheckpointRunner {
                     }
                     specs_changed = true;
                 }
+            }
+        }
+    }
+
+    /// Takes a new list of OffsetCheckpoints: those gone lose their metrics, schedule and
+    /// waiting plans; new ones are due at once; groups are listed again for the selections.
+    fn take_specs(&self, c: &mut Cycles, specs: Vec<OffsetCheckpoint>, handoff: &Handoff) {
+        let (next, selections) = self.accept_specs(specs);
+        for gone in c.active.keys().filter(|n| !next.contains_key(*n)) {
+            self.metrics.forget_checkpoint(gone);
+        }
+        reschedule(&mut c.schedule, next.keys(), Instant::now());
+        for name in next.keys() {
+            self.metrics.init_checkpoint(name);
+        }
+        self.state_tx.send_modify(|s| {
+            s.specs.retain(|n, _| next.contains_key(n));
+            for (n, cp) in &next {
+                let st = s.specs.entry(n.clone()).or_default();
+                st.interval_seconds = cp.spec.interval_seconds;
+                st.generation = cp.metadata.generation;
+            }
+        });
+        handoff.retain(|n| next.contains_key(n));
+        c.active = next;
+        c.selections = selections;
+        c.groups_listed = None; // new selections see new groups at once
+    }
+
+    /// Lists the source's groups and assigns them to the OffsetCheckpoints' selections; a
+    /// failed listing is retried a second later, at the next due cycle.
+    async fn list_groups(&self, worker: &Worker, c: &mut Cycles, refresh: Duration) {
+        match worker.list_source_groups().await {
+            Ok(groups) => {
+                let next = assign_groups(&c.selections, groups.iter().map(String::as_str));
+                if next != c.assignment {
+                    for (name, matched) in &next {
+                        tracing::info!(flow = %self.flow_name, checkpoint = %name, listed = groups.len(), matched = matched.len(), groups = ?matched.iter().take(10).collect::<Vec<_>>(), "consumer groups selected");
+                    }
+                }
+                c.assignment = next;
+                c.groups_listed = Some(Instant::now());
+            }
+            Err(e) => {
+                tracing::warn!(flow = %self.flow_name, error = %e, "listing source groups failed");
+                // Retry at the next due cycle rather than spinning.
+                c.groups_listed = Some(Instant::now() - refresh + secs(1));
+            }
+        }
+    }
+
+    /// A finished cycle in the metrics and the state; its plans go to the group sync.
+    fn record_cycle(
+        &self,
+        worker: &Worker,
+        name: &str,
+        took: Duration,
+        outcome: Result<(), String>,
+        offer: Option<SyncOffer>,
+        handoff: &Handoff,
+    ) {
+        self.metrics
+            .cycle_seconds
+            .with_label_values(&[name])
+            .set(took.as_secs_f64());
+        if let Err(e) = &outcome {
+            self.metrics.cycle_errors.with_label_values(&[name]).inc();
+            tracing::warn!(flow = %self.flow_name, checkpoint = %name, error = %e, "checkpoint cycle failed");
+        }
+        let at = Timestamp::now();
+        self.state_tx.send_modify(|s| {
+            let st = s.specs.entry(name.to_string()).or_default();
+            st.cycles += 1;
+            st.last_cycle = Some(at);
+            st.last_cycle_duration = Some(took);
+            st.last_error = outcome.err();
+        });
+        worker.publish_store_state(&self.state_tx);
+        if let Some(offer) = offer {
+            if handoff.offer(name, offer) {
+                self.metrics
+                    .group_syncs_superseded
+                    .with_label_values(&[name])
+                    .inc();
             }
         }
     }
@@ -592,6 +594,68 @@ pub fn statuses(
 
 fn secs(s: i32) -> Duration {
     Duration::from_secs(u64::try_from(s.max(1)).unwrap_or(1))
+}
+
+/// What the cycles keep from one turn to the next.
+#[derive(Default)]
+struct Cycles {
+    /// The OffsetCheckpoints run, by name.
+    active: BTreeMap<String, OffsetCheckpoint>,
+    selections: Vec<(String, GroupSelection)>,
+    /// When each one's next cycle is due.
+    schedule: BTreeMap<String, Instant>,
+    /// When the source's groups were last listed (`None`: list them now).
+    groups_listed: Option<Instant>,
+    /// The groups each one checkpoints.
+    assignment: BTreeMap<String, BTreeSet<String>>,
+}
+
+/// How often the source's groups are listed: the smallest `groups.refreshIntervalSeconds`
+/// of the OffsetCheckpoints run (30 s without one).
+fn refresh_interval<'a>(active: impl Iterator<Item = &'a OffsetCheckpoint>) -> Duration {
+    active
+        .map(|c| secs(c.spec.groups.refresh_interval_seconds))
+        .min()
+        .unwrap_or(Duration::from_secs(30))
+}
+
+/// Keeps the schedule of the checkpoints still run; those new are due at `now`.
+fn reschedule<'a>(
+    schedule: &mut BTreeMap<String, Instant>,
+    names: impl Iterator<Item = &'a String> + Clone,
+    now: Instant,
+) {
+    let keep: BTreeSet<&String> = names.clone().collect();
+    schedule.retain(|n, _| keep.contains(n));
+    for name in names {
+        schedule.entry(name.clone()).or_insert(now);
+    }
+}
+
+/// The checkpoints whose cycle is due at `now`, by name.
+fn due(schedule: &BTreeMap<String, Instant>, now: Instant) -> Vec<String> {
+    schedule
+        .iter()
+        .filter(|(_, t)| **t <= now)
+        .map(|(n, _)| n.clone())
+        .collect()
+}
+
+/// When the cycles wake next: the first cycle due or the next group listing, whichever is
+/// first (a minute after `now` when there is neither).
+fn next_wake(
+    schedule: &BTreeMap<String, Instant>,
+    groups_listed: Option<Instant>,
+    refresh: Duration,
+    now: Instant,
+) -> Instant {
+    let next_due = schedule.values().min().copied();
+    let next_refresh = groups_listed.map(|t| t + refresh);
+    [next_due, next_refresh]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(now + Duration::from_secs(60))
 }
 
 /// Reads the checkpoints topic to its end: the checkpoints in force.
@@ -1311,6 +1375,65 @@ mod tests {
                 "unwritten, sync={sync_group_offsets}"
             );
             assert!(!st.groups.contains_key("unknown"));
+        }
+    }
+
+    #[test]
+    fn schedule_table() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let mut schedule: BTreeMap<String, Instant> =
+            [("a".to_string(), at(5)), ("b".to_string(), at(10))].into();
+        let next = names(&["b", "c"]);
+        reschedule(&mut schedule, next.iter(), at(1));
+        assert_eq!(
+            schedule,
+            [("b".to_string(), at(10)), ("c".to_string(), at(1))].into(),
+            "a gone, b keeps its time, c due at once"
+        );
+        assert_eq!(due(&schedule, at(0)), Vec::<String>::new());
+        assert_eq!(due(&schedule, at(1)), names(&["c"]));
+        assert_eq!(due(&schedule, at(10)), names(&["b", "c"]));
+
+        let refresh = Duration::from_secs(30);
+        let cases = [
+            ("the first due cycle", Some(at(0)), at(1)),
+            ("never listed", None, at(1)),
+            (
+                "a listing due before the cycles",
+                Some(at(0) - refresh),
+                at(0),
+            ),
+        ];
+        for (name, listed, want) in cases {
+            assert_eq!(next_wake(&schedule, listed, refresh, at(0)), want, "{name}");
+        }
+        assert_eq!(
+            next_wake(&BTreeMap::new(), None, refresh, at(0)),
+            at(60),
+            "nothing scheduled: a minute"
+        );
+    }
+
+    #[test]
+    fn refresh_interval_is_the_smallest() {
+        let with = |s: i32| {
+            let mut c = cp("f", ".*");
+            c.spec.groups.refresh_interval_seconds = s;
+            c
+        };
+        let cases = [
+            (vec![], 30),
+            (vec![with(120)], 120),
+            (vec![with(120), with(15), with(60)], 15),
+            (vec![with(0)], 1),
+        ];
+        for (specs, want) in cases {
+            assert_eq!(
+                refresh_interval(specs.iter()),
+                Duration::from_secs(want),
+                "{specs:?}"
+            );
         }
     }
 }
