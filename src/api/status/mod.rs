@@ -123,6 +123,14 @@ impl Verdict {
         Self::new(false, reason, message)
     }
 
+    fn unknown(reason: &'static str) -> Self {
+        Self {
+            status: "Unknown",
+            reason,
+            message: String::new(),
+        }
+    }
+
     /// The condition of type `type_`, keeping `previous`'s transition time (see [`condition`]).
     fn stamp(
         self,
