@@ -239,56 +239,18 @@ pub async fn run_with(
 ) -> anyhow::Result<()> {
     let pod = std::env::var("POD_NAME").ok();
     let index = args.resolve_index(pod.as_deref())?;
-    let settings = EngineSettings {
-        namespace: input.namespace.clone(),
-        flow_name: input.name.clone(),
-        worker_index: index,
-        worker_count: args.worker_count,
-        secrets_dir: args.secrets_dir.clone(),
-        tuning: Tuning::for_spec(&input.spec.borrow()),
-        // Worker 0 fences the transactional ids of workers scaled away (see EngineSettings).
-        retired_workers: if index == 0 {
-            crate::api::status::retired_workers(
-                &input.name,
-                input.reported_workers.iter().map(String::as_str),
-                args.worker_count,
-            )
-        } else {
-            Vec::new()
-        },
-    };
+    let settings = engine_settings(&args, &input, index);
     let metrics = WorkerMetrics::new().context("creating metrics")?;
     let readiness = Readiness::new("starting");
-    let delivery = input.spec.borrow().delivery;
-    let (status_tx, status_rx) = watch::channel(WorkerSnapshot::starting(
-        &input.namespace,
-        &input.name,
-        index,
-        args.worker_count,
-        delivery,
-    ));
-    let (report_checkpoints, report_rx) = watch::channel(None);
-    for s in &sinks {
-        s.attach_checkpoints(report_rx.clone());
-    }
-    let mut all_sinks: Vec<Arc<dyn StatusSink>> = vec![Arc::new(status_tx)];
-    all_sinks.extend(sinks);
-    // Connection health of both clusters, shared by every client that reports into it, and
-    // the topic ACL sync (worker 0): added to each snapshot (see `worker::report`).
-    let health = {
-        let spec = input.spec.borrow();
-        FlowHealth::new(&spec.source.alias, &spec.target.alias)
-    };
-    let (acl_state, acl_rx) = watch::channel(None);
-    let (latency_state, latency_rx) = watch::channel(None);
-    let sink: Arc<dyn StatusSink> = Arc::new(WithExtras {
-        inner: Arc::new(Fanout(all_sinks)),
-        extras: Extras {
-            health: health.clone(),
-            topic_acls: acl_rx,
-            replication_latency: latency_rx,
-        },
-    });
+    let Reporting {
+        sink,
+        status_rx,
+        report_checkpoints,
+        report_rx,
+        health,
+        acl_state,
+        latency_state,
+    } = reporting(&input, index, args.worker_count, sinks);
     let (addr, stop_http_tx, http_task) = serve_http(
         args.listen,
         &metrics,
@@ -316,30 +278,26 @@ pub async fn run_with(
         )
     };
     let acl_task = checkpoint::runner::should_run(index).then(|| {
-        let runner = AclSyncRunner {
-            namespace: input.namespace.clone(),
-            flow: input.name.clone(),
-            secrets_dir: args.secrets_dir.clone(),
-            spec: input.spec.clone(),
-            secrets: Some(secrets.clone()),
-            state: acl_state,
-            metrics: AclMetrics::new(&metrics.registry)
-                .map_err(|e| warn!("topic ACL metrics are not exported: {e}"))
-                .ok(),
-        };
-        tokio::spawn(runner.run(wait_for_stop(stop_rx.clone())))
+        spawn_acl_sync(
+            &input,
+            &args.secrets_dir,
+            &metrics,
+            secrets.clone(),
+            acl_state,
+            wait_for_stop(stop_rx.clone()),
+        )
     });
     // Heartbeats are a singleton like the ACL sync: worker 0 emits and measures them.
     let heartbeat_task = checkpoint::runner::should_run(index).then(|| {
-        let runner = HeartbeatRunner {
-            reader_group: format!("{}-heartbeats", settings.transactional_id()),
-            secrets_dir: args.secrets_dir.clone(),
-            spec: input.spec.clone(),
-            state: latency_state,
-            metrics: metrics.clone(),
-            secrets: Some(secrets.clone()),
-        };
-        tokio::spawn(runner.run(wait_for_stop(stop_rx.clone())))
+        spawn_heartbeats(
+            &input,
+            format!("{}-heartbeats", settings.transactional_id()),
+            &args.secrets_dir,
+            &metrics,
+            secrets.clone(),
+            latency_state,
+            wait_for_stop(stop_rx.clone()),
+        )
     });
     let checkpoints = checkpoint::runner::should_run(index)
         .then(|| {
@@ -372,6 +330,134 @@ pub async fn run_with(
     let _ = stop_http_tx.send(());
     let _ = http_task.await;
     result.map_err(anyhow::Error::from)
+}
+
+/// The engine's settings for worker `index` of `args.worker_count`. Worker 0 fences the
+/// transactional ids of the workers scaled away (see [`EngineSettings`]).
+fn engine_settings(args: &WorkerArgs, input: &FlowInput, index: u32) -> EngineSettings {
+    EngineSettings {
+        namespace: input.namespace.clone(),
+        flow_name: input.name.clone(),
+        worker_index: index,
+        worker_count: args.worker_count,
+        secrets_dir: args.secrets_dir.clone(),
+        tuning: Tuning::for_spec(&input.spec.borrow()),
+        retired_workers: if index == 0 {
+            crate::api::status::retired_workers(
+                &input.name,
+                input.reported_workers.iter().map(String::as_str),
+                args.worker_count,
+            )
+        } else {
+            Vec::new()
+        },
+    }
+}
+
+/// Where a worker's snapshots go, and the channels that feed them.
+struct Reporting {
+    /// `/status` first, then the given sinks, each snapshot with the connection health, the
+    /// topic ACL sync and the heartbeat latency added (see `worker::report`).
+    sink: Arc<dyn StatusSink>,
+    /// The latest snapshot, for `/status`.
+    status_rx: watch::Receiver<WorkerSnapshot>,
+    /// The checkpoint runner's reports (worker 0), attached to every sink.
+    report_checkpoints: watch::Sender<CheckpointReport>,
+    report_rx: CheckpointReportSource,
+    /// Connection health of both clusters, shared by every client that reports into it.
+    health: FlowHealth,
+    /// Worker 0's topic ACL sync and heartbeat latency.
+    acl_state: watch::Sender<Option<crate::api::TopicAclSync>>,
+    latency_state: watch::Sender<Option<crate::api::ReplicationLatency>>,
+}
+
+fn reporting(
+    input: &FlowInput,
+    index: u32,
+    worker_count: u32,
+    sinks: Vec<Arc<dyn StatusSink>>,
+) -> Reporting {
+    let delivery = input.spec.borrow().delivery;
+    let (status_tx, status_rx) = watch::channel(WorkerSnapshot::starting(
+        &input.namespace,
+        &input.name,
+        index,
+        worker_count,
+        delivery,
+    ));
+    let (report_checkpoints, report_rx) = watch::channel(None);
+    for s in &sinks {
+        s.attach_checkpoints(report_rx.clone());
+    }
+    let health = {
+        let spec = input.spec.borrow();
+        FlowHealth::new(&spec.source.alias, &spec.target.alias)
+    };
+    let (acl_state, acl_rx) = watch::channel(None);
+    let (latency_state, latency_rx) = watch::channel(None);
+    let mut all_sinks: Vec<Arc<dyn StatusSink>> = vec![Arc::new(status_tx)];
+    all_sinks.extend(sinks);
+    let sink = Arc::new(WithExtras {
+        inner: Arc::new(Fanout(all_sinks)),
+        extras: Extras {
+            health: health.clone(),
+            topic_acls: acl_rx,
+            replication_latency: latency_rx,
+        },
+    });
+    Reporting {
+        sink,
+        status_rx,
+        report_checkpoints,
+        report_rx,
+        health,
+        acl_state,
+        latency_state,
+    }
+}
+
+/// Worker 0's topic ACL sync, until `stop`.
+fn spawn_acl_sync(
+    input: &FlowInput,
+    secrets_dir: &Path,
+    metrics: &WorkerMetrics,
+    secrets: crate::kafka::secrets::FlowSecrets,
+    state: watch::Sender<Option<crate::api::TopicAclSync>>,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> JoinHandle<()> {
+    let runner = AclSyncRunner {
+        namespace: input.namespace.clone(),
+        flow: input.name.clone(),
+        secrets_dir: secrets_dir.to_path_buf(),
+        spec: input.spec.clone(),
+        secrets: Some(secrets),
+        state,
+        metrics: AclMetrics::new(&metrics.registry)
+            .map_err(|e| warn!("topic ACL metrics are not exported: {e}"))
+            .ok(),
+    };
+    tokio::spawn(runner.run(stop))
+}
+
+/// Worker 0's heartbeats (emitted and measured; see [`HeartbeatRunner`]), until `stop`.
+fn spawn_heartbeats(
+    input: &FlowInput,
+    reader_group: String,
+    secrets_dir: &Path,
+    metrics: &WorkerMetrics,
+    secrets: crate::kafka::secrets::FlowSecrets,
+    state: watch::Sender<Option<crate::api::ReplicationLatency>>,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> JoinHandle<()> {
+    let runner = HeartbeatRunner {
+        reader_group,
+        secrets_dir: secrets_dir.to_path_buf(),
+        spec: input.spec.clone(),
+        state,
+        metrics: metrics.clone(),
+        secrets: Some(secrets),
+    };
+    tokio::spawn(runner.run(stop))
 }
 
 /// The worker's HTTP endpoints (`/metrics`, `/healthz`, `/readyz`, `/status` with the
@@ -629,6 +715,45 @@ mod tests {
     struct Cli {
         #[command(flatten)]
         args: WorkerArgs,
+    }
+
+    #[test]
+    fn only_worker_zero_fences_the_retired_workers() {
+        let spec: MirrorFlowSpec = serde_json::from_value(serde_json::json!({
+            "source": {"alias": "dc1", "bootstrapServers": "a:9092"},
+            "target": {"alias": "dc2", "bootstrapServers": "b:9092"},
+        }))
+        .unwrap();
+        let input = FlowInput {
+            namespace: "kafka".into(),
+            name: "orders".into(),
+            spec: watch::channel(spec).1,
+            checkpoints: watch::channel(Vec::new()).1,
+            reported_workers: [
+                "orders-worker-0",
+                "orders-worker-3",
+                "orders-worker-1",
+                "other-worker-5",
+            ]
+            .map(String::from)
+            .to_vec(),
+        };
+        let args = Cli::try_parse_from(["x", "--flow", "f.yaml", "--worker-count", "2"])
+            .unwrap()
+            .args;
+        let cases = [(0, vec![3]), (1, vec![])];
+        for (index, retired) in cases {
+            let s = engine_settings(&args, &input, index);
+            assert_eq!(
+                (s.worker_index, s.worker_count, s.retired_workers),
+                (index, 2, retired),
+                "worker {index}"
+            );
+            assert_eq!(
+                (s.namespace.as_str(), s.flow_name.as_str()),
+                ("kafka", "orders")
+            );
+        }
     }
 
     #[test]
