@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -98,75 +99,19 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     );
 
     let dir = tempfile::tempdir()?;
-    let flow_path = dir.path().join("demo-flow.yaml");
-    std::fs::write(&flow_path, demo_flow_yaml(&src, &tgt))?;
-    let listen: SocketAddr = "127.0.0.1:0".parse().expect("literal address");
-    let worker_args = WorkerArgs {
-        flow: Some(flow_path.clone()),
-        flow_ref: None,
-        worker_index: Some(0),
-        worker_count: 1,
-        listen,
-        secrets_dir: dir.path().join("secrets"),
-        checkpoints_file: None,
-        flow_reload_seconds: 5,
-    };
-    let (input, watcher) = watch_flow_file(&flow_path, Duration::from_secs(5))?;
-    let (snap_tx, mut snap_rx) = watch::channel::<Option<WorkerSnapshot>>(None);
-    let sink = Arc::new(SnapshotSink(snap_tx));
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let started = Instant::now();
-    let worker = tokio::spawn(run_with(worker_args, input, vec![sink], async {
-        let _ = stop_rx.await;
-    }));
-
+    let mut worker = DemoWorker::start(dir.path(), &src, &tgt)?;
     // Read the source once: its records are the reference for the comparison below, and the
     // offset after each partition's last record is its end. Watermarks would be simpler, but
     // tansu reports "last batch base + 1" when the producer batches (REFERENCE.md §3).
     let until = |n: u64| ConsumeUntil::count(n as usize).timeout(Duration::from_secs(120));
     let src_records = brokers::consume_all(&src, "orders", until(args.records)).await?;
     let ends = source_ends(args.partitions, &src_records);
+    let last = worker
+        .wait_until_replicated(&ends, Duration::from_secs(args.timeout_seconds))
+        .await?;
+    let replicate_secs = worker.started.elapsed().as_secs_f64();
+    worker.stop().await?;
 
-    // Wait until every partition's committed position reaches the source's end.
-    let deadline = Instant::now() + Duration::from_secs(args.timeout_seconds);
-    let last = loop {
-        let snap = snap_rx.borrow_and_update().clone();
-        if let Some(s) = &snap {
-            if s.state == WorkerState::Failed {
-                bail!(
-                    "the worker failed: {}",
-                    s.message.clone().unwrap_or_default()
-                );
-            }
-            // The worker also replicates the source's heartbeats (spec.heartbeats).
-            let orders: Vec<_> = s
-                .partitions
-                .iter()
-                .filter(|p| p.topic == "orders")
-                .collect();
-            let done = orders.len() == ends.len()
-                && orders
-                    .iter()
-                    .all(|p| p.position.is_some() && p.position >= ends.get(&p.partition).copied());
-            if done {
-                break s.clone();
-            }
-        }
-        if Instant::now() > deadline || worker.is_finished() {
-            bail!(
-                "replication did not finish within {} s; last status: {}",
-                args.timeout_seconds,
-                serde_json::to_string(&snap).unwrap_or_default()
-            );
-        }
-        let _ = tokio::time::timeout(Duration::from_millis(200), snap_rx.changed()).await;
-    };
-    let replicate_secs = started.elapsed().as_secs_f64();
-    let _ = stop_tx.send(());
-    worker.await.context("worker task")?.context("worker")?;
-    watcher.abort();
-
-    // Compare the target with the source, record by record.
     // Read the target to its end (not just `records` of it), so duplicates are counted.
     let tgt_records = brokers::consume_all(
         &tgt,
@@ -174,7 +119,146 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         ConsumeUntil::idle(Duration::from_secs(2)).timeout(Duration::from_secs(120)),
     )
     .await?;
-    let mut mismatches = 0usize;
+    let cmp = compare(&src_records, &tgt_records);
+    print_report(&args, &cmp, replicate_secs, &last);
+    if !cmp.complete() {
+        bail!("the target does not hold every source record");
+    }
+    println!("  every record arrived with its key, value, headers, timestamp and partition");
+    drop((source, target));
+    Ok(())
+}
+
+/// The standalone worker the demo runs, on a flow file, with its snapshots on a channel.
+struct DemoWorker {
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+    watcher: tokio::task::JoinHandle<()>,
+    snapshots: watch::Receiver<Option<WorkerSnapshot>>,
+    stop: tokio::sync::oneshot::Sender<()>,
+    started: Instant,
+}
+
+impl DemoWorker {
+    /// Writes the demo flow into `dir` and starts worker 0 of 1 on it.
+    fn start(dir: &Path, src: &str, tgt: &str) -> anyhow::Result<Self> {
+        let flow_path = dir.join("demo-flow.yaml");
+        std::fs::write(&flow_path, demo_flow_yaml(src, tgt))?;
+        let listen: SocketAddr = "127.0.0.1:0".parse().expect("literal address");
+        let worker_args = WorkerArgs {
+            flow: Some(flow_path.clone()),
+            flow_ref: None,
+            worker_index: Some(0),
+            worker_count: 1,
+            listen,
+            secrets_dir: dir.join("secrets"),
+            checkpoints_file: None,
+            flow_reload_seconds: 5,
+        };
+        let (input, watcher) = watch_flow_file(&flow_path, Duration::from_secs(5))?;
+        let (snap_tx, snapshots) = watch::channel::<Option<WorkerSnapshot>>(None);
+        let sink = Arc::new(SnapshotSink(snap_tx));
+        let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let started = Instant::now();
+        let task = tokio::spawn(run_with(worker_args, input, vec![sink], async {
+            let _ = stop_rx.await;
+        }));
+        Ok(Self {
+            task,
+            watcher,
+            snapshots,
+            stop,
+            started,
+        })
+    }
+
+    /// Waits until every partition's committed position reaches the source's end: the last
+    /// snapshot. An error when the worker fails, stops, or does not finish in `timeout`.
+    async fn wait_until_replicated(
+        &mut self,
+        ends: &BTreeMap<i32, i64>,
+        timeout: Duration,
+    ) -> anyhow::Result<WorkerSnapshot> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let snap = self.snapshots.borrow_and_update().clone();
+            if let Some(s) = &snap {
+                if s.state == WorkerState::Failed {
+                    bail!(
+                        "the worker failed: {}",
+                        s.message.clone().unwrap_or_default()
+                    );
+                }
+                let positions = s
+                    .partitions
+                    .iter()
+                    .map(|p| (p.topic.as_str(), p.partition, p.position));
+                if replication_done(positions, ends) {
+                    return Ok(s.clone());
+                }
+            }
+            if Instant::now() > deadline || self.task.is_finished() {
+                bail!(
+                    "replication did not finish within {} s; last status: {}",
+                    timeout.as_secs(),
+                    serde_json::to_string(&snap).unwrap_or_default()
+                );
+            }
+            let _ =
+                tokio::time::timeout(Duration::from_millis(200), self.snapshots.changed()).await;
+        }
+    }
+
+    /// Stops the worker and waits for it: its error, if it had one.
+    async fn stop(self) -> anyhow::Result<()> {
+        let _ = self.stop.send(());
+        self.task.await.context("worker task")?.context("worker")?;
+        self.watcher.abort();
+        Ok(())
+    }
+}
+
+/// Whether the worker replicated every source record, from each owned partition's (topic,
+/// partition, committed position): it owns every partition of `orders` and each one's
+/// position reached the source's end. (It also replicates the source's heartbeats,
+/// `spec.heartbeats`, which do not count.)
+fn replication_done<'a>(
+    positions: impl IntoIterator<Item = (&'a str, i32, Option<i64>)>,
+    ends: &BTreeMap<i32, i64>,
+) -> bool {
+    let orders: Vec<(i32, Option<i64>)> = positions
+        .into_iter()
+        .filter(|(topic, _, _)| *topic == "orders")
+        .map(|(_, p, pos)| (p, pos))
+        .collect();
+    orders.len() == ends.len()
+        && orders
+            .iter()
+            .all(|(p, pos)| pos.is_some() && *pos >= ends.get(p).copied())
+}
+
+/// The target compared with the source, record by record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Comparison {
+    source: usize,
+    target: usize,
+    /// Keys (per partition) whose records are missing on the target, or differ in value,
+    /// headers or timestamp.
+    mismatches: usize,
+    /// Records the target holds beyond the source's.
+    duplicates: usize,
+}
+
+impl Comparison {
+    /// The target holds every source record, unchanged.
+    fn complete(&self) -> bool {
+        self.mismatches == 0 && self.target >= self.source
+    }
+}
+
+fn compare(
+    src_records: &[brokers::ConsumedRecord],
+    tgt_records: &[brokers::ConsumedRecord],
+) -> Comparison {
     let by_key = |rs: &[brokers::ConsumedRecord]| {
         let mut m: BTreeMap<(i32, Vec<u8>), Vec<brokers::ConsumedRecord>> = BTreeMap::new();
         for r in rs {
@@ -184,29 +268,38 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         }
         m
     };
-    let (s_map, t_map) = (by_key(&src_records), by_key(&tgt_records));
-    for (k, s) in &s_map {
-        let t = t_map.get(k);
-        let same = t.is_some_and(|t| {
-            t.len() >= s.len()
-                && s.iter().zip(t.iter()).all(|(a, b)| {
-                    a.value == b.value && a.headers == b.headers && a.timestamp_ms == b.timestamp_ms
-                })
-        });
-        if !same {
-            mismatches += 1;
-        }
+    let (s_map, t_map) = (by_key(src_records), by_key(tgt_records));
+    let mismatches = s_map
+        .iter()
+        .filter(|(k, s)| {
+            let same = t_map.get(*k).is_some_and(|t| {
+                t.len() >= s.len()
+                    && s.iter().zip(t.iter()).all(|(a, b)| {
+                        a.value == b.value
+                            && a.headers == b.headers
+                            && a.timestamp_ms == b.timestamp_ms
+                    })
+            });
+            !same
+        })
+        .count();
+    Comparison {
+        source: src_records.len(),
+        target: tgt_records.len(),
+        mismatches,
+        duplicates: tgt_records.len().saturating_sub(src_records.len()),
     }
-    let duplicates = tgt_records.len().saturating_sub(src_records.len());
-    let mb = (args.records * (args.value_bytes + 16)) as f64 / 1e6;
+}
 
+fn print_report(args: &DemoArgs, cmp: &Comparison, replicate_secs: f64, last: &WorkerSnapshot) {
+    let mb = (args.records * (args.value_bytes + 16)) as f64 / 1e6;
     println!();
     println!("  replication report (flow demo, worker demo-worker-0)");
     println!("  ─────────────────────────────────────────────────────");
-    println!("  records on source              {:>12}", src_records.len());
-    println!("  records on target (dc1.orders) {:>12}", tgt_records.len());
-    println!("  missing or different records   {:>12}", mismatches);
-    println!("  duplicates                     {:>12}", duplicates);
+    println!("  records on source              {:>12}", cmp.source);
+    println!("  records on target (dc1.orders) {:>12}", cmp.target);
+    println!("  missing or different records   {:>12}", cmp.mismatches);
+    println!("  duplicates                     {:>12}", cmp.duplicates);
     println!(
         "  time to replicate              {:>10.2} s",
         replicate_secs
@@ -235,12 +328,6 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     for f in &last.failures {
         print_failure(f);
     }
-    if mismatches > 0 || tgt_records.len() < src_records.len() {
-        bail!("the target does not hold every source record");
-    }
-    println!("  every record arrived with its key, value, headers, timestamp and partition");
-    drop((source, target));
-    Ok(())
 }
 
 /// Per partition, the offset after its last record (0 when empty): where replication is
@@ -365,6 +452,153 @@ mod tests {
         Vec<brokers::ConsumedRecord>,
         &'static [(i32, i64)],
     );
+
+    #[test]
+    fn replication_done_table() {
+        let ends: BTreeMap<i32, i64> = [(0, 10), (1, 0)].into_iter().collect();
+        type Case = (&'static str, Vec<(&'static str, i32, Option<i64>)>, bool);
+        let cases: Vec<Case> = vec![
+            ("nothing owned yet", vec![], false),
+            (
+                "every partition at its end",
+                vec![("orders", 0, Some(10)), ("orders", 1, Some(0))],
+                true,
+            ),
+            (
+                "heartbeats do not count",
+                vec![
+                    ("heartbeats", 0, None),
+                    ("orders", 0, Some(10)),
+                    ("orders", 1, Some(0)),
+                ],
+                true,
+            ),
+            (
+                "one partition behind",
+                vec![("orders", 0, Some(9)), ("orders", 1, Some(0))],
+                false,
+            ),
+            (
+                "an empty partition's position not known yet",
+                vec![("orders", 0, Some(10)), ("orders", 1, None)],
+                false,
+            ),
+            (
+                "a partition not owned yet",
+                vec![("orders", 0, Some(10))],
+                false,
+            ),
+        ];
+        for (name, positions, want) in cases {
+            assert_eq!(replication_done(positions, &ends), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn compare_table() {
+        let rec = |partition: i32, key: &str, value: &str, ts: i64| brokers::ConsumedRecord {
+            partition,
+            offset: 0,
+            key: Some(key.as_bytes().to_vec()),
+            value: Some(value.as_bytes().to_vec()),
+            headers: vec![("source".into(), Some(b"demo".to_vec()))],
+            timestamp_ms: Some(ts),
+        };
+        let source = vec![
+            rec(0, "a", "1", 1),
+            rec(0, "b", "2", 2),
+            rec(1, "c", "3", 3),
+        ];
+        let cmp = |mismatches, duplicates, target: &[brokers::ConsumedRecord]| Comparison {
+            source: 3,
+            target: target.len(),
+            mismatches,
+            duplicates,
+        };
+        let headerless = brokers::ConsumedRecord {
+            headers: vec![],
+            ..rec(1, "c", "3", 3)
+        };
+        type Case = (
+            &'static str,
+            Vec<brokers::ConsumedRecord>,
+            usize,
+            usize,
+            bool,
+        );
+        let cases: Vec<Case> = vec![
+            ("identical", source.clone(), 0, 0, true),
+            (
+                "in another order",
+                vec![
+                    rec(1, "c", "3", 3),
+                    rec(0, "a", "1", 1),
+                    rec(0, "b", "2", 2),
+                ],
+                0,
+                0,
+                true,
+            ),
+            (
+                "a duplicate",
+                vec![
+                    rec(0, "a", "1", 1),
+                    rec(0, "b", "2", 2),
+                    rec(1, "c", "3", 3),
+                    rec(1, "c", "3", 3),
+                ],
+                0,
+                1,
+                true,
+            ),
+            ("a record missing", source[..2].to_vec(), 1, 0, false),
+            (
+                "a value changed",
+                vec![
+                    rec(0, "a", "1", 1),
+                    rec(0, "b", "X", 2),
+                    rec(1, "c", "3", 3),
+                ],
+                1,
+                0,
+                false,
+            ),
+            (
+                "a timestamp changed",
+                vec![
+                    rec(0, "a", "1", 9),
+                    rec(0, "b", "2", 2),
+                    rec(1, "c", "3", 3),
+                ],
+                1,
+                0,
+                false,
+            ),
+            (
+                "headers lost",
+                vec![rec(0, "a", "1", 1), rec(0, "b", "2", 2), headerless],
+                1,
+                0,
+                false,
+            ),
+            (
+                "in another partition",
+                vec![
+                    rec(0, "a", "1", 1),
+                    rec(0, "b", "2", 2),
+                    rec(0, "c", "3", 3),
+                ],
+                1,
+                0,
+                false,
+            ),
+        ];
+        for (name, target, mismatches, duplicates, complete) in cases {
+            let got = compare(&source, &target);
+            assert_eq!(got, cmp(mismatches, duplicates, &target), "{name}");
+            assert_eq!(got.complete(), complete, "{name}");
+        }
+    }
 
     #[test]
     fn source_ends_are_one_past_each_partitions_last_record() {

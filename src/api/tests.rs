@@ -768,6 +768,50 @@ fn all_errors_are_reported_at_once() {
     );
 }
 
+/// A spec wrong in every part: each rule reports, in the order the spec is read.
+#[test]
+fn every_part_of_the_spec_reports_in_order() {
+    let mut v = minimal_flow_json();
+    v["target"]["alias"] = json!("dc1");
+    v["source"]["replicationFactor"] = json!(3);
+    v["target"]["replicationFactor"] = json!(0);
+    v["internalTopics"] = json!({"replicationFactor": -1});
+    v["topics"] = json!({"include": [], "exclude": ["("], "refreshIntervalSeconds": 0});
+    v["topicConfigs"] = json!({"exclude": ["["]});
+    v["replicationPolicy"] = json!({"type": "Prefix", "separator": "/"});
+    v["offsetSyncs"] = json!({"lagMax": 0});
+    v["workers"] = json!({"replicas": 0, "inFlightMiB": 0, "image": " "});
+    v["heartbeats"] = json!({"intervalSeconds": -1});
+    v["reset"] = json!({"id": "", "strategy": "SkipToLatest",
+        "partitions": [{"topic": "a/b", "partition": -1}, {"topic": "a/b", "partition": -1}]});
+    let errs = validate_flow(&serde_json::from_value(v).unwrap()).unwrap_err();
+    assert_eq!(
+        errs.fields(),
+        vec![
+            "spec.target.alias",
+            "spec.topics.include",
+            "spec.topics.exclude[0]",
+            "spec.topicConfigs.exclude[0]",
+            "spec.source.replicationFactor",
+            "spec.target.replicationFactor",
+            "spec.internalTopics.replicationFactor",
+            "spec.topics.refreshIntervalSeconds",
+            "spec.replicationPolicy.separator",
+            "spec.offsetSyncs.lagMax",
+            "spec.workers.replicas",
+            "spec.workers.inFlightMiB",
+            "spec.heartbeats.intervalSeconds",
+            "spec.workers.image",
+            "spec.reset.id",
+            "spec.reset.partitions[0].topic",
+            "spec.reset.partitions[0].partition",
+            "spec.reset.partitions[1].topic",
+            "spec.reset.partitions[1].partition",
+            "spec.reset.partitions[1]",
+        ]
+    );
+}
+
 #[test]
 fn plain_sasl_needs_tls() {
     let plain = json!({"mechanism": "PLAIN", "credentials": {"secretName": "creds"}});

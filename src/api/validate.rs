@@ -411,6 +411,18 @@ pub fn validate_flow(spec: &MirrorFlowSpec) -> Result<(), ValidationErrors> {
             "must differ from spec.source.alias (aliases name the clusters in topic names and internal topics)",
         );
     }
+    validate_topic_patterns(spec, &mut errs);
+    validate_replication_factors(spec, &mut errs);
+    validate_topic_handling(spec, &mut errs);
+    validate_workers(spec, &mut errs);
+    if let Some(reset) = &spec.reset {
+        validate_reset(reset, &mut errs);
+    }
+    errs.into_result()
+}
+
+/// `spec.topics` and `spec.topicConfigs`: at least one pattern, each a regex.
+fn validate_topic_patterns(spec: &MirrorFlowSpec, errs: &mut ValidationErrors) {
     if spec.topics.include.is_empty() {
         errs.push(
             "spec.topics.include",
@@ -418,13 +430,17 @@ pub fn validate_flow(spec: &MirrorFlowSpec) -> Result<(), ValidationErrors> {
             "must list at least one pattern (use \".*\" for all topics)",
         );
     }
-    compile_patterns("spec.topics.include", &spec.topics.include, &mut errs);
-    compile_patterns("spec.topics.exclude", &spec.topics.exclude, &mut errs);
+    compile_patterns("spec.topics.include", &spec.topics.include, errs);
+    compile_patterns("spec.topics.exclude", &spec.topics.exclude, errs);
     compile_patterns(
         "spec.topicConfigs.exclude",
         &spec.topic_configs.exclude,
-        &mut errs,
+        errs,
     );
+}
+
+/// Replication factors: none on the source (nothing is created there), 1.. elsewhere.
+fn validate_replication_factors(spec: &MirrorFlowSpec, errs: &mut ValidationErrors) {
     if let Some(rf) = spec.source.replication_factor {
         errs.push(
             "spec.source.replicationFactor",
@@ -450,6 +466,10 @@ pub fn validate_flow(spec: &MirrorFlowSpec) -> Result<(), ValidationErrors> {
             );
         }
     }
+}
+
+/// How topics are found again, named on the target, and their offsets synced.
+fn validate_topic_handling(spec: &MirrorFlowSpec, errs: &mut ValidationErrors) {
     let r = spec.topics.refresh_interval_seconds;
     if !(1..=3600).contains(&r) {
         errs.push(
@@ -479,6 +499,10 @@ pub fn validate_flow(spec: &MirrorFlowSpec) -> Result<(), ValidationErrors> {
             "must be at least 1",
         );
     }
+}
+
+/// What the workers run with: how many, their window, heartbeats and image.
+fn validate_workers(spec: &MirrorFlowSpec, errs: &mut ValidationErrors) {
     if !(1..=1000).contains(&spec.workers.replicas) {
         errs.push(
             "spec.workers.replicas",
@@ -510,36 +534,37 @@ pub fn validate_flow(spec: &MirrorFlowSpec) -> Result<(), ValidationErrors> {
             );
         }
     }
-    if let Some(reset) = &spec.reset {
-        if reset.id.is_empty() || reset.id.len() > 128 {
-            errs.push("spec.reset.id", &reset.id, "must be 1-128 characters");
+}
+
+/// `spec.reset`: an id, and legal partitions, each listed once.
+fn validate_reset(reset: &super::ResetRequest, errs: &mut ValidationErrors) {
+    if reset.id.is_empty() || reset.id.len() > 128 {
+        errs.push("spec.reset.id", &reset.id, "must be 1-128 characters");
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, tp) in reset.partitions.iter().enumerate() {
+        if !is_legal_topic(&tp.topic) {
+            errs.push(
+                format!("spec.reset.partitions[{i}].topic"),
+                &tp.topic,
+                "must be a Kafka topic name (1-249 of letters, digits, '.', '_', '-')",
+            );
         }
-        let mut seen = std::collections::BTreeSet::new();
-        for (i, tp) in reset.partitions.iter().enumerate() {
-            if !is_legal_topic(&tp.topic) {
-                errs.push(
-                    format!("spec.reset.partitions[{i}].topic"),
-                    &tp.topic,
-                    "must be a Kafka topic name (1-249 of letters, digits, '.', '_', '-')",
-                );
-            }
-            if tp.partition < 0 {
-                errs.push(
-                    format!("spec.reset.partitions[{i}].partition"),
-                    tp.partition,
-                    "must be >= 0",
-                );
-            }
-            if !seen.insert((&tp.topic, tp.partition)) {
-                errs.push(
-                    format!("spec.reset.partitions[{i}]"),
-                    format!("{}-{}", tp.topic, tp.partition),
-                    "is listed twice",
-                );
-            }
+        if tp.partition < 0 {
+            errs.push(
+                format!("spec.reset.partitions[{i}].partition"),
+                tp.partition,
+                "must be >= 0",
+            );
+        }
+        if !seen.insert((&tp.topic, tp.partition)) {
+            errs.push(
+                format!("spec.reset.partitions[{i}]"),
+                format!("{}-{}", tp.topic, tp.partition),
+                "is listed twice",
+            );
         }
     }
-    errs.into_result()
 }
 
 /// Validate an OffsetCheckpoint spec.

@@ -46,17 +46,51 @@ fn state_name(s: WorkerState) -> &'static str {
 
 /// The flow as a terminal page at `now`. Pure.
 pub fn render(flow: &MirrorFlow, now: Timestamp) -> String {
+    let status = flow.status.clone().unwrap_or_default();
+    let mut out = summary(flow, &status);
+    out.push_str(&conditions(&status.conditions, now));
+    out.push_str(&workers(&status.workers, now));
+    if !status.failures.is_empty() {
+        let ns = flow.namespace().unwrap_or_default();
+        let name = flow.name_any();
+        let flow_ref = FlowRef {
+            namespace: &ns,
+            name: &name,
+        };
+        out.push_str(&failures(flow_ref, &status, now));
+    }
+    if let Some(r) = &status.last_applied_reset {
+        out.push_str(&format!(
+            "\nLAST RESET {:?}: {:?} {} ago, {} partition(s){}\n",
+            r.id,
+            r.outcome,
+            age(r.time.0, now),
+            r.partitions.len(),
+            r.message
+                .as_deref()
+                .map(|m| format!(": {m}"))
+                .unwrap_or_default()
+        ));
+    }
+    out
+}
+
+/// `-` for what is not known.
+fn opt(v: Option<i64>) -> String {
+    v.map_or_else(|| "-".to_string(), |v| v.to_string())
+}
+
+/// The first two lines: clusters, policy, generations, workers, failed partitions, lag.
+fn summary(flow: &MirrorFlow, status: &crate::api::MirrorFlowStatus) -> String {
     let ns = flow.namespace().unwrap_or_default();
     let name = flow.name_any();
     let spec = &flow.spec;
-    let status = flow.status.clone().unwrap_or_default();
     let policy = match spec.replication_policy.type_ {
         ReplicationPolicyType::Prefix => {
             format!("Prefix {:?}", spec.replication_policy.separator)
         }
         ReplicationPolicyType::Identity => "Identity".to_string(),
     };
-    let opt = |v: Option<i64>| v.map_or_else(|| "-".to_string(), |v| v.to_string());
     let mut out = format!(
         "MirrorFlow {ns}/{name}: {} ({}) -> {} ({}), {policy}{}\n",
         spec.source.alias,
@@ -76,12 +110,22 @@ pub fn render(flow: &MirrorFlow, now: Timestamp) -> String {
             .as_ref()
             .map_or_else(|| "-".to_string(), |l| format!("{} record(s), {}s", l.records, l.seconds)),
     ));
+    out
+}
 
-    out.push_str("\nCONDITIONS\n");
+fn conditions(
+    conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+    now: Timestamp,
+) -> String {
+    let mut out = "\nCONDITIONS\n".to_string();
+    if conditions.is_empty() {
+        out.push_str("(none yet: the controller has not reconciled this flow)\n");
+        return out;
+    }
     let mut rows = vec![["TYPE", "STATUS", "REASON", "AGE", "MESSAGE"]
         .map(String::from)
         .to_vec()];
-    for c in &status.conditions {
+    for c in conditions {
         rows.push(vec![
             c.type_.clone(),
             c.status.clone(),
@@ -90,13 +134,17 @@ pub fn render(flow: &MirrorFlow, now: Timestamp) -> String {
             c.message.clone(),
         ]);
     }
-    if status.conditions.is_empty() {
-        out.push_str("(none yet: the controller has not reconciled this flow)\n");
-    } else {
-        out.push_str(&table(&rows));
-    }
+    out.push_str(&table(&rows));
+    out
+}
 
-    out.push_str("\nWORKERS\n");
+/// Each worker's entry, by id.
+fn workers(entries: &[crate::api::WorkerStatus], now: Timestamp) -> String {
+    let mut out = "\nWORKERS\n".to_string();
+    if entries.is_empty() {
+        out.push_str("(no worker has reported)\n");
+        return out;
+    }
     let mut rows = vec![[
         "ID",
         "STATE",
@@ -109,9 +157,9 @@ pub fn render(flow: &MirrorFlow, now: Timestamp) -> String {
     ]
     .map(String::from)
     .to_vec()];
-    let mut workers = status.workers.clone();
+    let mut workers: Vec<&crate::api::WorkerStatus> = entries.iter().collect();
     workers.sort_by(|a, b| a.id.cmp(&b.id));
-    for w in &workers {
+    for w in workers {
         rows.push(vec![
             w.id.clone(),
             state_name(w.state).to_string(),
@@ -125,66 +173,51 @@ pub fn render(flow: &MirrorFlow, now: Timestamp) -> String {
             w.message.clone().unwrap_or_default(),
         ]);
     }
-    if workers.is_empty() {
-        out.push_str("(no worker has reported)\n");
-    } else {
-        out.push_str(&table(&rows));
-    }
+    out.push_str(&table(&rows));
+    out
+}
 
-    if !status.failures.is_empty() {
-        out.push_str("\nFAILURES\n");
-        let flow_ref = FlowRef {
-            namespace: &ns,
-            name: &name,
-        };
-        for f in &status.failures {
-            let head = vec![
-                "TYPE",
-                "TOPIC",
-                "PARTITION",
-                "REQUESTED",
-                "LOG-START",
-                "LOST",
-                "DETECTED",
-            ]
-            .into_iter()
-            .map(String::from)
-            .collect();
-            let row = vec![
-                format!("{:?}", f.type_),
-                f.topic.clone(),
-                f.partition.to_string(),
-                f.requested_offset.to_string(),
-                opt(f.log_start_offset),
-                opt(f.records_lost),
-                format!("{} ago", age(f.detected_at.0, now)),
-            ];
-            out.push_str(&table(&[head, row]));
-            out.push_str(&format!(
-                "  clear: {}\n",
-                failure_reset_command(flow_ref, f)
-            ));
-        }
-        if status.failed_partitions as usize > status.failures.len() {
-            out.push_str(&format!(
-                "({} more failed partition(s) not listed; the status keeps the first {})\n",
-                status.failed_partitions as usize - status.failures.len(),
-                status.failures.len()
-            ));
-        }
-    }
-
-    if let Some(r) = &status.last_applied_reset {
+/// Each failed partition with the command that clears it, and how many the status does not
+/// list.
+fn failures(
+    flow_ref: FlowRef<'_>,
+    status: &crate::api::MirrorFlowStatus,
+    now: Timestamp,
+) -> String {
+    let mut out = "\nFAILURES\n".to_string();
+    for f in &status.failures {
+        let head = vec![
+            "TYPE",
+            "TOPIC",
+            "PARTITION",
+            "REQUESTED",
+            "LOG-START",
+            "LOST",
+            "DETECTED",
+        ]
+        .into_iter()
+        .map(String::from)
+        .collect();
+        let row = vec![
+            format!("{:?}", f.type_),
+            f.topic.clone(),
+            f.partition.to_string(),
+            f.requested_offset.to_string(),
+            opt(f.log_start_offset),
+            opt(f.records_lost),
+            format!("{} ago", age(f.detected_at.0, now)),
+        ];
+        out.push_str(&table(&[head, row]));
         out.push_str(&format!(
-            "\nLAST RESET {:?}: {:?} {} ago, {} partition(s){}\n",
-            r.id,
-            r.outcome,
-            age(r.time.0, now),
-            r.partitions.len(),
-            r.message
-                .as_deref()
-                .map(|m| format!(": {m}"))
-                .unwrap_or_default()
+            "  clear: {}\n",
+            failure_reset_command(flow_ref, f)
+        ));
+    }
+    if status.failed_partitions as usize > status.failures.len() {
+        out.push_str(&format!(
+            "({} more failed partition(s) not listed; the status keeps the first {})\n",
+            status.failed_partitions as usize - status.failures.len(),
+            status.failures.len()
         ));
     }
     out

@@ -459,13 +459,67 @@ fn stateful_set(
         .image
         .clone()
         .unwrap_or_else(|| settings.worker_image.clone());
-    let secrets = referenced_secrets(spec);
+    let (volumes, mounts) = worker_volumes(&name, &referenced_secrets(spec));
+    let container = worker_container(
+        image,
+        worker_args(ns, &name, plan.worker_count),
+        worker_resources(spec),
+        mounts,
+    );
+    StatefulSet {
+        metadata: ObjectMeta {
+            name: Some(worker_name(&name)),
+            namespace: Some(ns.into()),
+            labels: Some(labels(&name)),
+            annotations: Some(BTreeMap::from([(
+                WORKER_COUNT_ANNOTATION.to_string(),
+                plan.worker_count.to_string(),
+            )])),
+            owner_references: Some(vec![owner]),
+            ..Default::default()
+        },
+        spec: Some(StatefulSetSpec {
+            replicas: Some(plan.replicas),
+            service_name: Some(worker_name(&name)),
+            selector: LabelSelector {
+                match_labels: Some(selector_labels(&name)),
+                ..Default::default()
+            },
+            // Ordinals are partition owners, not a start order: start and stop them together.
+            pod_management_policy: Some("Parallel".into()),
+            update_strategy: Some(StatefulSetUpdateStrategy {
+                type_: Some("RollingUpdate".into()),
+                ..Default::default()
+            }),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels(&name)),
+                    annotations: Some(BTreeMap::from([(
+                        SPEC_HASH_ANNOTATION.to_string(),
+                        spec_hash(spec),
+                    )])),
+                    ..Default::default()
+                }),
+                spec: Some(worker_pod_spec(&name, container, volumes)),
+            },
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
 
+/// The worker pod's volumes and the container's mounts: the rendered flow (ConfigMap), a
+/// writable `/tmp`, and each referenced Secret (only the keys the flow names) under
+/// `SECRETS_DIR/<secret>/<key>`.
+fn worker_volumes(
+    flow: &str,
+    secrets: &BTreeMap<String, BTreeSet<String>>,
+) -> (Vec<Volume>, Vec<VolumeMount>) {
     let mut volumes = vec![
         Volume {
             name: "config".into(),
             config_map: Some(ConfigMapVolumeSource {
-                name: config_map_name(&name),
+                name: config_map_name(flow),
                 ..Default::default()
             }),
             ..Default::default()
@@ -519,20 +573,35 @@ fn stateful_set(
             ..Default::default()
         });
     }
+    (volumes, mounts)
+}
 
-    let args = vec![
+/// The worker's command line (the contract in `docs/ARCHITECTURE.md`).
+fn worker_args(ns: &str, flow: &str, worker_count: i32) -> Vec<String> {
+    vec![
         "worker".to_string(),
         "--flow-ref".into(),
-        format!("{ns}/{name}"),
+        format!("{ns}/{flow}"),
         "--worker-count".into(),
-        plan.worker_count.to_string(),
+        worker_count.to_string(),
         "--listen".into(),
         format!("0.0.0.0:{HTTP_PORT}"),
         "--secrets-dir".into(),
         SECRETS_DIR.into(),
         "--checkpoints-file".into(),
         format!("{CONFIG_DIR}/{CONFIG_KEY}"),
-    ];
+    ]
+}
+
+/// The worker container: its pod's name and namespace from the downward API, the `http`
+/// port with liveness (`/healthz`) and readiness (`/readyz`) probes, and the restricted
+/// profile's security context.
+fn worker_container(
+    image: String,
+    args: Vec<String>,
+    resources: ResourceRequirements,
+    mounts: Vec<VolumeMount>,
+) -> Container {
     let field_env = |env: &str, path: &str| EnvVar {
         name: env.into(),
         value_from: Some(EnvVarSource {
@@ -554,7 +623,7 @@ fn stateful_set(
         failure_threshold: Some(failure_threshold),
         ..Default::default()
     };
-    let container = Container {
+    Container {
         name: "worker".into(),
         image: Some(image),
         command: Some(vec!["mirrorflow".into()]),
@@ -571,7 +640,7 @@ fn stateful_set(
         }]),
         liveness_probe: Some(probe("/healthz", 3)),
         readiness_probe: Some(probe("/readyz", 1)),
-        resources: Some(worker_resources(spec)),
+        resources: Some(resources),
         volume_mounts: Some(mounts),
         security_context: Some(SecurityContext {
             allow_privilege_escalation: Some(false),
@@ -585,65 +654,30 @@ fn stateful_set(
             ..Default::default()
         }),
         ..Default::default()
-    };
-    let pod_labels = labels(&name);
-    StatefulSet {
-        metadata: ObjectMeta {
-            name: Some(worker_name(&name)),
-            namespace: Some(ns.into()),
-            labels: Some(labels(&name)),
-            annotations: Some(BTreeMap::from([(
-                WORKER_COUNT_ANNOTATION.to_string(),
-                plan.worker_count.to_string(),
-            )])),
-            owner_references: Some(vec![owner]),
-            ..Default::default()
-        },
-        spec: Some(StatefulSetSpec {
-            replicas: Some(plan.replicas),
-            service_name: Some(worker_name(&name)),
-            selector: LabelSelector {
-                match_labels: Some(selector_labels(&name)),
-                ..Default::default()
-            },
-            // Ordinals are partition owners, not a start order: start and stop them together.
-            pod_management_policy: Some("Parallel".into()),
-            update_strategy: Some(StatefulSetUpdateStrategy {
-                type_: Some("RollingUpdate".into()),
+    }
+}
+
+/// The worker pod: its own service account, time to commit and leave, and the restricted
+/// profile (non-root, `RuntimeDefault` seccomp).
+fn worker_pod_spec(flow: &str, container: Container, volumes: Vec<Volume>) -> PodSpec {
+    PodSpec {
+        service_account_name: Some(worker_name(flow)),
+        automount_service_account_token: Some(true),
+        termination_grace_period_seconds: Some(TERMINATION_GRACE_SECONDS),
+        security_context: Some(PodSecurityContext {
+            run_as_non_root: Some(true),
+            run_as_user: Some(WORKER_UID),
+            run_as_group: Some(WORKER_UID),
+            fs_group: Some(WORKER_UID),
+            seccomp_profile: Some(SeccompProfile {
+                type_: "RuntimeDefault".into(),
                 ..Default::default()
             }),
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(pod_labels),
-                    annotations: Some(BTreeMap::from([(
-                        SPEC_HASH_ANNOTATION.to_string(),
-                        spec_hash(spec),
-                    )])),
-                    ..Default::default()
-                }),
-                spec: Some(PodSpec {
-                    service_account_name: Some(worker_name(&name)),
-                    automount_service_account_token: Some(true),
-                    termination_grace_period_seconds: Some(TERMINATION_GRACE_SECONDS),
-                    security_context: Some(PodSecurityContext {
-                        run_as_non_root: Some(true),
-                        run_as_user: Some(WORKER_UID),
-                        run_as_group: Some(WORKER_UID),
-                        fs_group: Some(WORKER_UID),
-                        seccomp_profile: Some(SeccompProfile {
-                            type_: "RuntimeDefault".into(),
-                            ..Default::default()
-                        }),
-                        ..Default::default()
-                    }),
-                    containers: vec![container],
-                    volumes: Some(volumes),
-                    ..Default::default()
-                }),
-            },
             ..Default::default()
         }),
-        status: None,
+        containers: vec![container],
+        volumes: Some(volumes),
+        ..Default::default()
     }
 }
 

@@ -297,6 +297,9 @@ async fn run_controllers(
     futures::join!(flow_controller, checkpoint_controller);
 }
 
+/// What every task's shutdown future is made by.
+type Shutdown = dyn Fn() -> Box<dyn Future<Output = ()> + Send + Sync + Unpin>;
+
 /// Run the operator until SIGTERM / Ctrl-C (then `Ok`) or until leadership is lost (then an
 /// error, so the process exits and restarts as a follower).
 pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
@@ -336,97 +339,40 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
             .await
     });
 
-    anyhow::ensure!(
-        args.renew_deadline_seconds < args.lease_duration_seconds && args.retry_period_seconds >= 1,
-        "--renew-deadline-seconds ({}) must be below --lease-duration-seconds ({}), and --retry-period-seconds at least 1",
-        args.renew_deadline_seconds,
-        args.lease_duration_seconds
-    );
+    check_lease_timing(&args)?;
     let leadership = if args.leader_election {
         Leadership::elected()
     } else {
         Leadership::always()
     };
     let lease = if args.leader_election {
-        let ns = args
-            .lease_namespace
-            .clone()
-            .or_else(|| args.namespaces.first().cloned())
-            .unwrap_or_else(|| client.default_namespace().to_string());
-        let mut settings = LeaseSettings::new(&args.lease_name, ns, identity(&args));
-        settings.lease_duration = Duration::from_secs(args.lease_duration_seconds);
-        settings.renew_deadline = Duration::from_secs(args.renew_deadline_seconds);
-        settings.retry_period = Duration::from_secs(args.retry_period_seconds);
-        // The renewal loop retries failures itself (logged, bounded by the renew deadline);
-        // the client's own retries of 429/503/504 would hide them.
-        let mut lease_config = config.clone();
-        lease_config.default_retry = false;
-        let lease = LeaseThread::spawn(
-            move || Client::try_from(lease_config),
-            settings,
-            leadership.clone(),
-        )
-        .context("start the leader-election thread")?;
-        let elected = tokio::select! {
-            s = lease.elected() => s,
-            _ = shutdown() => {
-                lease.stop();
-                lease.settled().await
+        match acquire_lease(&args, &config, &client, &leadership, &shutdown).await {
+            Ok(Some(lease)) => {
+                metrics.leader.set(1);
+                Some(lease)
             }
-        };
-        match elected {
-            LeaseState::Leader => {}
-            LeaseState::Lost(why) => {
+            // Shutdown before this replica led, or the election failed.
+            not_leader => {
                 let _ = stop.send(true);
                 let _ = server.await;
-                anyhow::bail!("leader election failed: {why}");
-            }
-            LeaseState::Acquiring | LeaseState::Stopped => {
-                let _ = stop.send(true);
-                let _ = server.await;
-                return Ok(());
+                return not_leader.map(|_| ());
             }
         }
-        metrics.leader.set(1);
-        Some(lease)
     } else {
         tracing::info!("leader election disabled (--leader-election off): run a single replica");
         None
     };
 
-    let settings = BuildSettings {
-        worker_image: args.worker_image.clone(),
-        image_allowlist: args
-            .worker_image_allowlist
-            .iter()
-            .map(|s| s.trim().to_string())
-            .filter(|s| !s.is_empty())
-            .collect(),
-    };
-    let scopes: Vec<Option<String>> = if args.namespaces.is_empty() {
-        vec![None]
-    } else {
-        args.namespaces.iter().cloned().map(Some).collect()
-    };
+    let settings = build_settings(&args);
     tracing::info!(namespaces = ?args.namespaces, image = %args.worker_image, "controller started");
-    // Each scope fills its own flow cache; every scope reads all of them, so flows in two
-    // watched namespaces that share a target topic are seen together (controller::overlap).
-    let flow_stores: Vec<_> = scopes
-        .iter()
-        .map(|_| reflector::store::<MirrorFlow>())
-        .collect();
-    let all_flows: Vec<Store<MirrorFlow>> = flow_stores.iter().map(|(s, _)| s.clone()).collect();
-    let controllers =
-        futures::future::join_all(scopes.into_iter().zip(flow_stores).map(|(ns, flows)| {
-            let ctx = Context::new(
-                client.clone(),
-                settings.clone(),
-                metrics.clone(),
-                reconcile::reporter(),
-            )
-            .with_leadership(leadership.clone());
-            run_controllers(client.clone(), ns, ctx, flows, all_flows.clone(), &shutdown)
-        }));
+    let controllers = run_scopes(
+        &client,
+        &settings,
+        &metrics,
+        &leadership,
+        &args.namespaces,
+        &shutdown,
+    );
     let outcome = match &lease {
         None => {
             controllers.await;
@@ -451,6 +397,116 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
     let _ = stop.send(true);
     let _ = server.await;
     outcome
+}
+
+/// A leader must stop renewing before its Lease expires, and retry at most every second.
+fn check_lease_timing(args: &ControllerArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        args.renew_deadline_seconds < args.lease_duration_seconds && args.retry_period_seconds >= 1,
+        "--renew-deadline-seconds ({}) must be below --lease-duration-seconds ({}), and --retry-period-seconds at least 1",
+        args.renew_deadline_seconds,
+        args.lease_duration_seconds
+    );
+    Ok(())
+}
+
+/// The Lease's namespace: `--lease-namespace` (or `POD_NAMESPACE`), else the first watched
+/// namespace, else the client's default.
+fn lease_namespace(args: &ControllerArgs, client_default: &str) -> String {
+    args.lease_namespace
+        .clone()
+        .or_else(|| args.namespaces.first().cloned())
+        .unwrap_or_else(|| client_default.to_string())
+}
+
+/// Waits until this replica leads (`Some`: its lease thread) or shutdown comes first
+/// (`None`); an error when the election failed.
+async fn acquire_lease(
+    args: &ControllerArgs,
+    config: &kube::Config,
+    client: &Client,
+    leadership: &Leadership,
+    shutdown: &Shutdown,
+) -> anyhow::Result<Option<LeaseThread>> {
+    let ns = lease_namespace(args, client.default_namespace());
+    let mut settings = LeaseSettings::new(&args.lease_name, ns, identity(args));
+    settings.lease_duration = Duration::from_secs(args.lease_duration_seconds);
+    settings.renew_deadline = Duration::from_secs(args.renew_deadline_seconds);
+    settings.retry_period = Duration::from_secs(args.retry_period_seconds);
+    // The renewal loop retries failures itself (logged, bounded by the renew deadline);
+    // the client's own retries of 429/503/504 would hide them.
+    let mut lease_config = config.clone();
+    lease_config.default_retry = false;
+    let lease = LeaseThread::spawn(
+        move || Client::try_from(lease_config),
+        settings,
+        leadership.clone(),
+    )
+    .context("start the leader-election thread")?;
+    let elected = tokio::select! {
+        s = lease.elected() => s,
+        _ = shutdown() => {
+            lease.stop();
+            lease.settled().await
+        }
+    };
+    match elected {
+        LeaseState::Leader => Ok(Some(lease)),
+        LeaseState::Lost(why) => anyhow::bail!("leader election failed: {why}"),
+        LeaseState::Acquiring | LeaseState::Stopped => Ok(None),
+    }
+}
+
+/// The children's settings: the default worker image and the allowlist, blanks dropped.
+fn build_settings(args: &ControllerArgs) -> BuildSettings {
+    BuildSettings {
+        worker_image: args.worker_image.clone(),
+        image_allowlist: args
+            .worker_image_allowlist
+            .iter()
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect(),
+    }
+}
+
+/// The scopes watched: each `--namespace`, or all namespaces (`None`).
+fn scopes(namespaces: &[String]) -> Vec<Option<String>> {
+    if namespaces.is_empty() {
+        vec![None]
+    } else {
+        namespaces.iter().cloned().map(Some).collect()
+    }
+}
+
+/// Both controllers in every watched scope, until shutdown.
+async fn run_scopes(
+    client: &Client,
+    settings: &BuildSettings,
+    metrics: &Metrics,
+    leadership: &Leadership,
+    namespaces: &[String],
+    shutdown: &Shutdown,
+) {
+    let scopes = scopes(namespaces);
+    // Each scope fills its own flow cache; every scope reads all of them, so flows in two
+    // watched namespaces that share a target topic are seen together (controller::overlap).
+    let flow_stores: Vec<_> = scopes
+        .iter()
+        .map(|_| reflector::store::<MirrorFlow>())
+        .collect();
+    let all_flows: Vec<Store<MirrorFlow>> = flow_stores.iter().map(|(s, _)| s.clone()).collect();
+    futures::future::join_all(scopes.into_iter().zip(flow_stores).map(|(ns, flows)| {
+        let ctx = Context::new(
+            client.clone(),
+            settings.clone(),
+            metrics.clone(),
+            reconcile::reporter(),
+        )
+        .with_leadership(leadership.clone());
+        run_controllers(client.clone(), ns, ctx, flows, all_flows.clone(), shutdown)
+    }))
+    .await;
 }
 
 #[cfg(test)]
@@ -521,6 +577,75 @@ mod tests {
             .unwrap()
             .args;
         assert_eq!(a.namespaces, vec!["a", "b", "c"]);
+    }
+
+    fn args(flags: &[&str]) -> ControllerArgs {
+        Cli::try_parse_from(std::iter::once("x").chain(flags.iter().copied()))
+            .unwrap()
+            .args
+    }
+
+    #[test]
+    fn lease_timing_table() {
+        let cases = [
+            (&[][..], true),
+            (&["--renew-deadline-seconds", "14"][..], true),
+            (&["--renew-deadline-seconds", "15"][..], false),
+            (
+                &[
+                    "--lease-duration-seconds",
+                    "5",
+                    "--renew-deadline-seconds",
+                    "10",
+                ][..],
+                false,
+            ),
+            (&["--retry-period-seconds", "0"][..], false),
+        ];
+        for (flags, ok) in cases {
+            let got = check_lease_timing(&args(flags));
+            assert_eq!(got.is_ok(), ok, "{flags:?}: {got:?}");
+        }
+        let err = check_lease_timing(&args(&["--renew-deadline-seconds", "20"])).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "--renew-deadline-seconds (20) must be below --lease-duration-seconds (15), and \
+             --retry-period-seconds at least 1"
+        );
+    }
+
+    #[test]
+    fn lease_namespace_table() {
+        // POD_NAMESPACE may be set where the tests run: only explicit flags are compared.
+        let mut a = args(&["--namespace", "kafka,ops"]);
+        a.lease_namespace = None;
+        assert_eq!(lease_namespace(&a, "default"), "kafka");
+        a.namespaces.clear();
+        assert_eq!(lease_namespace(&a, "default"), "default");
+        a.lease_namespace = Some("leases".into());
+        assert_eq!(lease_namespace(&a, "default"), "leases");
+    }
+
+    #[test]
+    fn settings_and_scopes_from_the_flags() {
+        let a = args(&[
+            "--worker-image",
+            "reg/mf:2",
+            "--worker-image-allowlist",
+            " reg/mf:* ,,reg/x:1",
+        ]);
+        assert_eq!(
+            build_settings(&a),
+            BuildSettings {
+                worker_image: "reg/mf:2".into(),
+                image_allowlist: vec!["reg/mf:*".into(), "reg/x:1".into()],
+            }
+        );
+        assert_eq!(scopes(&[]), vec![None]);
+        assert_eq!(
+            scopes(&["a".to_string(), "b".to_string()]),
+            vec![Some("a".to_string()), Some("b".to_string())]
+        );
     }
 
     /// GET over a real socket (no HTTP client crate in the tree): status and body.

@@ -314,28 +314,9 @@ pub async fn reconcile_flow(flow: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<
     })?;
     let now = Timestamp::now();
 
-    let mut errs = validate_flow(&flow.spec).err().unwrap_or_default();
-    if let Err(e) = check_flow_name(&name) {
-        errs.0.insert(0, e);
-    }
-    if let Err(e) = check_worker_image(&flow.spec, &ctx.settings) {
-        errs.0.push(e);
-    }
+    let errs = flow_errors(&flow.spec, &name, &ctx.settings);
     if !errs.0.is_empty() {
-        // Leave the children as they are: the workers keep running the last valid spec.
-        ctx.metrics.error(FLOW, ErrorCategory::InvalidSpec);
-        tracing::info!(flow = %name, namespace = %ns, errors = %errs, "invalid MirrorFlow spec");
-        let next = fold_flow_status(&FlowObservation {
-            flow: &flow,
-            invalid: Some(&errs),
-            statefulset: None,
-            draining: None,
-            children: None,
-            now,
-            stale_after: ctx.stale_after,
-        });
-        write_flow_status(&ctx, &flow, &ns, next).await?;
-        return Ok(Action::requeue(REQUEUE_INVALID));
+        return report_invalid(&ctx, &flow, &ns, errs, now).await;
     }
     let uid = flow.uid().ok_or_else(|| Error::MissingMetadata {
         kind: "MirrorFlow",
@@ -381,16 +362,8 @@ pub async fn reconcile_flow(flow: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<
         }
     })?;
 
-    let (sts, problem) = match apply_children(&ctx, &ns, &uid, &children, existing).await {
-        Ok(sts) => (
-            Some(sts),
-            overlap.map(|message| ChildProblem {
-                reason: TARGET_OVERLAP,
-                message,
-            }),
-        ),
-        Err(p) => (None, Some(p)),
-    };
+    let applied = apply_children(&ctx, &ns, &uid, &children, existing).await;
+    let (sts, problem) = applied_outcome(applied, overlap);
     if !ctx.leadership.holds() {
         return Ok(Action::requeue(REQUEUE_ERROR));
     }
@@ -409,17 +382,86 @@ pub async fn reconcile_flow(flow: Arc<MirrorFlow>, ctx: Arc<Context>) -> Result<
         stale_after: ctx.stale_after,
     });
     write_flow_status(&ctx, &flow, &ns, next).await?;
-    Ok(Action::requeue(
-        if problem.as_ref().is_some_and(|p| p.reason == TARGET_OVERLAP) {
-            REQUEUE_OVERLAP
-        } else if problem.is_some() {
-            REQUEUE_ERROR
-        } else if plan.draining.is_some() {
-            REQUEUE_DRAINING
-        } else {
-            next_check(&flow, now, ctx.stale_after)
-        },
-    ))
+    Ok(Action::requeue(requeue_after(
+        problem.as_ref(),
+        plan.draining.is_some(),
+        || next_check(&flow, now, ctx.stale_after),
+    )))
+}
+
+/// Everything wrong with a flow before anything is built: its spec, its name (it names the
+/// children) and its worker image (against the allowlist), the name first.
+fn flow_errors(
+    spec: &crate::api::MirrorFlowSpec,
+    name: &str,
+    settings: &BuildSettings,
+) -> ValidationErrors {
+    let mut errs = validate_flow(spec).err().unwrap_or_default();
+    if let Err(e) = check_flow_name(name) {
+        errs.0.insert(0, e);
+    }
+    if let Err(e) = check_worker_image(spec, settings) {
+        errs.0.push(e);
+    }
+    errs
+}
+
+/// InvalidSpec with `errs`; the children stay as they are, so the workers keep running the
+/// last valid spec.
+async fn report_invalid(
+    ctx: &Context,
+    flow: &MirrorFlow,
+    ns: &str,
+    errs: ValidationErrors,
+    now: Timestamp,
+) -> Result<Action, Error> {
+    ctx.metrics.error(FLOW, ErrorCategory::InvalidSpec);
+    tracing::info!(flow = %flow.name_any(), namespace = %ns, errors = %errs, "invalid MirrorFlow spec");
+    let next = fold_flow_status(&FlowObservation {
+        flow,
+        invalid: Some(&errs),
+        statefulset: None,
+        draining: None,
+        children: None,
+        now,
+        stale_after: ctx.stale_after,
+    });
+    write_flow_status(ctx, flow, ns, next).await?;
+    Ok(Action::requeue(REQUEUE_INVALID))
+}
+
+/// The live StatefulSet and what Ready reports of the children: the apply's problem, else
+/// the overlap with an earlier flow (the children are applied, with no worker).
+fn applied_outcome(
+    applied: Result<StatefulSet, ChildProblem>,
+    overlap: Option<String>,
+) -> (Option<StatefulSet>, Option<ChildProblem>) {
+    match applied {
+        Ok(sts) => (
+            Some(sts),
+            overlap.map(|message| ChildProblem {
+                reason: TARGET_OVERLAP,
+                message,
+            }),
+        ),
+        Err(p) => (None, Some(p)),
+    }
+}
+
+/// When to reconcile the flow again: an overlap is looked at again soon (the other flow's
+/// change triggers nothing here), an apply problem retried, a drain watched; a steady flow
+/// at `steady()` ([`next_check`]).
+fn requeue_after(
+    problem: Option<&ChildProblem>,
+    draining: bool,
+    steady: impl FnOnce() -> Duration,
+) -> Duration {
+    match problem {
+        Some(p) if p.reason == TARGET_OVERLAP => REQUEUE_OVERLAP,
+        Some(_) => REQUEUE_ERROR,
+        None if draining => REQUEUE_DRAINING,
+        None => steady(),
+    }
 }
 
 /// Whether a peer flow's spec is valid, kept by (uid, generation): every reconcile looks at
@@ -896,4 +938,95 @@ fn checkpoint_reports(flow: &MirrorFlow, checkpoint: &str) -> Option<CheckpointR
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn problem(reason: &'static str) -> ChildProblem {
+        ChildProblem {
+            reason,
+            message: "m".into(),
+        }
+    }
+
+    #[test]
+    fn requeue_table() {
+        let steady = || Duration::from_secs(42);
+        let cases = [
+            (Some(problem(TARGET_OVERLAP)), true, REQUEUE_OVERLAP),
+            (Some(problem(APPLY_FAILED)), true, REQUEUE_ERROR),
+            (Some(problem(CHILD_CONFLICT)), false, REQUEUE_ERROR),
+            (None, true, REQUEUE_DRAINING),
+            (None, false, Duration::from_secs(42)),
+        ];
+        for (p, draining, want) in cases {
+            assert_eq!(
+                requeue_after(p.as_ref(), draining, steady),
+                want,
+                "{p:?} {draining}"
+            );
+        }
+    }
+
+    #[test]
+    fn applied_outcome_table() {
+        let sts = StatefulSet::default();
+        assert_eq!(
+            applied_outcome(Ok(sts.clone()), None),
+            (Some(sts.clone()), None)
+        );
+        assert_eq!(
+            applied_outcome(Ok(sts.clone()), Some("flow a writes t".into())),
+            (
+                Some(sts),
+                Some(ChildProblem {
+                    reason: TARGET_OVERLAP,
+                    message: "flow a writes t".into()
+                })
+            ),
+            "applied, but the overlap is what Ready reports"
+        );
+        assert_eq!(
+            applied_outcome(Err(problem(CHILD_CONFLICT)), Some("overlap".into())),
+            (None, Some(problem(CHILD_CONFLICT))),
+            "an apply problem comes before the overlap"
+        );
+    }
+
+    #[test]
+    fn flow_errors_name_first_then_spec_then_image() {
+        let spec: crate::api::MirrorFlowSpec = serde_json::from_value(json!({
+            "source": {"alias": "dc1", "bootstrapServers": "a:9092"},
+            "target": {"alias": "dc2", "bootstrapServers": "b:9092"},
+            "workers": {"replicas": 0, "image": "evil/image:1"}
+        }))
+        .unwrap();
+        let settings = BuildSettings {
+            worker_image: "mf:1".into(),
+            image_allowlist: vec!["mf:*".into()],
+        };
+        let fields: Vec<String> = flow_errors(&spec, "Bad_Name", &settings)
+            .0
+            .into_iter()
+            .map(|e| e.field)
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                "metadata.name",
+                "spec.workers.replicas",
+                "spec.workers.image"
+            ]
+        );
+        let open = BuildSettings {
+            image_allowlist: vec![],
+            ..settings
+        };
+        let mut ok = spec;
+        ok.workers.replicas = 1;
+        assert!(flow_errors(&ok, "orders", &open).0.is_empty());
+    }
 }

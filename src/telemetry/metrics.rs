@@ -209,39 +209,7 @@ impl WorkerMetrics {
             ),
             &["cluster", "outcome"],
         )?;
-        registry.register(Box::new(records.clone()))?;
-        registry.register(Box::new(bytes.clone()))?;
-        registry.register(Box::new(lag_records.clone()))?;
-        registry.register(Box::new(lag_seconds.clone()))?;
-        registry.register(Box::new(offset_syncs.clone()))?;
-        registry.register(Box::new(transactions.clone()))?;
-        registry.register(Box::new(batches.clone()))?;
-        registry.register(Box::new(errors.clone()))?;
-        registry.register(Box::new(partitions_owned.clone()))?;
-        registry.register(Box::new(partitions_failed.clone()))?;
-        registry.register(Box::new(paused.clone()))?;
-        registry.register(Box::new(ready.clone()))?;
-        registry.register(Box::new(topic_config_changes.clone()))?;
-        registry.register(Box::new(topics_unwritable.clone()))?;
-        registry.register(Box::new(refresh_seconds.clone()))?;
-        registry.register(Box::new(refreshes.clone()))?;
-        registry.register(Box::new(latency.clone()))?;
-        registry.register(Box::new(latency_last.clone()))?;
-        registry.register(Box::new(heartbeats.clone()))?;
-        // Zero series from the start, so rate() and alerts work before the first event.
-        for kind in ErrorKind::ALL {
-            errors.with_label_values(&[kind.as_str()]);
-        }
-        for outcome in ["commit", "abort"] {
-            transactions.with_label_values(&[outcome]);
-        }
-        for outcome in ["committed", "retried"] {
-            batches.with_label_values(&[outcome]);
-        }
-        for op in ["set", "delete"] {
-            topic_config_changes.with_label_values(&[op]);
-        }
-        Ok(Self {
+        let metrics = Self {
             registry,
             records,
             bytes,
@@ -262,7 +230,53 @@ impl WorkerMetrics {
             latency,
             latency_last,
             heartbeats,
-        })
+        };
+        for c in metrics.collectors() {
+            metrics.registry.register(c)?;
+        }
+        metrics.zero_series();
+        Ok(metrics)
+    }
+
+    /// Every metric, to register.
+    fn collectors(&self) -> [Box<dyn prometheus::core::Collector>; 19] {
+        [
+            Box::new(self.records.clone()),
+            Box::new(self.bytes.clone()),
+            Box::new(self.lag_records.clone()),
+            Box::new(self.lag_seconds.clone()),
+            Box::new(self.offset_syncs.clone()),
+            Box::new(self.transactions.clone()),
+            Box::new(self.batches.clone()),
+            Box::new(self.errors.clone()),
+            Box::new(self.partitions_owned.clone()),
+            Box::new(self.partitions_failed.clone()),
+            Box::new(self.paused.clone()),
+            Box::new(self.ready.clone()),
+            Box::new(self.topic_config_changes.clone()),
+            Box::new(self.topics_unwritable.clone()),
+            Box::new(self.refresh_seconds.clone()),
+            Box::new(self.refreshes.clone()),
+            Box::new(self.latency.clone()),
+            Box::new(self.latency_last.clone()),
+            Box::new(self.heartbeats.clone()),
+        ]
+    }
+
+    /// Zero series from the start, so rate() and alerts work before the first event.
+    fn zero_series(&self) {
+        for kind in ErrorKind::ALL {
+            self.errors.with_label_values(&[kind.as_str()]);
+        }
+        for outcome in ["commit", "abort"] {
+            self.transactions.with_label_values(&[outcome]);
+        }
+        for outcome in ["committed", "retried"] {
+            self.batches.with_label_values(&[outcome]);
+        }
+        for op in ["set", "delete"] {
+            self.topic_config_changes.with_label_values(&[op]);
+        }
     }
 
     /// Counts an error.
@@ -307,6 +321,29 @@ pub fn encode_registry(registry: &Registry) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The metrics registered are those the module's table documents, each once.
+    #[test]
+    fn registered_metrics_match_the_documented_table() {
+        let documented: Vec<String> = include_str!("metrics.rs")
+            .lines()
+            .filter_map(|l| l.strip_prefix("//! | `"))
+            .filter_map(|l| l.split('`').next())
+            .map(|name| format!("mirrorflow_worker_{name}"))
+            .collect();
+        let m = WorkerMetrics::new().unwrap();
+        let registered: Vec<String> = m
+            .collectors()
+            .iter()
+            .flat_map(|c| c.desc())
+            .map(|d| d.fq_name.clone())
+            .collect();
+        assert_eq!(registered, documented);
+        // Registered once: registering any of them again is refused.
+        for c in m.collectors() {
+            assert!(m.registry.register(c).is_err());
+        }
+    }
 
     #[test]
     fn series_exist_and_encode() {

@@ -4,14 +4,14 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
 
 use super::*;
 use crate::api::{
     AppliedReset, ConnectionProblem, ConnectionProblemReason, FailureType, MirrorFlow,
-    MirrorFlowStatus, PartitionFailure, ReplicationLag, ReplicationLatency, ResetOutcome,
-    ResetRequest, SkippedRecord, TopicPartitionRef, ValidationErrors, WorkerState, WorkerStatus,
+    MirrorFlowSpec, MirrorFlowStatus, PartitionFailure, ReplicationLag, ReplicationLatency,
+    ResetOutcome, ResetRequest, SkippedRecord, TopicPartitionRef, ValidationErrors, WorkerState,
+    WorkerStatus,
 };
 
 /// What the controller reads from the worker StatefulSet.
@@ -271,14 +271,24 @@ pub fn fold_reset(
     })
 }
 
-fn failure_condition(
-    prev: &[Condition],
-    failures: &[PartitionFailure],
-    type_: FailureType,
-    gen: Option<i64>,
-    now: Timestamp,
-) -> Condition {
-    let (ctype, true_reason, false_reason, hint) = match type_ {
+/// The failure types, in the order of their conditions.
+const FAILURE_TYPES: [FailureType; 4] = [
+    FailureType::DataLoss,
+    FailureType::TopicReset,
+    FailureType::ProgressMissing,
+    FailureType::RecordRejected,
+];
+
+/// The condition a failure type sets, its reasons, and what the user does about it.
+struct FailureTexts {
+    condition: &'static str,
+    true_reason: &'static str,
+    false_reason: &'static str,
+    hint: &'static str,
+}
+
+fn failure_texts(type_: FailureType) -> FailureTexts {
+    let (condition, true_reason, false_reason, hint) = match type_ {
         FailureType::DataLoss => (
             DATA_LOSS,
             "RecordsDeleted",
@@ -304,6 +314,18 @@ fn failure_condition(
             "the target refused a record for good (too large, invalid, policy); fix the target topic and patch spec.reset (strategy RetryRecord), or skip exactly that record (strategy SkipRecord)",
         ),
     };
+    FailureTexts {
+        condition,
+        true_reason,
+        false_reason,
+        hint,
+    }
+}
+
+/// The condition of `type_`'s failures (`DataLoss`, `TopicReset`, ...): True while a
+/// partition is stopped by one, naming the partitions and what to patch.
+fn failure_verdict(failures: &[PartitionFailure], type_: FailureType) -> Verdict {
+    let texts = failure_texts(type_);
     let hits: Vec<String> = failures
         .iter()
         .filter(|f| f.type_ == type_)
@@ -319,49 +341,55 @@ fn failure_condition(
         })
         .collect();
     if hits.is_empty() {
-        condition(prev, ctype, "False", false_reason, String::new(), gen, now)
+        Verdict::no(texts.false_reason, "")
     } else {
         let msg = format!(
-            "{} partition(s) stopped: {}; {hint}",
+            "{} partition(s) stopped: {}; {}",
             hits.len(),
-            list_some(&hits)
+            list_some(&hits),
+            texts.hint
         );
-        condition(prev, ctype, "True", true_reason, msg, gen, now)
+        Verdict::yes(texts.true_reason, msg)
     }
 }
 
-/// Fold a flow's status. The result keeps the workers' entries unchanged (the controller
-/// never writes them), so `Some(result) == flow.status` means "nothing to write".
-pub fn fold_flow_status(obs: &FlowObservation<'_>) -> MirrorFlowStatus {
-    let flow = obs.flow;
-    let prev = flow.status.clone().unwrap_or_default();
-    let gen = flow.metadata.generation;
-    let now = obs.now;
+/// The desired workers' ids (`<flow>-worker-<i>`, `i < spec.workers.replicas`) with their
+/// entries: entries left by workers that were scaled away are history.
+fn desired_workers<'a>(
+    flow: &MirrorFlow,
+    entries: &'a [WorkerStatus],
+) -> Vec<(String, Option<&'a WorkerStatus>)> {
     let name = flow.name_any();
-    let desired = flow.spec.workers.replicas.max(0);
-    let paused = flow.spec.paused;
-    let expected = if paused {
-        WorkerState::Paused
-    } else {
-        WorkerState::Running
-    };
-
-    // Only the desired ids count: entries left by workers that were scaled away are history.
-    let by_id: BTreeMap<&str, &WorkerStatus> =
-        prev.workers.iter().map(|w| (w.id.as_str(), w)).collect();
-    let workers: Vec<(String, Option<&WorkerStatus>)> = (0..desired.unsigned_abs())
+    let by_id: BTreeMap<&str, &WorkerStatus> = entries.iter().map(|w| (w.id.as_str(), w)).collect();
+    (0..flow.spec.workers.replicas.max(0).unsigned_abs())
         .map(|i| {
             let id = worker_id(&name, i);
             let e = by_id.get(id.as_str()).copied();
             (id, e)
         })
-        .collect();
-    let health: Vec<(&str, WorkerHealth)> = workers
-        .iter()
-        .map(|(id, e)| (id.as_str(), classify_worker(*e, now, obs.stale_after)))
-        .collect();
+        .collect()
+}
 
-    // Failures persist until reset, so a stale entry's failures still count.
+/// The entries of the workers whose health is fresh: only they speak for the present (a
+/// stale worker's last words may be long fixed).
+fn fresh_entries<'a>(
+    workers: &'a [(String, Option<&'a WorkerStatus>)],
+    health: &[WorkerHealth],
+) -> Vec<(&'a str, &'a WorkerStatus)> {
+    workers
+        .iter()
+        .zip(health)
+        .filter(|(_, h)| matches!(h, WorkerHealth::Fresh(_)))
+        .filter_map(|((id, e), _)| e.map(|e| (id.as_str(), e)))
+        .collect()
+}
+
+/// The workers' failures, one per partition (the first worker's), with explanations filled
+/// in from `known`. Failures persist until reset, so a stale entry's failures still count.
+fn fold_failures(
+    workers: &[(String, Option<&WorkerStatus>)],
+    known: &[PartitionFailure],
+) -> Vec<PartitionFailure> {
     let mut by_partition: BTreeMap<(String, i32), PartitionFailure> = BTreeMap::new();
     for f in workers
         .iter()
@@ -370,318 +398,418 @@ pub fn fold_flow_status(obs: &FlowObservation<'_>) -> MirrorFlowStatus {
     {
         by_partition
             .entry((f.topic.clone(), f.partition))
-            .or_insert_with(|| complete_failure(f, &prev.failures));
+            .or_insert_with(|| complete_failure(f, known));
     }
-    let failed_partitions = by_partition.len() as i32;
-    let all_failures: Vec<PartitionFailure> = by_partition.into_values().collect();
-    let failures: Vec<PartitionFailure> = all_failures.iter().take(MAX_FAILURES).cloned().collect();
+    by_partition.into_values().collect()
+}
 
+/// The flow's lag: the records behind summed over workers, the seconds behind of the worst.
+fn sum_lag(workers: &[(String, Option<&WorkerStatus>)]) -> Option<ReplicationLag> {
     let lags: Vec<&ReplicationLag> = workers
         .iter()
         .filter_map(|(_, e)| e.and_then(|e| e.replication_lag.as_ref()))
         .collect();
-    let replication_lag = (!lags.is_empty()).then(|| ReplicationLag {
+    (!lags.is_empty()).then(|| ReplicationLag {
         records: lags.iter().map(|l| l.records).sum(),
         seconds: lags.iter().map(|l| l.seconds).max().unwrap_or(0),
-    });
-    let replication_latency = fold_latency(workers.iter().filter_map(|(_, e)| *e));
+    })
+}
 
-    let reset = fold_reset(
-        flow.spec.reset.as_ref(),
-        prev.last_applied_reset.as_ref(),
-        &workers,
-    );
-    let last_applied_reset = match &reset {
+/// `status.lastAppliedReset`: a done reset's outcome; the previous one while a reset is in
+/// progress.
+fn last_applied_reset(
+    reset: &ResetProgress,
+    previous: Option<&AppliedReset>,
+) -> Option<AppliedReset> {
+    match reset {
         ResetProgress::Idle(r) => r.clone(),
-        ResetProgress::InProgress { .. } => prev.last_applied_reset.clone(),
+        ResetProgress::InProgress { .. } => previous.cloned(),
         ResetProgress::Done(r) => Some(r.clone()),
-    };
+    }
+}
 
-    let ready_workers = health
+/// The desired workers as Ready and Replicating count them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct WorkerRollup {
+    desired: i32,
+    /// Fresh, in the state the spec asks for (Running, or Paused when paused).
+    ready: usize,
+    /// Fresh, and Running or Degraded.
+    replicating: usize,
+    /// Each fresh Failed worker, with its message.
+    failed: Vec<String>,
+    /// Each worker that is not ready, and why.
+    not_ready: Vec<String>,
+    /// Every worker that is not ready simply has not come up yet.
+    only_starting: bool,
+}
+
+impl WorkerRollup {
+    fn summary(&self) -> String {
+        format!("{}/{} workers ready", self.ready, self.desired)
+    }
+}
+
+fn roll_up_workers(
+    workers: &[(String, Option<&WorkerStatus>)],
+    health: &[WorkerHealth],
+    expected: WorkerState,
+    stale_after: SignedDuration,
+) -> WorkerRollup {
+    let ready = health
         .iter()
-        .filter(|(_, h)| *h == WorkerHealth::Fresh(expected))
+        .filter(|h| **h == WorkerHealth::Fresh(expected))
         .count();
     let replicating = health
         .iter()
-        .filter(|(_, h)| {
+        .filter(|h| {
             matches!(
                 h,
                 WorkerHealth::Fresh(WorkerState::Running | WorkerState::Degraded)
             )
         })
         .count();
-    let failed_workers: Vec<String> = workers
+    let failed = workers
         .iter()
-        .zip(&health)
-        .filter(|(_, (_, h))| *h == WorkerHealth::Fresh(WorkerState::Failed))
+        .zip(health)
+        .filter(|(_, h)| **h == WorkerHealth::Fresh(WorkerState::Failed))
         .map(|((id, e), _)| match e.and_then(|e| e.message.as_deref()) {
             Some(m) => format!("{id}: {m}"),
             None => id.clone(),
         })
         .collect();
-    let not_ready: Vec<String> = health
+    let not_ready = workers
         .iter()
-        .filter_map(|(id, h)| match h {
+        .zip(health)
+        .filter_map(|((id, _), h)| match h {
             WorkerHealth::Missing => Some(format!("{id}: no status yet")),
             WorkerHealth::Stale => Some(format!(
                 "{id}: no heartbeat for more than {}s",
-                obs.stale_after.as_secs()
+                stale_after.as_secs()
             )),
             WorkerHealth::Fresh(s) if *s != expected => Some(format!("{id}: {s:?}")),
             WorkerHealth::Fresh(_) => None,
         })
         .collect();
-    // "Starting" while every worker that is not ready simply has not come up yet.
-    let only_starting = health.iter().all(|(_, h)| match h {
+    let only_starting = health.iter().all(|h| match h {
         WorkerHealth::Missing | WorkerHealth::Fresh(WorkerState::Starting) => true,
         WorkerHealth::Fresh(s) => *s == expected,
         WorkerHealth::Stale => false,
     });
-    let summary = format!("{ready_workers}/{desired} workers ready");
-    // Only fresh entries: a stale worker's last words may be long fixed.
-    let connection_problems: Vec<(String, &ConnectionProblem)> = workers
-        .iter()
-        .zip(&health)
-        .filter(|(_, (_, h))| matches!(h, WorkerHealth::Fresh(_)))
-        .filter_map(|((id, e), _)| e.map(|e| (id, e)))
-        .flat_map(|(id, e)| e.connection_problems.iter().map(move |p| (id.clone(), p)))
-        .collect();
-    let connection_reason = connection_problems
-        .iter()
-        .map(|(_, p)| p.reason)
-        .min()
-        .map(ConnectionProblemReason::as_str);
-    let connection_message = {
-        let mut seen = BTreeSet::new();
-        let lines: Vec<String> = connection_problems
-            .iter()
-            .filter(|(_, p)| seen.insert(p.message.clone()))
-            .map(|(id, p)| format!("{id}: {}", p.message))
-            .collect();
-        list_some(&lines)
-    };
+    WorkerRollup {
+        desired: i32::try_from(workers.len()).unwrap_or(i32::MAX),
+        ready,
+        replicating,
+        failed,
+        not_ready,
+        only_starting,
+    }
+}
 
-    let pc = &prev.conditions;
-    let (ready, reason, message) = if let Some(errs) = obs.invalid {
-        (false, "InvalidSpec", errs.to_string())
-    } else if let Some(p) = obs.children {
-        (false, p.reason, p.message.clone())
-    } else if let ResetProgress::InProgress {
+/// What fresh workers report of their connections: the most serious reason, and each
+/// distinct message once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ConnectionTrouble {
+    reason: &'static str,
+    message: String,
+}
+
+fn connection_trouble(fresh: &[(&str, &WorkerStatus)]) -> Option<ConnectionTrouble> {
+    let problems: Vec<(&str, &ConnectionProblem)> = fresh
+        .iter()
+        .flat_map(|(id, e)| e.connection_problems.iter().map(move |p| (*id, p)))
+        .collect();
+    let reason = problems.iter().map(|(_, p)| p.reason).min()?;
+    let mut seen = BTreeSet::new();
+    let lines: Vec<String> = problems
+        .iter()
+        .filter(|(_, p)| seen.insert(p.message.clone()))
+        .map(|(id, p)| format!("{id}: {}", p.message))
+        .collect();
+    Some(ConnectionTrouble {
+        reason: ConnectionProblemReason::as_str(reason),
+        message: list_some(&lines),
+    })
+}
+
+/// What `Ready` is decided from.
+#[derive(Debug, Clone, Copy)]
+struct ReadyInputs<'a> {
+    invalid: Option<&'a ValidationErrors>,
+    children: Option<&'a ChildProblem>,
+    reset: &'a ResetProgress,
+    failed_partitions: i32,
+    connection: Option<&'a ConnectionTrouble>,
+    workers: &'a WorkerRollup,
+    draining: Option<(i32, i32)>,
+    statefulset: Option<&'a StatefulSetView>,
+    paused: bool,
+}
+
+/// `Ready`: False for the first thing that stops the flow, else for the first thing it still
+/// waits for; True (`AllWorkersRunning`, or `Paused`) otherwise.
+fn ready_verdict(i: &ReadyInputs<'_>) -> Verdict {
+    ready_blocked(i)
+        .or_else(|| ready_waiting(i))
+        .unwrap_or_else(|| {
+            let summary = i.workers.summary();
+            if i.paused {
+                Verdict::yes(
+                    "Paused",
+                    format!("{summary}; replication paused by spec.paused"),
+                )
+            } else {
+                Verdict::yes("AllWorkersRunning", summary)
+            }
+        })
+}
+
+/// What stops the flow until someone (or a reset in flight) acts, in this order: the spec, a
+/// child, a reset, stopped partitions, a connection, a failed worker.
+fn ready_blocked(i: &ReadyInputs<'_>) -> Option<Verdict> {
+    if let Some(errs) = i.invalid {
+        return Some(Verdict::no("InvalidSpec", errs.to_string()));
+    }
+    if let Some(p) = i.children {
+        return Some(Verdict::no(p.reason, p.message.clone()));
+    }
+    if let ResetProgress::InProgress {
         id,
         applied,
         desired,
-    } = &reset
+    } = i.reset
     {
-        (
-            false,
+        return Some(Verdict::no(
             "ResetInProgress",
             format!("reset {id:?}: {applied}/{desired} workers applied it"),
-        )
-    } else if failed_partitions > 0 {
-        (
-            false,
+        ));
+    }
+    if i.failed_partitions > 0 {
+        return Some(Verdict::no(
             "PartitionsFailed",
-            format!("{failed_partitions} partition(s) stopped by DataLoss or TopicReset; see status.failures and patch spec.reset to clear them"),
-        )
-    } else if let Some(reason) = connection_reason {
-        (false, reason, connection_message.clone())
-    } else if !failed_workers.is_empty() {
-        (false, "WorkerFailed", list_some(&failed_workers))
-    } else if let Some((from, to)) = obs.draining {
-        (
-            false,
+            format!(
+                "{} partition(s) stopped by DataLoss or TopicReset; see status.failures and patch spec.reset to clear them",
+                i.failed_partitions
+            ),
+        ));
+    }
+    if let Some(c) = i.connection {
+        return Some(Verdict::no(c.reason, c.message.clone()));
+    }
+    if !i.workers.failed.is_empty() {
+        return Some(Verdict::no("WorkerFailed", list_some(&i.workers.failed)));
+    }
+    None
+}
+
+/// What the flow still waits for, in this order: old workers to drain, pods to roll, workers
+/// to report, pods to pass their probe, the StatefulSet to exist.
+fn ready_waiting(i: &ReadyInputs<'_>) -> Option<Verdict> {
+    let w = i.workers;
+    if let Some((from, to)) = i.draining {
+        return Some(Verdict::no(
             "Scaling",
             format!(
                 "scaling from {from} to {to} workers: waiting until every old worker has stopped"
             ),
-        )
-    } else if obs
-        .statefulset
-        .is_some_and(StatefulSetView::rollout_in_progress)
-    {
-        let s = obs.statefulset.expect("checked");
-        (
-            false,
+        ));
+    }
+    if let Some(s) = i.statefulset.filter(|s| s.rollout_in_progress()) {
+        return Some(Verdict::no(
             "RollingUpdate",
             format!(
                 "{}/{} worker pods updated to the current spec",
                 s.updated_replicas, s.replicas
             ),
-        )
-    } else if !not_ready.is_empty() {
-        let reason = if only_starting {
+        ));
+    }
+    if !w.not_ready.is_empty() {
+        let reason = if w.only_starting {
             "WorkersStarting"
         } else {
             "WorkersNotReady"
         };
-        (
-            false,
+        return Some(Verdict::no(
             reason,
-            format!("{summary}; {}", list_some(&not_ready)),
-        )
-    } else if let Some(s) = obs.statefulset.filter(|s| s.ready_replicas < desired) {
-        (
-            false,
+            format!("{}; {}", w.summary(), list_some(&w.not_ready)),
+        ));
+    }
+    if let Some(s) = i.statefulset.filter(|s| s.ready_replicas < w.desired) {
+        return Some(Verdict::no(
             "WorkersNotReady",
             format!(
-                "{}/{desired} worker pods pass their readiness probe",
-                s.ready_replicas
+                "{}/{} worker pods pass their readiness probe",
+                s.ready_replicas, w.desired
             ),
-        )
-    } else if desired > 0 && obs.statefulset.is_none() {
-        (
-            false,
+        ));
+    }
+    if w.desired > 0 && i.statefulset.is_none() {
+        return Some(Verdict::no(
             "WorkersStarting",
-            "the worker StatefulSet does not exist yet".to_string(),
-        )
-    } else if paused {
-        (
-            true,
-            "Paused",
-            format!("{summary}; replication paused by spec.paused"),
-        )
-    } else {
-        (true, "AllWorkersRunning", summary.clone())
-    };
+            "the worker StatefulSet does not exist yet",
+        ));
+    }
+    None
+}
 
-    let (rep_status, rep_reason, rep_message) = if replicating == 0 {
+/// `Replicating`: True while some worker replicates (`Pausing` when the spec asks to pause,
+/// `PartiallyReplicating` unless all do and no partition is stopped).
+fn replicating_verdict(w: &WorkerRollup, paused: bool, failed_partitions: i32) -> Verdict {
+    let (replicating, desired) = (w.replicating, w.desired);
+    if replicating == 0 {
         if paused {
-            (
-                false,
-                "Paused",
-                "replication paused by spec.paused".to_string(),
-            )
+            Verdict::no("Paused", "replication paused by spec.paused")
         } else {
-            (
-                false,
+            Verdict::no(
                 "NoWorkerReplicating",
                 format!("0/{desired} workers replicating"),
             )
         }
     } else if paused {
-        (
-            true,
+        Verdict::yes(
             "Pausing",
             format!("{replicating}/{desired} workers still replicating; pause requested"),
         )
     } else if replicating as i32 == desired && failed_partitions == 0 {
-        (
-            true,
+        Verdict::yes(
             "Replicating",
             format!("{replicating}/{desired} workers replicating"),
         )
     } else {
-        (
-            true,
+        Verdict::yes(
             "PartiallyReplicating",
             format!("{replicating}/{desired} workers replicating; {failed_partitions} partition(s) stopped"),
         )
+    }
+}
+
+/// `InvalidSpec`: True with the validation errors.
+fn invalid_spec_verdict(invalid: Option<&ValidationErrors>) -> Verdict {
+    match invalid {
+        Some(errs) => Verdict::yes("ValidationFailed", errs.to_string()),
+        None => Verdict::no("Valid", ""),
+    }
+}
+
+/// `ConnectionFailed`: True while a fresh worker cannot use a cluster.
+fn connection_failed_verdict(trouble: Option<&ConnectionTrouble>) -> Verdict {
+    match trouble {
+        Some(c) => Verdict::yes(c.reason, c.message.clone()),
+        None => Verdict::no("Connected", ""),
+    }
+}
+
+/// The target topics fresh workers cannot write, sorted, each once.
+fn unwritable_topics(fresh: &[(&str, &WorkerStatus)]) -> Vec<String> {
+    let topics: BTreeSet<&String> = fresh
+        .iter()
+        .flat_map(|(_, e)| e.unwritable_topics.iter())
+        .collect();
+    topics.into_iter().cloned().collect()
+}
+
+/// `TopicUnwritable`: True while a fresh worker cannot write a target topic.
+fn topic_unwritable_verdict(topics: &[String]) -> Verdict {
+    if topics.is_empty() {
+        Verdict::no("TopicsWritable", "")
+    } else {
+        Verdict::yes("TargetTopicsUnwritable", list_some(topics))
+    }
+}
+
+/// `ConnectionFailed`, `InsecureTls` and `TopicUnwritable` appear when they first turn True
+/// and stay (False) after: a flow that never had one keeps its `kubectl describe` to one
+/// screen.
+fn shown_once(v: Verdict, had: bool) -> Option<Verdict> {
+    (v.status == "True" || had).then_some(v)
+}
+
+/// Fold a flow's status. The result keeps the workers' entries unchanged (the controller
+/// never writes them), so `Some(result) == flow.status` means "nothing to write".
+pub fn fold_flow_status(obs: &FlowObservation<'_>) -> MirrorFlowStatus {
+    let flow = obs.flow;
+    let prev = flow.status.clone().unwrap_or_default();
+    let pc = &prev.conditions;
+    let (gen, now) = (flow.metadata.generation, obs.now);
+    let paused = flow.spec.paused;
+    let expected = if paused {
+        WorkerState::Paused
+    } else {
+        WorkerState::Running
     };
 
-    let conditions = vec![
-        condition(pc, READY, bool_str(ready), reason, message, gen, now),
-        condition(
-            pc,
-            REPLICATING,
-            bool_str(rep_status),
-            rep_reason,
-            rep_message,
-            gen,
-            now,
-        ),
-        failure_condition(pc, &all_failures, FailureType::DataLoss, gen, now),
-        failure_condition(pc, &all_failures, FailureType::TopicReset, gen, now),
-        failure_condition(pc, &all_failures, FailureType::ProgressMissing, gen, now),
-        failure_condition(pc, &all_failures, FailureType::RecordRejected, gen, now),
-        match obs.invalid {
-            Some(errs) => condition(
-                pc,
-                INVALID_SPEC,
-                "True",
-                "ValidationFailed",
-                errs.to_string(),
-                gen,
-                now,
-            ),
-            None => condition(pc, INVALID_SPEC, "False", "Valid", String::new(), gen, now),
-        },
-    ];
-
-    // ConnectionFailed and InsecureTls appear when they first turn True and stay (False)
-    // after: a flow that never had either keeps its `kubectl describe` to one screen.
-    let had = |t: &str| pc.iter().any(|c| c.type_ == t);
-    let mut conditions = conditions;
-    match connection_reason {
-        Some(reason) => conditions.push(condition(
-            pc,
-            CONNECTION_FAILED,
-            "True",
-            reason,
-            connection_message,
-            gen,
-            now,
-        )),
-        None if had(CONNECTION_FAILED) => conditions.push(condition(
-            pc,
-            CONNECTION_FAILED,
-            "False",
-            "Connected",
-            String::new(),
-            gen,
-            now,
-        )),
-        None => {}
-    }
-    if let Some(c) = insecure_tls_condition(pc, flow, gen, now)
-        .filter(|c| c.status == "True" || had(INSECURE_TLS))
-    {
-        conditions.push(c);
-    }
-    // Like ConnectionFailed: shown once it was True. Only fresh entries count.
-    let unwritable: BTreeSet<&String> = workers
+    let workers = desired_workers(flow, &prev.workers);
+    let health: Vec<WorkerHealth> = workers
         .iter()
-        .zip(&health)
-        .filter(|(_, (_, h))| matches!(h, WorkerHealth::Fresh(_)))
-        .filter_map(|((_, e), _)| *e)
-        .flat_map(|e| e.unwritable_topics.iter())
+        .map(|(_, e)| classify_worker(*e, now, obs.stale_after))
         .collect();
-    if !unwritable.is_empty() {
-        let lines: Vec<String> = unwritable.into_iter().cloned().collect();
-        conditions.push(condition(
-            pc,
-            TOPIC_UNWRITABLE,
-            "True",
-            "TargetTopicsUnwritable",
-            list_some(&lines),
-            gen,
-            now,
-        ));
-    } else if had(TOPIC_UNWRITABLE) {
-        conditions.push(condition(
-            pc,
-            TOPIC_UNWRITABLE,
-            "False",
-            "TopicsWritable",
-            String::new(),
-            gen,
-            now,
-        ));
+    let rollup = roll_up_workers(&workers, &health, expected, obs.stale_after);
+    let fresh = fresh_entries(&workers, &health);
+    let mut failures = fold_failures(&workers, &prev.failures);
+    let failed_partitions = failures.len() as i32;
+    let reset = fold_reset(
+        flow.spec.reset.as_ref(),
+        prev.last_applied_reset.as_ref(),
+        &workers,
+    );
+    let connection = connection_trouble(&fresh);
+
+    let ready = ready_verdict(&ReadyInputs {
+        invalid: obs.invalid,
+        children: obs.children,
+        reset: &reset,
+        failed_partitions,
+        connection: connection.as_ref(),
+        workers: &rollup,
+        draining: obs.draining,
+        statefulset: obs.statefulset,
+        paused,
+    });
+    let mut conditions = vec![
+        ready.stamp(pc, READY, gen, now),
+        replicating_verdict(&rollup, paused, failed_partitions).stamp(pc, REPLICATING, gen, now),
+    ];
+    for type_ in FAILURE_TYPES {
+        let condition = failure_texts(type_).condition;
+        conditions.push(failure_verdict(&failures, type_).stamp(pc, condition, gen, now));
     }
+    conditions.push(invalid_spec_verdict(obs.invalid).stamp(pc, INVALID_SPEC, gen, now));
+    let once = [
+        (
+            CONNECTION_FAILED,
+            connection_failed_verdict(connection.as_ref()),
+        ),
+        (INSECURE_TLS, insecure_tls_verdict(&flow.spec)),
+        (
+            TOPIC_UNWRITABLE,
+            topic_unwritable_verdict(&unwritable_topics(&fresh)),
+        ),
+    ];
+    for (type_, v) in once {
+        if let Some(v) = shown_once(v, pc.iter().any(|c| c.type_ == type_)) {
+            conditions.push(v.stamp(pc, type_, gen, now));
+        }
+    }
+
+    let last_applied_reset = last_applied_reset(&reset, prev.last_applied_reset.as_ref());
+    let replication_lag = sum_lag(&workers);
+    let replication_latency = fold_latency(workers.iter().filter_map(|(_, e)| *e));
     // Worker 0 runs the ACL sync; its entry reports it.
     let topic_acls = workers
         .first()
         .and_then(|(_, e)| e.and_then(|e| e.topic_acls.clone()));
+    failures.truncate(MAX_FAILURES);
     MirrorFlowStatus {
         observed_generation: gen,
         conditions,
-        workers: prev.workers,
-        workers_summary: Some(format!("{ready_workers}/{desired}")),
+        workers_summary: Some(format!("{}/{}", rollup.ready, rollup.desired)),
         failed_partitions,
         failures,
         last_applied_reset,
         replication_lag,
         topic_acls,
         replication_latency,
+        workers: prev.workers,
     }
 }
 
@@ -698,40 +826,22 @@ pub fn fold_latency<'a>(
 
 /// `InsecureTls`: True (a warning, Ready is not affected) while a cluster does not verify
 /// its brokers' certificates.
-fn insecure_tls_condition(
-    pc: &[Condition],
-    flow: &MirrorFlow,
-    gen: Option<i64>,
-    now: Timestamp,
-) -> Option<Condition> {
-    let insecure: Vec<String> = [("source", &flow.spec.source), ("target", &flow.spec.target)]
+fn insecure_tls_verdict(spec: &MirrorFlowSpec) -> Verdict {
+    let insecure: Vec<String> = [("source", &spec.source), ("target", &spec.target)]
         .into_iter()
         .filter(|(_, c)| c.tls.as_ref().is_some_and(|t| t.insecure_skip_verify))
         .map(|(side, c)| format!("spec.{side}.tls.insecureSkipVerify (cluster {})", c.alias))
         .collect();
-    Some(if insecure.is_empty() {
-        condition(
-            pc,
-            INSECURE_TLS,
-            "False",
-            "CertificatesVerified",
-            String::new(),
-            gen,
-            now,
-        )
+    if insecure.is_empty() {
+        Verdict::no("CertificatesVerified", "")
     } else {
         let msg = format!(
             "{} is true: the brokers' certificates and host names are not verified, so anyone on the network path can impersonate them and read credentials and records; for test clusters only",
             insecure.join(" and ")
         );
-        condition(
-            pc,
-            INSECURE_TLS,
-            "True",
-            "InsecureSkipVerify",
-            msg,
-            gen,
-            now,
-        )
-    })
+        Verdict::yes("InsecureSkipVerify", msg)
+    }
 }
+
+#[cfg(test)]
+mod tests;

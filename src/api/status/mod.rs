@@ -96,11 +96,58 @@ pub fn condition(
     }
 }
 
-fn bool_str(b: bool) -> &'static str {
-    if b {
-        "True"
-    } else {
-        "False"
+/// What a fold decides for one condition: its status, reason and message. [`Verdict::stamp`]
+/// adds the generation and the transition time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Verdict {
+    /// `True`, `False` or `Unknown`.
+    status: &'static str,
+    reason: &'static str,
+    message: String,
+}
+
+impl Verdict {
+    fn new(status: bool, reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status: if status { "True" } else { "False" },
+            reason,
+            message: message.into(),
+        }
+    }
+
+    fn yes(reason: &'static str, message: impl Into<String>) -> Self {
+        Self::new(true, reason, message)
+    }
+
+    fn no(reason: &'static str, message: impl Into<String>) -> Self {
+        Self::new(false, reason, message)
+    }
+
+    fn unknown(reason: &'static str) -> Self {
+        Self {
+            status: "Unknown",
+            reason,
+            message: String::new(),
+        }
+    }
+
+    /// The condition of type `type_`, keeping `previous`'s transition time (see [`condition`]).
+    fn stamp(
+        self,
+        previous: &[Condition],
+        type_: &str,
+        generation: Option<i64>,
+        now: Timestamp,
+    ) -> Condition {
+        condition(
+            previous,
+            type_,
+            self.status,
+            self.reason,
+            self.message,
+            generation,
+            now,
+        )
     }
 }
 

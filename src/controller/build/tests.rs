@@ -802,3 +802,102 @@ fn worker_image_allowlist_table() {
         "no list: all allowed"
     );
 }
+
+#[test]
+fn worker_volumes_table() {
+    let secrets = |list: &[(&str, &[&str])]| -> BTreeMap<String, BTreeSet<String>> {
+        list.iter()
+            .map(|(s, keys)| (s.to_string(), keys.iter().map(|k| k.to_string()).collect()))
+            .collect()
+    };
+    // (volume name, what it holds, mount path, read-only)
+    type Row = (String, String, String, Option<bool>);
+    let rows = |flow: &str, s: &BTreeMap<String, BTreeSet<String>>| -> Vec<Row> {
+        let (volumes, mounts) = worker_volumes(flow, s);
+        assert_eq!(volumes.len(), mounts.len());
+        volumes
+            .iter()
+            .zip(&mounts)
+            .map(|(v, m)| {
+                assert_eq!(v.name, m.name);
+                let holds = match (&v.config_map, &v.empty_dir, &v.secret) {
+                    (Some(c), None, None) => format!("configmap {}", c.name),
+                    (None, Some(_), None) => "emptyDir".to_string(),
+                    (None, None, Some(s)) => {
+                        assert_eq!(s.default_mode, Some(0o440));
+                        assert_eq!(s.optional, Some(false));
+                        let items = s.items.as_ref().unwrap();
+                        assert!(items.iter().all(|k| k.key == k.path && k.mode.is_none()));
+                        let keys: Vec<&str> = items.iter().map(|k| k.key.as_str()).collect();
+                        format!(
+                            "secret {} [{}]",
+                            s.secret_name.as_deref().unwrap(),
+                            keys.join(" ")
+                        )
+                    }
+                    other => panic!("unexpected volume {other:?}"),
+                };
+                assert!(m.sub_path.is_none(), "{m:?}");
+                (v.name.clone(), holds, m.mount_path.clone(), m.read_only)
+            })
+            .collect()
+    };
+    let row = |v: &str, holds: &str, path: &str, ro: Option<bool>| -> Row {
+        (v.into(), holds.into(), path.into(), ro)
+    };
+    let base = vec![
+        row(
+            "config",
+            "configmap orders-worker-config",
+            "/etc/mirrorflow",
+            Some(true),
+        ),
+        row("tmp", "emptyDir", "/tmp", None),
+    ];
+    assert_eq!(rows("orders", &secrets(&[])), base, "no secret");
+    let mut want = base.clone();
+    want.extend([
+        row(
+            "secret-0",
+            "secret ca.bundle.v2 [ca.crt]",
+            "/var/run/mirrorflow/secrets/ca.bundle.v2",
+            Some(true),
+        ),
+        row(
+            "secret-1",
+            "secret dc1-user [password username]",
+            "/var/run/mirrorflow/secrets/dc1-user",
+            Some(true),
+        ),
+    ]);
+    assert_eq!(
+        rows(
+            "orders",
+            &secrets(&[
+                ("dc1-user", &["username", "password"]),
+                ("ca.bundle.v2", &["ca.crt"]),
+            ])
+        ),
+        want,
+        "secrets in name order, volumes indexed (names may hold dots), only the named keys"
+    );
+}
+
+#[test]
+fn worker_args_name_the_flow_and_the_count() {
+    let cases = [
+        ("kafka", "orders", 3, "kafka/orders", "3"),
+        ("prod-eu", "payments", 0, "prod-eu/payments", "0"),
+    ];
+    for (ns, flow, count, flow_ref, count_arg) in cases {
+        let args = worker_args(ns, flow, count);
+        assert_eq!(
+            args.join(" "),
+            format!(
+                "worker --flow-ref {flow_ref} --worker-count {count_arg} --listen 0.0.0.0:8080 \
+                 --secrets-dir /var/run/mirrorflow/secrets \
+                 --checkpoints-file /etc/mirrorflow/flow.yaml"
+            )
+        );
+    }
+}

@@ -179,8 +179,20 @@ pub fn server_properties(
     dir: &Path,
     keystore: &Path,
 ) -> String {
-    let tls = config.tls.is_some();
     let mut p = Props::default();
+    quorum_and_listeners(&mut p, config, node, all);
+    storage_and_timing(&mut p, config, dir);
+    security(&mut p, config, keystore);
+    for (k, v) in &config.properties {
+        p.set(k.clone(), v.clone());
+    }
+    p.render()
+}
+
+/// The KRaft quorum of `all` nodes, and `node`'s listeners (advertised through the proxy
+/// when there is one).
+fn quorum_and_listeners(p: &mut Props, config: &KafkaConfig, node: &NodePorts, all: &[NodePorts]) {
+    let tls = config.tls.is_some();
     p.set("process.roles", "broker,controller");
     p.set("node.id", node.node_id.to_string());
     let voters: Vec<String> = all
@@ -208,7 +220,10 @@ pub fn server_properties(
     p.set("listeners", listeners.join(","));
     p.set("advertised.listeners", advertised.join(","));
     p.set("listener.security.protocol.map", map.join(","));
+}
 
+/// Data, replication of the internal topics, and timings short enough for tests.
+fn storage_and_timing(p: &mut Props, config: &KafkaConfig, dir: &Path) {
     p.set("log.dirs", dir.join("data").display().to_string());
     let replicas = config.nodes.min(3);
     let min_isr = if replicas >= 3 { 2 } else { 1 };
@@ -242,7 +257,10 @@ pub fn server_properties(
     p.set("controller.quorum.fetch.timeout.ms", "2000");
     p.set("broker.heartbeat.interval.ms", "500");
     p.set("broker.session.timeout.ms", "6000");
+}
 
+/// The authorizer, TLS files, and each client listener's authentication.
+fn security(p: &mut Props, config: &KafkaConfig, keystore: &Path) {
     p.set(
         "authorizer.class.name",
         "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
@@ -301,10 +319,6 @@ pub fn server_properties(
             }
         }
     }
-    for (k, v) in &config.properties {
-        p.set(k.clone(), v.clone());
-    }
-    p.render()
 }
 
 /// JVM system properties the node needs (Kafka 4 reads a few security settings only there).

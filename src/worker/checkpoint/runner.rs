@@ -322,75 +322,26 @@ impl CheckpointRunner {
         // Set when the wait below saw a change: `changed()` marks the value seen, so
         // `has_changed()` alone would miss every change that arrives while the runner waits.
         let mut specs_changed = true;
-        let mut schedule: BTreeMap<String, Instant> = BTreeMap::new();
-        let mut selections: Vec<(String, GroupSelection)> = Vec::new();
-        let mut active: BTreeMap<String, OffsetCheckpoint> = BTreeMap::new();
-        let mut groups_listed: Option<Instant> = None;
-        let mut assignment: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        let mut c = Cycles::default();
         loop {
             if std::mem::take(&mut specs_changed) || specs_rx.has_changed().unwrap_or(false) {
                 let specs = specs_rx.borrow_and_update().clone();
-                let (next, sel) = self.accept_specs(specs);
-                for gone in active.keys().filter(|n| !next.contains_key(*n)) {
-                    self.metrics.forget_checkpoint(gone);
-                }
-                schedule.retain(|n, _| next.contains_key(n));
-                for name in next.keys() {
-                    schedule.entry(name.clone()).or_insert_with(Instant::now);
-                    self.metrics.init_checkpoint(name);
-                }
-                self.state_tx.send_modify(|s| {
-                    s.specs.retain(|n, _| next.contains_key(n));
-                    for (n, cp) in &next {
-                        let st = s.specs.entry(n.clone()).or_default();
-                        st.interval_seconds = cp.spec.interval_seconds;
-                        st.generation = cp.metadata.generation;
-                    }
-                });
-                handoff.retain(|n| next.contains_key(n));
-                active = next;
-                selections = sel;
-                groups_listed = None; // new selections see new groups at once
-                if active.is_empty() {
+                self.take_specs(&mut c, specs, handoff);
+                if c.active.is_empty() {
                     return Ok(Ended::Unused);
                 }
             }
-            let refresh = active
-                .values()
-                .map(|c| secs(c.spec.groups.refresh_interval_seconds))
-                .min()
-                .unwrap_or(Duration::from_secs(30));
-            if groups_listed.is_none_or(|t| t.elapsed() >= refresh) {
-                match worker.list_source_groups().await {
-                    Ok(groups) => {
-                        let next = assign_groups(&selections, groups.iter().map(String::as_str));
-                        if next != assignment {
-                            for (name, matched) in &next {
-                                tracing::info!(flow = %self.flow_name, checkpoint = %name, listed = groups.len(), matched = matched.len(), groups = ?matched.iter().take(10).collect::<Vec<_>>(), "consumer groups selected");
-                            }
-                        }
-                        assignment = next;
-                        groups_listed = Some(Instant::now());
-                    }
-                    Err(e) => {
-                        tracing::warn!(flow = %self.flow_name, error = %e, "listing source groups failed");
-                        // Retry at the next due cycle rather than spinning.
-                        groups_listed = Some(Instant::now() - refresh + secs(1));
-                    }
-                }
+            let refresh = refresh_interval(c.active.values());
+            if c.groups_listed.is_none_or(|t| t.elapsed() >= refresh) {
+                self.list_groups(&worker, &mut c, refresh).await;
             }
-            let now = Instant::now();
-            let due: Vec<String> = schedule
-                .iter()
-                .filter(|(_, t)| **t <= now)
-                .map(|(n, _)| n.clone())
-                .collect();
-            for name in due {
-                let Some(cp) = active.get(&name) else {
+            for name in due(&c.schedule, Instant::now()) {
+                let Some(cp) = c.active.get(&name) else {
                     continue;
                 };
                 let started = Instant::now();
-                let groups: Vec<String> = assignment
+                let groups: Vec<String> = c
+                    .assignment
                     .get(&name)
                     .map(|g| g.iter().cloned().collect())
                     .unwrap_or_default();
@@ -404,44 +355,11 @@ impl CheckpointRunner {
                     _ = crate::kafka::secrets::rotated(secrets) => return Ok(Ended::Rotated),
                     r = worker.cycle(self, &name, cp, &groups, &mut offer) => r,
                 };
-                let outcome = (outcome, offer);
                 let interval = secs(cp.spec.interval_seconds);
-                schedule.insert(name.clone(), started + interval);
-                let took = started.elapsed();
-                self.metrics
-                    .cycle_seconds
-                    .with_label_values(&[&name])
-                    .set(took.as_secs_f64());
-                let (outcome, offer) = outcome;
-                if let Err(e) = &outcome {
-                    self.metrics.cycle_errors.with_label_values(&[&name]).inc();
-                    tracing::warn!(flow = %self.flow_name, checkpoint = %name, error = %e, "checkpoint cycle failed");
-                }
-                let at = Timestamp::now();
-                self.state_tx.send_modify(|s| {
-                    let st = s.specs.entry(name.clone()).or_default();
-                    st.cycles += 1;
-                    st.last_cycle = Some(at);
-                    st.last_cycle_duration = Some(took);
-                    st.last_error = outcome.err();
-                });
-                worker.publish_store_state(&self.state_tx);
-                if let Some(offer) = offer {
-                    if handoff.offer(&name, offer) {
-                        self.metrics
-                            .group_syncs_superseded
-                            .with_label_values(&[&name])
-                            .inc();
-                    }
-                }
+                c.schedule.insert(name.clone(), started + interval);
+                self.record_cycle(&worker, &name, started.elapsed(), outcome, offer, handoff);
             }
-            let next_due = schedule.values().min().copied();
-            let next_refresh = groups_listed.map(|t| t + refresh);
-            let wake = [next_due, next_refresh]
-                .into_iter()
-                .flatten()
-                .min()
-                .unwrap_or_else(|| Instant::now() + Duration::from_secs(60));
+            let wake = next_wake(&c.schedule, c.groups_listed, refresh, Instant::now());
             tokio::select! {
                 _ = &mut shutdown => return Ok(Ended::Shutdown),
                 _ = crate::kafka::secrets::rotated(secrets) => return Ok(Ended::Rotated),
@@ -453,6 +371,90 @@ impl CheckpointRunner {
                     }
                     specs_changed = true;
                 }
+            }
+        }
+    }
+
+    /// Takes a new list of OffsetCheckpoints: those gone lose their metrics, schedule and
+    /// waiting plans; new ones are due at once; groups are listed again for the selections.
+    fn take_specs(&self, c: &mut Cycles, specs: Vec<OffsetCheckpoint>, handoff: &Handoff) {
+        let (next, selections) = self.accept_specs(specs);
+        for gone in c.active.keys().filter(|n| !next.contains_key(*n)) {
+            self.metrics.forget_checkpoint(gone);
+        }
+        reschedule(&mut c.schedule, next.keys(), Instant::now());
+        for name in next.keys() {
+            self.metrics.init_checkpoint(name);
+        }
+        self.state_tx.send_modify(|s| {
+            s.specs.retain(|n, _| next.contains_key(n));
+            for (n, cp) in &next {
+                let st = s.specs.entry(n.clone()).or_default();
+                st.interval_seconds = cp.spec.interval_seconds;
+                st.generation = cp.metadata.generation;
+            }
+        });
+        handoff.retain(|n| next.contains_key(n));
+        c.active = next;
+        c.selections = selections;
+        c.groups_listed = None; // new selections see new groups at once
+    }
+
+    /// Lists the source's groups and assigns them to the OffsetCheckpoints' selections; a
+    /// failed listing is retried a second later, at the next due cycle.
+    async fn list_groups(&self, worker: &Worker, c: &mut Cycles, refresh: Duration) {
+        match worker.list_source_groups().await {
+            Ok(groups) => {
+                let next = assign_groups(&c.selections, groups.iter().map(String::as_str));
+                if next != c.assignment {
+                    for (name, matched) in &next {
+                        tracing::info!(flow = %self.flow_name, checkpoint = %name, listed = groups.len(), matched = matched.len(), groups = ?matched.iter().take(10).collect::<Vec<_>>(), "consumer groups selected");
+                    }
+                }
+                c.assignment = next;
+                c.groups_listed = Some(Instant::now());
+            }
+            Err(e) => {
+                tracing::warn!(flow = %self.flow_name, error = %e, "listing source groups failed");
+                // Retry at the next due cycle rather than spinning.
+                c.groups_listed = Some(Instant::now() - refresh + secs(1));
+            }
+        }
+    }
+
+    /// A finished cycle in the metrics and the state; its plans go to the group sync.
+    fn record_cycle(
+        &self,
+        worker: &Worker,
+        name: &str,
+        took: Duration,
+        outcome: Result<(), String>,
+        offer: Option<SyncOffer>,
+        handoff: &Handoff,
+    ) {
+        self.metrics
+            .cycle_seconds
+            .with_label_values(&[name])
+            .set(took.as_secs_f64());
+        if let Err(e) = &outcome {
+            self.metrics.cycle_errors.with_label_values(&[name]).inc();
+            tracing::warn!(flow = %self.flow_name, checkpoint = %name, error = %e, "checkpoint cycle failed");
+        }
+        let at = Timestamp::now();
+        self.state_tx.send_modify(|s| {
+            let st = s.specs.entry(name.to_string()).or_default();
+            st.cycles += 1;
+            st.last_cycle = Some(at);
+            st.last_cycle_duration = Some(took);
+            st.last_error = outcome.err();
+        });
+        worker.publish_store_state(&self.state_tx);
+        if let Some(offer) = offer {
+            if handoff.offer(name, offer) {
+                self.metrics
+                    .group_syncs_superseded
+                    .with_label_values(&[name])
+                    .inc();
             }
         }
     }
@@ -594,6 +596,68 @@ fn secs(s: i32) -> Duration {
     Duration::from_secs(u64::try_from(s.max(1)).unwrap_or(1))
 }
 
+/// What the cycles keep from one turn to the next.
+#[derive(Default)]
+struct Cycles {
+    /// The OffsetCheckpoints run, by name.
+    active: BTreeMap<String, OffsetCheckpoint>,
+    selections: Vec<(String, GroupSelection)>,
+    /// When each one's next cycle is due.
+    schedule: BTreeMap<String, Instant>,
+    /// When the source's groups were last listed (`None`: list them now).
+    groups_listed: Option<Instant>,
+    /// The groups each one checkpoints.
+    assignment: BTreeMap<String, BTreeSet<String>>,
+}
+
+/// How often the source's groups are listed: the smallest `groups.refreshIntervalSeconds`
+/// of the OffsetCheckpoints run (30 s without one).
+fn refresh_interval<'a>(active: impl Iterator<Item = &'a OffsetCheckpoint>) -> Duration {
+    active
+        .map(|c| secs(c.spec.groups.refresh_interval_seconds))
+        .min()
+        .unwrap_or(Duration::from_secs(30))
+}
+
+/// Keeps the schedule of the checkpoints still run; those new are due at `now`.
+fn reschedule<'a>(
+    schedule: &mut BTreeMap<String, Instant>,
+    names: impl Iterator<Item = &'a String> + Clone,
+    now: Instant,
+) {
+    let keep: BTreeSet<&String> = names.clone().collect();
+    schedule.retain(|n, _| keep.contains(n));
+    for name in names {
+        schedule.entry(name.clone()).or_insert(now);
+    }
+}
+
+/// The checkpoints whose cycle is due at `now`, by name.
+fn due(schedule: &BTreeMap<String, Instant>, now: Instant) -> Vec<String> {
+    schedule
+        .iter()
+        .filter(|(_, t)| **t <= now)
+        .map(|(n, _)| n.clone())
+        .collect()
+}
+
+/// When the cycles wake next: the first cycle due or the next group listing, whichever is
+/// first (a minute after `now` when there is neither).
+fn next_wake(
+    schedule: &BTreeMap<String, Instant>,
+    groups_listed: Option<Instant>,
+    refresh: Duration,
+    now: Instant,
+) -> Instant {
+    let next_due = schedule.values().min().copied();
+    let next_refresh = groups_listed.map(|t| t + refresh);
+    [next_due, next_refresh]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(now + Duration::from_secs(60))
+}
+
 /// Reads the checkpoints topic to its end: the checkpoints in force.
 async fn reload(target: &ClientConfig, topic: &str) -> Result<InForce, String> {
     let mut tail = TopicTail::new(target, topic, "target cluster")?;
@@ -712,40 +776,12 @@ impl Worker {
         let source = self.source.clone();
         let list = groups.to_vec();
         let offsets = blocking(move || source.list_offsets(&list)).await?;
-        let mut read_errors = Vec::new();
-        let mut by_group: Vec<(String, Vec<GroupOffset>)> = Vec::new();
-        for (group, r) in groups.iter().zip(offsets) {
-            match r {
-                Ok(o) => by_group.push((group.clone(), o)),
-                Err(e) => read_errors.push(e),
-            }
-        }
-        if !groups.is_empty() && by_group.is_empty() {
-            return Err(read_errors.into_iter().next().unwrap_or_default());
-        }
+        let (by_group, read_errors) = split_reads(groups, offsets)?;
         let t_read = t0.elapsed();
         // 2. Offset syncs, then target ends (in this order: an end read after the syncs is
         //    at or past every sync read).
         self.catch_up_syncs().await;
-        // The filter decided once per source topic, not per group partition (100,000 a
-        // cycle at 10,000 groups).
-        let mut targets: HashMap<&str, Option<String>> = HashMap::new();
-        let mut needed: BTreeSet<(&str, i32)> = BTreeSet::new();
-        for (_, offs) in &by_group {
-            for o in offs {
-                needed.insert((&o.topic, o.partition));
-            }
-        }
-        for (topic, _) in &needed {
-            targets
-                .entry(topic)
-                .or_insert_with(|| self.target_topic(topic));
-        }
-        let needed: BTreeSet<(String, i32)> = needed
-            .iter()
-            .filter_map(|(t, p)| Some((targets[t].clone()?, *p)))
-            .collect();
-        let needed: Vec<(String, i32)> = needed.into_iter().collect();
+        let (targets, needed) = target_partitions(&by_group, |t| self.target_topic(t));
         let target = self.target.clone();
         let ends: PartitionMap<i64> = blocking(move || target.end_offsets(&needed))
             .await??
@@ -778,40 +814,7 @@ impl Worker {
             .iter_mut()
             .flat_map(|p| std::mem::take(&mut p.emit))
             .collect();
-        let mut failed_groups: BTreeSet<String> = BTreeSet::new();
-        let mut write_error = None;
-        if cp.spec.emit_checkpoints_topic && !emit.is_empty() {
-            let results = io::write_checkpoints(
-                &self.producer,
-                &self.checkpoints_topic,
-                &emit,
-                REQUEST_TIMEOUT,
-            )
-            .await;
-            let mut written = 0u64;
-            for (c, r) in emit.iter().zip(results) {
-                match r {
-                    Ok(()) => {
-                        written += 1;
-                        self.in_force
-                            .insert(CheckpointKey::from(c), CheckpointState::from(c));
-                    }
-                    Err(e) => {
-                        failed_groups.insert(c.group.clone());
-                        write_error.get_or_insert(e);
-                    }
-                }
-            }
-            self.metrics
-                .written
-                .with_label_values(&[name])
-                .inc_by(written);
-        } else {
-            for c in &emit {
-                self.in_force
-                    .insert(CheckpointKey::from(c), CheckpointState::from(c));
-            }
-        }
+        let written = self.write_checkpoints(name, cp, &emit).await;
         let t_written = t0.elapsed();
         tracing::debug!(
             checkpoint = %name,
@@ -827,45 +830,25 @@ impl Worker {
         let selected: BTreeSet<&str> = groups.iter().map(String::as_str).collect();
         runner.state_tx.send_modify(|s| {
             let st = s.specs.entry(name.to_string()).or_default();
-            st.groups.retain(|g, _| selected.contains(g.as_str()));
-            for g in groups {
-                // Not `entry`: it would allocate the name of every group, every cycle.
-                if !st.groups.contains_key(g) {
-                    st.groups.insert(g.clone(), Default::default());
-                }
-            }
-            for plan in &plans {
-                let Some(g) = st.groups.get_mut(&plan.group) else {
-                    continue; // every plan's group was inserted above
-                };
-                let wrote = !failed_groups.contains(&plan.group);
-                if wrote && plan.is_current() {
-                    g.last_checkpoint = Some(now);
-                    self.metrics.checkpointed(name, &plan.group, now);
-                }
-                g.partitions = i32::try_from(plan.checkpointed()).unwrap_or(i32::MAX);
-                g.target_lag = plan.target_lag();
-                let failures: Vec<(GroupFailureReason, String)> =
-                    plan.failure().into_iter().collect();
-                if cp.spec.sync_group_offsets {
-                    // `synced` and the sync's failures are the group sync's to report.
-                    g.failures =
-                        merge_owned_failures(&g.failures, failures, |r| !sync_owned(r), now);
-                } else {
-                    g.synced = false;
-                    g.failures = merge_failures(&g.failures, failures, now);
-                }
-            }
+            select_groups(st, groups, &selected);
+            record_plans(
+                st,
+                &plans,
+                &written.failed_groups,
+                cp.spec.sync_group_offsets,
+                now,
+                |g| self.metrics.checkpointed(name, g, now),
+            );
         });
         self.metrics.retain_groups(name, |g| selected.contains(g));
         // 4. The group sync takes the plans beside the next cycles (`run_group_syncs`).
         if cp.spec.sync_group_offsets {
             *offer = Some(SyncOffer {
                 plans,
-                skip: failed_groups,
+                skip: written.failed_groups,
             });
         }
-        if let Some(e) = write_error {
+        if let Some(e) = written.error {
             return Err(e);
         }
         if !read_errors.is_empty() {
@@ -873,10 +856,167 @@ impl Worker {
         }
         Ok(())
     }
+
+    /// Writes a cycle's checkpoint records when `emitCheckpointsTopic`: only acknowledged
+    /// ones come in force. Without it they are in force at once, in memory only.
+    async fn write_checkpoints(
+        &mut self,
+        name: &str,
+        cp: &OffsetCheckpoint,
+        emit: &[wire::Checkpoint],
+    ) -> Written {
+        if !cp.spec.emit_checkpoints_topic || emit.is_empty() {
+            return accept_written(&mut self.in_force, emit, std::iter::repeat(Ok(())));
+        }
+        let results = io::write_checkpoints(
+            &self.producer,
+            &self.checkpoints_topic,
+            emit,
+            REQUEST_TIMEOUT,
+        )
+        .await;
+        let written = accept_written(&mut self.in_force, emit, results);
+        self.metrics
+            .written
+            .with_label_values(&[name])
+            .inc_by(written.count);
+        written
+    }
+}
+
+/// Committed offsets by group, in the order the groups were listed.
+type GroupOffsets = Vec<(String, Vec<GroupOffset>)>;
+
+/// The groups whose committed offsets were read, in order, and the errors of those that
+/// were not. An error when there were groups and none could be read: the cycle fails.
+fn split_reads(
+    groups: &[String],
+    results: Vec<Result<Vec<GroupOffset>, String>>,
+) -> Result<(GroupOffsets, Vec<String>), String> {
+    let mut read_errors = Vec::new();
+    let mut by_group: GroupOffsets = Vec::new();
+    for (group, r) in groups.iter().zip(results) {
+        match r {
+            Ok(o) => by_group.push((group.clone(), o)),
+            Err(e) => read_errors.push(e),
+        }
+    }
+    if !groups.is_empty() && by_group.is_empty() {
+        return Err(read_errors.into_iter().next().unwrap_or_default());
+    }
+    Ok((by_group, read_errors))
+}
+
+/// The target topic of each source topic the groups committed on (`None`: not replicated),
+/// and the target partitions whose end offsets the translation needs, sorted, each once.
+/// `target_topic` decides once per source topic, not per group partition (100,000 a cycle
+/// at 10,000 groups).
+fn target_partitions(
+    by_group: &[(String, Vec<GroupOffset>)],
+    target_topic: impl Fn(&str) -> Option<String>,
+) -> (TargetTopics<'_>, Vec<(String, i32)>) {
+    let mut targets: TargetTopics = HashMap::new();
+    let mut needed: BTreeSet<(&str, i32)> = BTreeSet::new();
+    for (_, offs) in by_group {
+        for o in offs {
+            needed.insert((&o.topic, o.partition));
+        }
+    }
+    for (topic, _) in &needed {
+        targets.entry(topic).or_insert_with(|| target_topic(topic));
+    }
+    let needed: BTreeSet<(String, i32)> = needed
+        .iter()
+        .filter_map(|(t, p)| Some((targets[t].clone()?, *p)))
+        .collect();
+    (targets, needed.into_iter().collect())
+}
+
+/// Target topic by source topic (`None`: not replicated).
+type TargetTopics<'a> = HashMap<&'a str, Option<String>>;
+
+/// What became of a cycle's checkpoint records.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Written {
+    /// Records acknowledged.
+    count: u64,
+    /// Groups with a record that was not: the group sync skips them this cycle.
+    failed_groups: BTreeSet<String>,
+    /// The first write error: the cycle failed.
+    error: Option<String>,
+}
+
+/// Puts each acknowledged record of `emit` in force (`results` in the same order).
+fn accept_written(
+    in_force: &mut InForce,
+    emit: &[wire::Checkpoint],
+    results: impl IntoIterator<Item = Result<(), String>>,
+) -> Written {
+    let mut out = Written::default();
+    for (c, r) in emit.iter().zip(results) {
+        match r {
+            Ok(()) => {
+                out.count += 1;
+                in_force.insert(CheckpointKey::from(c), CheckpointState::from(c));
+            }
+            Err(e) => {
+                out.failed_groups.insert(c.group.clone());
+                out.error.get_or_insert(e);
+            }
+        }
+    }
+    out
+}
+
+/// Keeps the state of the selected groups only, and adds those new to the selection.
+fn select_groups(st: &mut super::status::SpecState, groups: &[String], selected: &BTreeSet<&str>) {
+    st.groups.retain(|g, _| selected.contains(g.as_str()));
+    for g in groups {
+        // Not `entry`: it would allocate the name of every group, every cycle.
+        if !st.groups.contains_key(g) {
+            st.groups.insert(g.clone(), Default::default());
+        }
+    }
+}
+
+/// Records each planned group's cycle in its state: checkpointed partitions, target lag,
+/// this cycle's failures, and `now` as its last checkpoint when the cycle brought it up to
+/// date and its records were written (`checkpointed` is told of each such group). With
+/// `syncGroupOffsets`, `synced` and the sync's failures are the group sync's to report.
+fn record_plans(
+    st: &mut super::status::SpecState,
+    plans: &[GroupPlan],
+    failed_groups: &BTreeSet<String>,
+    sync_group_offsets: bool,
+    now: Timestamp,
+    mut checkpointed: impl FnMut(&str),
+) {
+    for plan in plans {
+        let Some(g) = st.groups.get_mut(&plan.group) else {
+            continue; // every plan's group is selected
+        };
+        let wrote = !failed_groups.contains(&plan.group);
+        if wrote && plan.is_current() {
+            g.last_checkpoint = Some(now);
+            checkpointed(&plan.group);
+        }
+        g.partitions = i32::try_from(plan.checkpointed()).unwrap_or(i32::MAX);
+        g.target_lag = plan.target_lag();
+        let failures: Vec<(GroupFailureReason, String)> = plan.failure().into_iter().collect();
+        if sync_group_offsets {
+            g.failures = merge_owned_failures(&g.failures, failures, |r| !sync_owned(r), now);
+        } else {
+            g.synced = false;
+            g.failures = merge_failures(&g.failures, failures, now);
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::plan::{PartitionOutcome, PartitionProblem};
+    use super::super::status::{FailureState, GroupState, SpecState};
+    use super::super::translate::NoSyncReason;
     use super::*;
     use crate::api::{FlowRef, GroupSelector, OffsetCheckpointSpec};
 
@@ -912,6 +1052,388 @@ mod tests {
         ];
         for (name, specs, want) in cases {
             assert_eq!(runs_any("f", &specs), want, "{name}");
+        }
+    }
+
+    fn offsets(topic: &str, partitions: &[i32]) -> Vec<GroupOffset> {
+        partitions
+            .iter()
+            .map(|p| GroupOffset {
+                topic: topic.into(),
+                partition: *p,
+                offset: 10,
+                metadata: String::new(),
+            })
+            .collect()
+    }
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn split_reads_table() {
+        let groups = names(&["a", "b", "c"]);
+        type Reads = Vec<Result<Vec<GroupOffset>, String>>;
+        /// The groups read and the errors, or the cycle's error.
+        type Want = Result<(Vec<&'static str>, Vec<&'static str>), &'static str>;
+        let cases: Vec<(&str, &[String], Reads, Want)> = vec![
+            ("no group", &[], vec![], Ok((vec![], vec![]))),
+            (
+                "all read",
+                &groups,
+                vec![Ok(offsets("t", &[0])), Ok(vec![]), Ok(offsets("u", &[1]))],
+                Ok((vec!["a", "b", "c"], vec![])),
+            ),
+            (
+                "some read: the others' errors are kept",
+                &groups,
+                vec![Err("a: timeout".into()), Ok(vec![]), Err("c: gone".into())],
+                Ok((vec!["b"], vec!["a: timeout", "c: gone"])),
+            ),
+            (
+                "none read: the cycle fails with the first error",
+                &groups,
+                vec![
+                    Err("a: timeout".into()),
+                    Err("b: timeout".into()),
+                    Err("c: gone".into()),
+                ],
+                Err("a: timeout"),
+            ),
+        ];
+        for (name, groups, reads, want) in cases {
+            let got = split_reads(groups, reads).map(|(by_group, errors)| {
+                let read: Vec<String> = by_group.into_iter().map(|(g, _)| g).collect();
+                (read, errors)
+            });
+            let want = want
+                .map(|(read, errors)| (names(&read), names(&errors)))
+                .map_err(String::from);
+            assert_eq!(got, want, "{name}");
+        }
+    }
+
+    #[test]
+    fn target_partitions_decide_once_per_topic() {
+        let by_group = vec![
+            ("g1".to_string(), offsets("orders", &[1, 0])),
+            ("g2".to_string(), offsets("orders", &[0])),
+            ("g2".to_string(), offsets("internal", &[0])),
+            ("g3".to_string(), offsets("billing", &[2])),
+        ];
+        let asked = std::cell::RefCell::new(Vec::new());
+        let (targets, needed) = target_partitions(&by_group, |t| {
+            asked.borrow_mut().push(t.to_string());
+            (t != "internal").then(|| format!("dc1.{t}"))
+        });
+        assert_eq!(
+            asked.into_inner(),
+            names(&["billing", "internal", "orders"])
+        );
+        let mut targets: Vec<(&str, Option<String>)> = targets.into_iter().collect();
+        targets.sort();
+        assert_eq!(
+            targets,
+            vec![
+                ("billing", Some("dc1.billing".into())),
+                ("internal", None),
+                ("orders", Some("dc1.orders".into())),
+            ]
+        );
+        assert_eq!(
+            needed,
+            vec![
+                ("dc1.billing".to_string(), 2),
+                ("dc1.orders".to_string(), 0),
+                ("dc1.orders".to_string(), 1),
+            ],
+            "sorted, each once, not replicated topics left out"
+        );
+        assert_eq!(target_partitions(&[], |_| None), (HashMap::new(), vec![]));
+    }
+
+    #[test]
+    fn accept_written_table() {
+        let record = |group: &str, partition: i32, downstream: i64| wire::Checkpoint {
+            group: group.into(),
+            topic: "dc1.orders".into(),
+            partition,
+            upstream_offset: downstream + 5,
+            downstream_offset: downstream,
+            metadata: String::new(),
+        };
+        let emit = vec![record("a", 0, 10), record("b", 0, 20), record("b", 1, 30)];
+        let key = |c: &wire::Checkpoint| CheckpointKey::from(c);
+        type Case = (&'static str, Vec<Result<(), String>>, Written, Vec<usize>);
+        let cases: Vec<Case> = vec![
+            (
+                "all acknowledged",
+                vec![Ok(()), Ok(()), Ok(())],
+                Written {
+                    count: 3,
+                    ..Default::default()
+                },
+                vec![0, 1, 2],
+            ),
+            (
+                "failures: the groups, the first error",
+                vec![Ok(()), Err("timed out".into()), Err("too large".into())],
+                Written {
+                    count: 1,
+                    failed_groups: BTreeSet::from(["b".to_string()]),
+                    error: Some("timed out".into()),
+                },
+                vec![0],
+            ),
+        ];
+        for (name, results, want, in_force) in cases {
+            let mut held = InForce::default();
+            // A checkpoint in force before stays unless a written record replaces it.
+            let old = record("b", 1, 3);
+            held.insert(key(&old), CheckpointState::from(&old));
+            assert_eq!(accept_written(&mut held, &emit, results), want, "{name}");
+            let mut want_held = InForce::default();
+            want_held.insert(key(&old), CheckpointState::from(&old));
+            for i in in_force {
+                want_held.insert(key(&emit[i]), CheckpointState::from(&emit[i]));
+            }
+            assert_eq!(held, want_held, "{name}");
+        }
+        // Not written to a topic: every record in force at once.
+        let mut held = InForce::default();
+        let written = accept_written(&mut held, &emit, std::iter::repeat(Ok(())));
+        assert_eq!((written.count, held.len()), (3, 3));
+    }
+
+    fn outcome(
+        partition: i32,
+        effective: Option<i64>,
+        problem: Option<PartitionProblem>,
+    ) -> PartitionOutcome {
+        PartitionOutcome {
+            source_topic: "orders".into(),
+            target_topic: "dc1.orders".into(),
+            partition,
+            group_offset: 10,
+            metadata: String::new(),
+            translation: None,
+            decision: None,
+            effective: effective.map(|d| CheckpointState {
+                upstream: 10,
+                downstream: d,
+            }),
+            target_end: Some(100),
+            problem,
+        }
+    }
+
+    fn plan(group: &str, partitions: Vec<PartitionOutcome>) -> GroupPlan {
+        GroupPlan {
+            group: group.into(),
+            partitions,
+            emit: vec![],
+        }
+    }
+
+    #[test]
+    fn select_groups_keeps_the_selected_only() {
+        let mut st = SpecState::default();
+        st.groups.insert(
+            "old".into(),
+            GroupState {
+                partitions: 3,
+                ..Default::default()
+            },
+        );
+        st.groups.insert(
+            "kept".into(),
+            GroupState {
+                partitions: 2,
+                ..Default::default()
+            },
+        );
+        let groups = names(&["kept", "new"]);
+        let selected: BTreeSet<&str> = groups.iter().map(String::as_str).collect();
+        select_groups(&mut st, &groups, &selected);
+        let got: Vec<(&str, i32)> = st
+            .groups
+            .iter()
+            .map(|(g, s)| (g.as_str(), s.partitions))
+            .collect();
+        assert_eq!(got, vec![("kept", 2), ("new", 0)]);
+    }
+
+    #[test]
+    fn record_plans_table() {
+        let before = Timestamp::from_second(1_700_000_000).unwrap();
+        let now = Timestamp::from_second(1_700_000_060).unwrap();
+        let old_failure = |reason| FailureState {
+            reason,
+            message: "old".into(),
+            since: before,
+        };
+        let no_sync = Some(PartitionProblem::NoSync(NoSyncReason::Empty));
+        let plans = vec![
+            // Up to date: 2 partitions checkpointed, lag 100-50 + 100-60.
+            plan(
+                "current",
+                vec![outcome(0, Some(50), None), outcome(1, Some(60), None)],
+            ),
+            // One partition without a sync: reported, still current.
+            plan(
+                "partly",
+                vec![outcome(0, Some(50), None), outcome(1, None, no_sync)],
+            ),
+            // A target end unknown: not brought up to date.
+            plan(
+                "behind",
+                vec![outcome(
+                    0,
+                    Some(90),
+                    Some(PartitionProblem::TargetEndUnknown),
+                )],
+            ),
+            // Its record was not written.
+            plan("unwritten", vec![outcome(0, Some(50), None)]),
+            // Not selected (cannot happen): skipped.
+            plan("unknown", vec![outcome(0, Some(50), None)]),
+        ];
+        let failed: BTreeSet<String> = BTreeSet::from(["unwritten".to_string()]);
+        let no_offset_sync = (
+            GroupFailureReason::NoOffsetSync,
+            "no safe translation for orders/1 at 10 (no offset sync yet)".to_string(),
+        );
+        for sync_group_offsets in [false, true] {
+            let mut st = SpecState::default();
+            for g in ["current", "partly", "behind", "unwritten"] {
+                st.groups.insert(
+                    g.into(),
+                    GroupState {
+                        synced: true,
+                        failures: vec![
+                            old_failure(GroupFailureReason::NoOffsetSync),
+                            old_failure(GroupFailureReason::CommitFailed),
+                        ],
+                        ..Default::default()
+                    },
+                );
+            }
+            let mut told = Vec::new();
+            record_plans(&mut st, &plans, &failed, sync_group_offsets, now, |g| {
+                told.push(g.to_string())
+            });
+            assert_eq!(told, names(&["current", "partly"]), "{sync_group_offsets}");
+            let row = |g: &str| {
+                let s = &st.groups[g];
+                let failures: Vec<(GroupFailureReason, String, Timestamp)> = s
+                    .failures
+                    .iter()
+                    .map(|f| (f.reason, f.message.clone(), f.since))
+                    .collect();
+                (
+                    s.last_checkpoint,
+                    s.partitions,
+                    s.target_lag,
+                    s.synced,
+                    failures,
+                )
+            };
+            // The group sync owns `synced` and CommitFailed when it runs; else they go.
+            let commit_failed: Vec<_> = if sync_group_offsets {
+                vec![(GroupFailureReason::CommitFailed, "old".to_string(), before)]
+            } else {
+                vec![]
+            };
+            let synced = sync_group_offsets;
+            let mut partly_failures = vec![(no_offset_sync.0, no_offset_sync.1.clone(), before)];
+            partly_failures.extend(commit_failed.clone());
+            assert_eq!(
+                row("current"),
+                (Some(now), 2, Some(90), synced, commit_failed.clone()),
+                "current, sync={sync_group_offsets}"
+            );
+            assert_eq!(
+                row("partly"),
+                (Some(now), 1, Some(50), synced, partly_failures),
+                "a NoOffsetSync that persists keeps its start, sync={sync_group_offsets}"
+            );
+            let mut behind_failures = vec![(
+                GroupFailureReason::NoOffsetSync,
+                "no safe translation for orders/0 at 10 (target end offset unknown)".to_string(),
+                before,
+            )];
+            behind_failures.extend(commit_failed.clone());
+            assert_eq!(
+                row("behind"),
+                (None, 1, Some(10), synced, behind_failures),
+                "behind, sync={sync_group_offsets}"
+            );
+            assert_eq!(
+                row("unwritten"),
+                (None, 1, Some(50), synced, commit_failed),
+                "unwritten, sync={sync_group_offsets}"
+            );
+            assert!(!st.groups.contains_key("unknown"));
+        }
+    }
+
+    #[test]
+    fn schedule_table() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let mut schedule: BTreeMap<String, Instant> =
+            [("a".to_string(), at(5)), ("b".to_string(), at(10))].into();
+        let next = names(&["b", "c"]);
+        reschedule(&mut schedule, next.iter(), at(1));
+        assert_eq!(
+            schedule,
+            [("b".to_string(), at(10)), ("c".to_string(), at(1))].into(),
+            "a gone, b keeps its time, c due at once"
+        );
+        assert_eq!(due(&schedule, at(0)), Vec::<String>::new());
+        assert_eq!(due(&schedule, at(1)), names(&["c"]));
+        assert_eq!(due(&schedule, at(10)), names(&["b", "c"]));
+
+        let refresh = Duration::from_secs(30);
+        let cases = [
+            ("the first due cycle", Some(at(0)), at(1)),
+            ("never listed", None, at(1)),
+            (
+                "a listing due before the cycles",
+                Some(at(0) - refresh),
+                at(0),
+            ),
+        ];
+        for (name, listed, want) in cases {
+            assert_eq!(next_wake(&schedule, listed, refresh, at(0)), want, "{name}");
+        }
+        assert_eq!(
+            next_wake(&BTreeMap::new(), None, refresh, at(0)),
+            at(60),
+            "nothing scheduled: a minute"
+        );
+    }
+
+    #[test]
+    fn refresh_interval_is_the_smallest() {
+        let with = |s: i32| {
+            let mut c = cp("f", ".*");
+            c.spec.groups.refresh_interval_seconds = s;
+            c
+        };
+        let cases = [
+            (vec![], 30),
+            (vec![with(120)], 120),
+            (vec![with(120), with(15), with(60)], 15),
+            (vec![with(0)], 1),
+        ];
+        for (specs, want) in cases {
+            assert_eq!(
+                refresh_interval(specs.iter()),
+                Duration::from_secs(want),
+                "{specs:?}"
+            );
         }
     }
 }

@@ -322,3 +322,55 @@ pub async fn shutdown_signal() {
         _ = term => info!("SIGTERM received"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::MirrorFlowSpec;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: WorkerArgs,
+    }
+
+    #[test]
+    fn only_worker_zero_fences_the_retired_workers() {
+        let spec: MirrorFlowSpec = serde_json::from_value(serde_json::json!({
+            "source": {"alias": "dc1", "bootstrapServers": "a:9092"},
+            "target": {"alias": "dc2", "bootstrapServers": "b:9092"},
+        }))
+        .unwrap();
+        let input = FlowInput {
+            namespace: "kafka".into(),
+            name: "orders".into(),
+            spec: watch::channel(spec).1,
+            checkpoints: watch::channel(Vec::new()).1,
+            reported_workers: [
+                "orders-worker-0",
+                "orders-worker-3",
+                "orders-worker-1",
+                "other-worker-5",
+            ]
+            .map(String::from)
+            .to_vec(),
+        };
+        let args = Cli::try_parse_from(["x", "--flow", "f.yaml", "--worker-count", "2"])
+            .unwrap()
+            .args;
+        let cases = [(0, vec![3]), (1, vec![])];
+        for (index, retired) in cases {
+            let s = engine_settings(&args, &input, index);
+            assert_eq!(
+                (s.worker_index, s.worker_count, s.retired_workers),
+                (index, 2, retired),
+                "worker {index}"
+            );
+            assert_eq!(
+                (s.namespace.as_str(), s.flow_name.as_str()),
+                ("kafka", "orders")
+            );
+        }
+    }
+}
