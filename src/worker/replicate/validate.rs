@@ -54,7 +54,6 @@
 //!    old log started at 0). A failure, however detected, is persisted with the partition's
 //!    progress (`Progress.failure`): after a restart the partition stays stopped until a
 //!    reset clears it, whether the evidence is still there or not.
-//! 4. **Leader epochs**: not read (rdkafka 0.39 exposes none; see `classify.rs`).
 //!
 //! A source topic that disappears (deleted, or deselected) parks its partitions with their
 //! positions, marks and failures; if it comes back, it resumes from there and is checked
@@ -561,13 +560,11 @@ mod tests {
             topic_id: Some("AAA".into()),
             high_watermark: Some(1000),
             log_start: Some(0),
-            leader_epoch: None,
         };
         let obs = |id: &str, log_start: i64, high: i64| PartitionObservation {
             topic_id: Some(id.into()),
             log_start,
             high_watermark: high,
-            leader_epoch: None,
         };
         let rows = [
             ("past the end", obs("AAA", 0, 40), true),
@@ -594,13 +591,11 @@ mod tests {
             topic_id: Some("AAA".into()),
             high_watermark: Some(1000),
             log_start: Some(0),
-            leader_epoch: None,
         };
         let obs = |id: &str, log_start: i64, high: i64| PartitionObservation {
             topic_id: Some(id.into()),
             log_start,
             high_watermark: high,
-            leader_epoch: None,
         };
         type Kind = fn(&CheckOutcome) -> bool;
         let healthy: Kind = |o| matches!(o, CheckOutcome::Healthy(_));
