@@ -1,64 +1,9 @@
-//! Detection: decide whether a source partition lost records before replication (DataLoss) or
-//! no longer holds what was replicated (TopicReset), and explain it to a person.
-//!
-//! Pure: the engine gathers observations from Kafka and calls [`classify_out_of_range`] (on a
-//! consumer error) or [`check_partition`] (periodically, e.g. on every topic refresh, for every
-//! partition with a known position, busy or idle). A [`Detection`] becomes a
-//! [`PartitionFailure`] with [`Detection::to_failure`]; [`ReportedFailures`] makes sure each
-//! failure is logged once at error level.
-//!
-//! # Signals and what each can miss
-//!
-//! The consumer runs with `auto.offset.reset=error` and never-replicated partitions are
-//! positioned explicitly, so only a *known* position can fail.
-//!
-//! 1. **Out of range** (librdkafka `AutoOffsetReset`, -140): the broker refused our position.
-//!    Classified by the log start offset: log start > position → DataLoss with exactly
-//!    `log start − position` records lost (assuming the topic was not also recreated, which
-//!    without topic ids cannot be told); otherwise → TopicReset (the log is shorter than our
-//!    position: recreated, or truncated by an unclean leader election). librdkafka also reports
-//!    `LogTruncation` (-139) when, after a leader change, OffsetForLeaderEpoch shows the log
-//!    ends below our position (KIP-320, librdkafka ≥ 2.1); the engine should route it here too.
-//!    Misses: anything that leaves our position in range — a recreated topic that already
-//!    holds more records than our position (the weakness of Kafka PR 23091), and on brokers
-//!    that answer a fetch past the high watermark with no error (nisshi, tansu here) the
-//!    shorter case as well. Hence the periodic check below.
-//! 2. **Topic id changed** (KIP-516): certain proof of recreation. Unavailable on brokers
-//!    before 2.8 and on any client that does not read it; then the fallbacks below apply.
-//! 3. **Log start dropped to 0** from above 0: retention and DeleteRecords only move the log
-//!    start forward, and an in-sync replica that becomes leader knows the leader's log start,
-//!    so falling back to exactly 0 means a new log. Catches some recreated topics that grew
-//!    past our position, but only if the old topic had already deleted records. A smaller
-//!    drop is deliberately not used: a freshly elected leader may briefly lag on the log start,
-//!    and a false TopicReset forces the operator into a harmful reset.
-//! 4. **High watermark went backwards** (below the highest seen) or **our position is past
-//!    the high watermark**: the log no longer holds offsets that existed (recreated shorter,
-//!    or truncated). Needs watermarks from ListOffsets (`fetch_watermarks`): since KIP-207
-//!    (Kafka 2.2) a new leader answers OFFSET_NOT_AVAILABLE instead of a lower value, whereas
-//!    watermarks cached from fetch responses can dip briefly during a leader change. Brokers
-//!    with wrong watermarks (tansu here reports last batch base + 1) give false TopicResets.
-//! 5. **Log start past our position** on an idle partition: retention deleted records we had
-//!    not replicated; no fetch happens, so no error would ever come.
-//!
-//! **Undetectable:** without topic ids, a topic deleted and recreated between
-//! two checks that, by the time we look, holds at least as many records as the highest high
-//! watermark we saw (and whose old log started at 0) looks exactly like the old topic having
-//! grown. Watermarks alone cannot see it; the remedy is to supply topic ids.
-//!
-//! Leader epochs are not a signal: librdkafka's metadata has no partition leader epoch, and
-//! record-batch epochs would have to be read per record and persisted with the progress to
-//! survive a restart, to catch only recreations on brokers without topic ids (before 2.8).
-//!
-//! # Choices
-//!
-//! - **DataLoss wins.** When recreation and deleted records show together, the partition is
-//!   DataLoss: it has the unrecoverable consequence and its remedies make the operator accept
-//!   the gap explicitly. On a recreated topic the position is meaningless, so records count as
-//!   lost when the new log no longer starts at 0 (at least log start records).
-//! - **Failed log start lookup → DataLoss** with unknown counts (PR 23091 chose TopicReset).
-//!   Loss cannot be ruled out, and TopicReset's remedy `RestartFromEarliest` would accept a gap
-//!   silently, while DataLoss's `ResumeFromLogStart` does the same seek with the gap
-//!   acknowledged. The partition still fails: never the silent path.
+//! Detection: whether a source partition lost records before replication (DataLoss) or no
+//! longer holds what was replicated (TopicReset), and the message that explains it. Pure: the
+//! engine calls [`classify_out_of_range`] on a consumer error and [`check_partition`] on each
+//! periodic observation; the signals and what each misses are in `docs/DATA-SAFETY.md`.
+//! Leader epochs are not a signal: librdkafka's metadata has none, and record-batch epochs
+//! would only catch recreations that topic ids (Kafka 2.8+) catch with certainty.
 
 use std::collections::HashSet;
 use std::fmt::Write as _;
@@ -235,7 +180,12 @@ pub struct FlowRef<'a> {
 /// Classify an out-of-range error for `position` on `tp`.
 ///
 /// `log_start` is the partition's log start offset, or the lookup error. `topic_id_changed` is
-/// `Some` when topic ids were compared. See the module docs for the rules.
+/// `Some` when topic ids were compared. Log start past the position: DataLoss with the exact
+/// count; a recreated topic whose log no longer starts at 0: DataLoss, at least log start
+/// records (DataLoss wins: its remedies make the operator accept the gap); otherwise
+/// TopicReset. A failed lookup is DataLoss with unknown counts (Kafka PR 23091 chose
+/// TopicReset): loss cannot be ruled out, and TopicReset's `RestartFromEarliest` would accept
+/// a gap silently where DataLoss's `ResumeFromLogStart` does the same seek acknowledged.
 pub fn classify_out_of_range(
     tp: TopicPartitionRef,
     position: i64,
@@ -348,6 +298,11 @@ impl KnownPartition {
 
 /// Check a partition without waiting for a fetch error: catches silent TopicResets and purged
 /// idle partitions. `None` means no problem seen (then call [`KnownPartition::record`]).
+///
+/// Watermarks must come from ListOffsets, not from fetch responses, which can dip during a
+/// leader change. Only a log start fallen to exactly 0 counts: a freshly elected leader may
+/// briefly lag on the log start, and a false TopicReset pushes the operator into a harmful
+/// reset.
 pub fn check_partition(stored: &KnownPartition, now: &PartitionObservation) -> Option<Detection> {
     let position = stored.position;
     let mut signals = Vec::new();

@@ -64,7 +64,7 @@ impl XorShift {
     }
 }
 
-/// Emits syncs exactly as the writer contract in the module docs says.
+/// Emits syncs exactly as the writer contract of `Contract::Mirrorflow` says.
 struct ContractWriter {
     lag_max: u64,
     last_record: Option<SyncPoint>,
