@@ -21,11 +21,11 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
-# Caches survive between builds; the binary is copied out of the cached target dir. Without
-# default features: the demo and its local-broker harness stay out of the operator image.
+# Caches survive between builds; the binary is copied out of the cached target dir. The
+# default features are the operator's: the demo and its local-broker harness (`testkit`) stay out.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked --no-default-features --bin mirrorflow \
+    cargo build --release --locked --bin mirrorflow \
  && install -D -m 0755 target/release/mirrorflow /out/mirrorflow \
  && ldd /out/mirrorflow
 

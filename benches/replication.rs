@@ -250,39 +250,6 @@ fn mirrorflow_bin() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_mirrorflow")))
 }
 
-/// How many of `link/symbol-order.txt`'s functions the binary has (build.rs packs those first):
-/// few means the order is stale for this build, and the worker's code is spread over its text.
-fn symbol_order(bin: &std::path::Path) -> String {
-    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/link/symbol-order.txt");
-    let Ok(order) = std::fs::read_to_string(file) else {
-        return "symbol order: no link/symbol-order.txt".into();
-    };
-    let per_build = order
-        .lines()
-        .find_map(|l| l.strip_prefix("# image build: "))
-        .unwrap_or("unknown");
-    let listed: std::collections::HashSet<&str> =
-        order.lines().filter(|l| !l.starts_with('#')).collect();
-    let nm = std::process::Command::new("nm")
-        .args(["--defined-only", "--format=just-symbols"])
-        .arg(bin)
-        .output();
-    match nm {
-        Ok(out) if out.status.success() => {
-            let text = String::from_utf8_lossy(&out.stdout);
-            let mut names: Vec<&str> = text.lines().filter(|n| listed.contains(n)).collect();
-            names.sort_unstable();
-            names.dedup();
-            format!(
-                "symbol order: {} of the {} listed functions are in this binary (made for: image build {per_build})",
-                names.len(),
-                listed.len()
-            )
-        }
-        _ => "symbol order: not checked (`nm` did not run)".into(),
-    }
-}
-
 fn start_broker(rt: &tokio::runtime::Runtime) -> Result<LocalBroker, BrokerError> {
     rt.block_on(LocalBroker::start(BrokerKind::Nisshi))
 }
@@ -328,7 +295,6 @@ fn run() -> anyhow::Result<()> {
             Err(e) => format!("not run ({e})"),
         }
     );
-    println!("  {}", symbol_order(&bin));
     let bench = rounds::Bench {
         cfg: &cfg,
         src: &src,

@@ -10,9 +10,10 @@ started=$SECONDS
 if [ ! -x "${CARGO_TARGET_DIR:-target}/debug/mirrorflow" ]; then
   printf '[demo] building mirrorflow: about 4 minutes on 2 cores the first time, later runs reuse it\n' >&2
 fi
-# The dev profile, with the test suite's dependency features (the `demo` test target pulls in
-# the dev-dependencies): `scripts/test.sh` then reuses this build instead of compiling the
-# dependencies a second time. Cargo's "Compiling ..." lines are the progress.
-cargo build --locked --bin mirrorflow --test demo
+# The dev profile, with the `testkit` feature (the demo command) and the test suite's dependency
+# features (the `demo` test target pulls in the dev-dependencies): `scripts/test.sh` then reuses
+# this build instead of compiling the dependencies a second time. Cargo's "Compiling ..." lines
+# are the progress.
+cargo build --locked --features testkit --bin mirrorflow --test demo
 printf '[demo] build done in %d s; running the demo\n' $((SECONDS - started)) >&2
 exec "${CARGO_TARGET_DIR:-target}/debug/mirrorflow" demo "$@"

@@ -9,5 +9,7 @@ export PATH="$HOME/.cargo/bin:$PATH"
 # Broker tests must not skip in CI: a missing broker is a failure there.
 export MIRRORFLOW_REQUIRE_BROKERS="${MIRRORFLOW_REQUIRE_BROKERS:-1}"
 cargo fmt --all -- --check
+# Every target (tests and benches turn on `testkit`), then the operator build alone.
 cargo clippy --all-targets --locked -- -D warnings
+cargo clippy --lib --bins --locked -- -D warnings
 cargo nextest run --lib --bins --tests --locked --no-fail-fast

@@ -102,7 +102,8 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let mut worker = DemoWorker::start(dir.path(), &src, &tgt)?;
     // Read the source once: its records are the reference for the comparison below, and the
     // offset after each partition's last record is its end. Watermarks would be simpler, but
-    // tansu reports "last batch base + 1" when the producer batches (REFERENCE.md §3).
+    // tansu's high watermark is "last batch base + 1" when the producer batches (a tansu bug:
+    // `tests/brokers_smoke.rs` shows it).
     let until = |n: u64| ConsumeUntil::count(n as usize).timeout(Duration::from_secs(120));
     let src_records = brokers::consume_all(&src, "orders", until(args.records)).await?;
     let ends = source_ends(args.partitions, &src_records);

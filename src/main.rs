@@ -48,7 +48,7 @@ enum Command {
 /// `unprefixed` feature provides `malloc` and `free`). glibc's malloc takes an arena lock when
 /// one thread frees what another allocated, which is every fetched record (librdkafka's broker
 /// thread allocates it, the engine frees it); jemalloc batches those frees in per-thread caches.
-/// See docs/PERFORMANCE.md, "The allocator".
+/// The replication bench measured less CPU per record with it than with glibc's malloc.
 #[cfg(target_os = "linux")]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;

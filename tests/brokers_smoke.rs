@@ -106,7 +106,7 @@ async fn roundtrip(kind: BrokerKind) {
         let (low, high) = watermarks(&bootstrap, "smoke", partition).await.unwrap();
         assert_eq!(low, 0, "{kind} low watermark of partition {partition}");
         if kind == BrokerKind::Tansu {
-            // REFERENCE.md §3: tansu's high watermark is wrong when the producer batches.
+            // tansu's high watermark is "last batch base + 1" when the producer batches.
             eprintln!("{kind}: high watermark of partition {partition} is {high} (last offset {last}); not asserted, known tansu bug");
         } else {
             assert_eq!(

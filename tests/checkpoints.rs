@@ -7,8 +7,9 @@
 //! last replicated record, each tagged with the `mirrorflow.sync.seq` header (or, for the
 //! "MM2" topics, without it).
 //!
-//! The checkpoints topic is decoded here by an independent decoder written from the
-//! documented format (REFERENCE.md), not by `kafka::wire`.
+//! The checkpoints topic is decoded here by an independent decoder written from MM2's format
+//! (Kafka's `org.apache.kafka.connect.mirror.Checkpoint`: key group, topic, partition; value
+//! version 0, upstream, downstream, metadata), not by `kafka::wire`.
 //!
 //! Skipped (with a `SKIPPED` line) when nisshi is not installed, unless
 //! `MIRRORFLOW_REQUIRE_BROKERS=1`.

@@ -345,34 +345,3 @@ fn schema_refuses_history_splitting_edits() {
         ""
     );
 }
-
-/// build.rs links the binary with `link/symbol-order.txt`. Its names carry hashes of the
-/// toolchain's build: made with another toolchain, it orders nothing, and the worker's code is
-/// spread over the whole text again (about 9 MiB more resident; docs/PERFORMANCE.md).
-#[test]
-fn symbol_order_was_made_with_this_toolchain() {
-    const ORDER_FILE: &str = "link/symbol-order.txt";
-    let order = std::fs::read_to_string(root().join(ORDER_FILE)).unwrap();
-    let made_with = order.lines().find_map(|l| l.strip_prefix("# toolchain: "));
-    assert_eq!(
-        made_with,
-        Some(env!("MIRRORFLOW_RUSTC_VERSION")),
-        "{ORDER_FILE} is stale: run scripts/symbol-order.sh and commit the result"
-    );
-    let names: Vec<&str> = order.lines().filter(|l| !l.starts_with('#')).collect();
-    let mut unique = names.clone();
-    unique.sort_unstable();
-    unique.dedup();
-    assert!(
-        names.len() > 1000 && unique.len() == names.len(),
-        "{ORDER_FILE} should list the functions a worker runs, once each (has {} lines, {} unique)",
-        names.len(),
-        unique.len()
-    );
-    assert!(
-        names
-            .iter()
-            .all(|n| !n.is_empty() && !n.contains(char::is_whitespace)),
-        "{ORDER_FILE}: one symbol name per line"
-    );
-}

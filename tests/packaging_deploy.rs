@@ -229,9 +229,23 @@ fn dockerfile_builds_a_nonroot_image_the_controller_can_start_workers_from() {
     let text = read("Dockerfile");
     let stages: Vec<&str> = text.split("\nFROM ").skip(1).collect();
     assert_eq!(stages.len(), 2, "multi-stage: build and runtime");
+    // The operator image is built without the testkit feature (no demo, no broker launchers):
+    // the default features, which are empty.
     assert!(
-        stages[0].contains("cargo build --release --locked --no-default-features --bin mirrorflow"),
-        "the operator image is built without the testkit feature (no demo, no broker launchers)"
+        stages[0].contains("cargo build --release --locked --bin mirrorflow"),
+        "the image builds the mirrorflow binary in release"
+    );
+    let build = stages[0]
+        .lines()
+        .find(|l| l.contains("cargo build"))
+        .unwrap_or_default();
+    assert!(
+        !build.contains("--features") && !build.contains("--all-features"),
+        "the image must build the default features, without testkit: {build}"
+    );
+    assert!(
+        read("Cargo.toml").contains("\ndefault = []\n"),
+        "the default features are the operator's: empty"
     );
     let runtime = stages[1];
     // Workers run `mirrorflow worker ...` (command from PATH) as WORKER_UID.

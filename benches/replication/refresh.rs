@@ -633,6 +633,6 @@ pub fn print_targets(rc: &RefreshConfig, runs: &[RefreshMeasured]) {
         "  note: target growth cannot tell a running loop from one paused for a cycle while records handed over before still land:"
     );
     println!(
-        "        a build awaiting the refresh on the loop passed these checks too (docs/PERFORMANCE.md); tests/discovery.rs shows the loop goes on"
+        "        a build awaiting the refresh on the loop passed these checks too; tests/discovery.rs shows the loop goes on"
     );
 }

@@ -35,7 +35,8 @@ pub fn replicas() -> i32 {
 /// 45 MiB: 40 for the batches, 4 for the consumer's prefetch and 1 for a fetch
 /// (`worker::replicate::settings::WindowShares`). Batches of 32 MiB, as much as the bare
 /// rdkafka loop keeps in its producer queue, left the 1 KB lz4 rate below 95 % of the loop's
-/// in half the runs; 40 did not (docs/PERFORMANCE.md, "The window counts the prefetch").
+/// in half the runs; 40 did not (the replication bench; `docs/PERFORMANCE.md` has the memory
+/// model).
 pub fn in_flight_mib() -> i32 {
     45
 }

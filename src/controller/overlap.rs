@@ -1,32 +1,7 @@
-//! Flows that would write the same target topic. Pure.
-//!
-//! Two flows collide when they write to the same target cluster and some target topic name
-//! can come out of both: a topic one flow replicates, renamed by its policy, equals a topic
-//! the other one replicates, renamed by its own. Two writers of one topic interleave their
-//! records, and each flow's offset syncs and checkpoints would describe offsets the other one
-//! moved: failover would point consumers at the wrong records. The controller refuses the
+//! Flows that would write the same target topic. Pure. Two writers of one topic interleave
+//! their records, and each flow's offset syncs and checkpoints would describe offsets the other
+//! one moved: failover would point consumers at the wrong records. The controller refuses the
 //! flow that came second ([`first_collision`]); the one that came first keeps running.
-//!
-//! The rule, and why it is decidable here:
-//! - **Same target cluster**: the two `target.bootstrapServers` lists share an address
-//!   (`host:port`, compared trimmed and lowercased). Aliases are names a flow author picks and
-//!   say nothing about identity; two addresses of one cluster that share none (a DNS alias, an
-//!   IP) are not recognised.
-//! - **Same target topic**: a flow writes `p + s` for each source topic `s` it replicates,
-//!   `p` being its target prefix (`<sourceAlias><separator>` under `Prefix`, empty under
-//!   `Identity`). The topics a flow replicates are the names over Kafka's topic alphabet
-//!   (`[a-zA-Z0-9._-]`) that fully match an `include` pattern and no `exclude` pattern, minus
-//!   internal topics (`__*`, `.*`, `*.internal`, `*-internal`). Include and exclude patterns are
-//!   regular expressions (Rust's `regex` has no back-references or look-around), so each set
-//!   is a regular language and whether two flows share a target name is decided exactly: one
-//!   prefix must start with the other (`pL = pS + r`, else no name is shared), and then a
-//!   breadth-first search over the product of the four DFAs (both flows' includes and
-//!   excludes, the shorter-prefix flow's started after reading `r`) finds the shortest shared
-//!   target topic, which the condition names. Not modelled (so at worst a flow is refused for
-//!   a topic it would skip): the `Prefix` cycle rule and the 249-character limit.
-//! - A pattern the DFA builder cannot handle within [`DFA_SIZE_LIMIT`], or a search beyond
-//!   [`MAX_STATES`] states, counts as a collision ("cannot be ruled out"): refusing is safe,
-//!   two writers are not.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -190,8 +165,28 @@ fn pair_key(a: &MirrorFlowSpec, b: &MirrorFlowSpec) -> PairKey {
     [of(a), of(b)]
 }
 
-/// Whether flows `a` and `b` (valid specs) could write the same target topic. See the module
-/// docs for the rule.
+/// Whether flows `a` and `b` (valid specs) could write the same target topic.
+///
+/// The rule, and why it is decidable here:
+/// - **Same target cluster**: the two `target.bootstrapServers` lists share an address
+///   (`host:port`, compared trimmed and lowercased). Aliases are names a flow author picks and
+///   say nothing about identity; two addresses of one cluster that share none (a DNS alias, an
+///   IP) are not recognised.
+/// - **Same target topic**: a flow writes `p + s` for each source topic `s` it replicates,
+///   `p` being its target prefix (`<sourceAlias><separator>` under `Prefix`, empty under
+///   `Identity`). The topics a flow replicates are the names over Kafka's topic alphabet
+///   (`[a-zA-Z0-9._-]`) that fully match an `include` pattern and no `exclude` pattern, minus
+///   internal topics (`__*`, `.*`, `*.internal`, `*-internal`). Include and exclude patterns are
+///   regular expressions (Rust's `regex` has no back-references or look-around), so each set
+///   is a regular language and whether two flows share a target name is decided exactly: one
+///   prefix must start with the other (`pL = pS + r`, else no name is shared), and then a
+///   breadth-first search over the product of the four DFAs (both flows' includes and
+///   excludes, the shorter-prefix flow's started after reading `r`) finds the shortest shared
+///   target topic, which the condition names. Not modelled (so at worst a flow is refused for
+///   a topic it would skip): the `Prefix` cycle rule and the 249-character limit.
+/// - A pattern the DFA builder cannot handle within [`DFA_SIZE_LIMIT`], or a search beyond
+///   [`MAX_STATES`] states, counts as a collision ("cannot be ruled out"): refusing is safe,
+///   two writers are not.
 pub fn overlap(a: &MirrorFlowSpec, b: &MirrorFlowSpec) -> Overlap {
     if shared_addresses(&a.target.bootstrap_servers, &b.target.bootstrap_servers).is_empty() {
         return Overlap::Disjoint;

@@ -1,10 +1,8 @@
-//! The source consumer's queued records, taken without rdkafka's per-message wrapper.
-//!
-//! rdkafka's `MessageStream` reads the clock, allocates an `Arc` and registers a waker slot
-//! for every message; at 100 B records that was about 7 % of the engine thread (perf,
-//! docs/PERFORMANCE.md). [`ReadyQueue::poll`] takes the next event of the same queue with
-//! librdkafka's event API and serves it as rdkafka would for a consumer of assigned
-//! partitions that commits nothing (the worker's): records, errors, statistics and logs.
+//! The source consumer's queued records, taken without rdkafka's per-message wrapper (a clock
+//! read, an `Arc` and a waker slot per message). [`ReadyQueue::poll`] takes the next event of
+//! the same queue with librdkafka's event API and serves it as rdkafka would for a consumer of
+//! assigned partitions that commits nothing (the worker's): records, errors, statistics and
+//! logs.
 
 use std::any::Any;
 use std::ffi::CStr;

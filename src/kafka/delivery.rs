@@ -1,12 +1,9 @@
 //! Delivery reports of the target producer, collected per group of records (a batch, or the
-//! syncs and progress of a batch) without an allocation or a wake-up per record.
-//!
-//! rdkafka's `FutureProducer` allocates a channel and a box per record, frees them on the
-//! polling thread and wakes the engine for every report; at 100 B records that was about a
-//! fifth of the worker's CPU. Here a record's delivery opaque is a plain number (group id and
-//! index); whoever polls the producer (the task waiting for a group, see `events`) stores
-//! the report under one lock, and the group's waker is woken once, when its last report is
-//! in.
+//! syncs and progress of a batch) without an allocation or a wake-up per record (rdkafka's
+//! `FutureProducer` has a channel and a box per record). A record's delivery opaque is a plain
+//! number (group id and index); whoever polls the producer (the task waiting for a group, see
+//! `events`) stores the report under one lock, and the group's waker is woken once, when its
+//! last report is in.
 //!
 //! A record sent without a copy (`produce::Topics::send_held`) has its fetch event held in
 //! its group, released by its report; a group closed first leaves it as an orphan for the

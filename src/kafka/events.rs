@@ -1,14 +1,8 @@
 //! The target producer's events (delivery reports, statistics, errors) served on the task
 //! that waits for them, not on a polling thread: librdkafka calls back when its main queue
-//! gets an event after being empty, the callback wakes the waiting task, which drains the
-//! queue.
-//!
-//! rdkafka's `ThreadedProducer` polls in 100 ms slices and, its timeout being whole
-//! milliseconds, spins through the last one of each; with its wake-ups that thread was 12 %
-//! of the worker's CPU at 100 B records (`perf`, docs/PERFORMANCE.md). The signal was an
-//! eventfd before: each one woke the thread parked in tokio's reactor, which then woke the
-//! engine's thread, even while the engine was running; the callback wakes the task itself,
-//! and only if it waits.
+//! gets an event after being empty, and the callback wakes the waiting task, which drains the
+//! queue. (rdkafka's `ThreadedProducer` polls in 100 ms slices and spins through the last
+//! millisecond of each.)
 
 use std::ffi::c_void;
 use std::io;

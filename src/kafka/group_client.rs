@@ -2,9 +2,8 @@
 //! `kafka::protocol`): FindCoordinator v4 for every group whose coordinator is not cached,
 //! then OffsetFetch v8 with up to [`MAX_GROUPS_PER_FETCH`] groups per request, or one
 //! OffsetCommit v8 per group, pipelined, spread over up to [`MAX_LANES`] connections per
-//! coordinator (a broker serves one connection's requests in order: nisshi answers about
-//! 1,000 commits a second on one). Blocking (run on tokio's blocking pool); every socket
-//! call is bounded by the timeout.
+//! coordinator (a broker serves one connection's requests in order). Blocking (run on tokio's
+//! blocking pool); every socket call is bounded by the timeout.
 //!
 //! Only for clusters without TLS or SASL (`security.protocol` unset or `plaintext`): those
 //! keep librdkafka's one-group-per-request calls, as does a broker older than Kafka 3.0

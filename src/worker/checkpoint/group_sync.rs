@@ -1,20 +1,8 @@
 //! The group sync: commits the checkpoints in force to the target groups, in a loop beside
-//! the checkpoint cycles (`run_group_syncs`, in the runner's task).
-//!
-//! Committing takes longer than the rest of a cycle at scale (10,000 groups: about 10 s on
-//! one connection against 3-4 s for reading, translating and writing the checkpoints), so it
-//! never delays the next cycle. Each cycle hands its plans over through a [`Mailbox`]: one
-//! slot per OffsetCheckpoint holding only the newest plans, so a sync is at most one plan
-//! behind (never a backlog) and memory holds at most two plans per checkpoint.
-//!
-//! Safety: the plans are checkpoints in force (safe translations, never past what was
-//! replicated), and right before committing the sync lists the target's groups (active
-//! members: left alone, retried with the next plans) and reads their committed offsets
-//! (never moved backwards; `plan::plan_group_sync`).
-//!
-//! Who reports what: a group's `NoOffsetSync` failure comes from the cycle, its
-//! `ActiveOnTarget` and `CommitFailed` failures and its `synced` flag from the sync
-//! ([`sync_owned`]); each side replaces only its own ([`merge_owned_failures`]).
+//! the checkpoint cycles (`run_group_syncs`, in the runner's task), so that committing
+//! thousands of groups never delays the next cycle. Right before committing it lists the
+//! target's groups (active members: left alone, retried with the next plans) and reads their
+//! committed offsets (never moved backwards; `plan::plan_group_sync`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::convert::Infallible;
@@ -33,7 +21,9 @@ use super::plan::{classify_commit_error, plan_group_sync, GroupPlan, SyncPlan};
 use super::status::{merge_failures, FailureState, RunnerState};
 use super::translate::PartitionMap;
 
-/// The newest plans per OffsetCheckpoint waiting for the group sync (module docs).
+/// The newest plans per OffsetCheckpoint waiting for the group sync: each cycle hands its
+/// plans over here, one slot per OffsetCheckpoint holding only the newest plans, so a sync is
+/// at most one plan behind (never a backlog) and memory holds at most two plans per checkpoint.
 #[derive(Debug)]
 pub struct Mailbox<P> {
     /// Per checkpoint: when its oldest unsynced offer arrived (a counter), and the newest
@@ -266,8 +256,12 @@ impl Handoff {
     }
 }
 
-/// The group sync (module docs), beside the cycles: syncs the newest plans of each
-/// checkpoint, one checkpoint at a time, and reports per group in `state`. Never returns.
+/// The group sync, beside the cycles: syncs the newest plans of each checkpoint, one
+/// checkpoint at a time, and reports per group in `state`. Never returns.
+///
+/// Who reports what: a group's `NoOffsetSync` failure comes from the cycle, its
+/// `ActiveOnTarget` and `CommitFailed` failures and its `synced` flag from the sync
+/// ([`sync_owned`]); each side replaces only its own ([`merge_owned_failures`]).
 pub(super) async fn run_group_syncs(
     flow_name: &str,
     target: Arc<GroupAdmin>,

@@ -1,20 +1,5 @@
-//! Checkpoint metrics (Prometheus), registered on the worker's registry. Every series is
-//! prefixed `mirrorflow_checkpoint_`; `checkpoint` is the OffsetCheckpoint name.
-//!
-//! | metric | labels | meaning |
-//! |---|---|---|
-//! | `age_seconds` | checkpoint, group | seconds since the group's checkpoints were last brought up to date, computed at scrape time (RPO) |
-//! | `written_total` | checkpoint | checkpoint records written to `<sourceAlias>.checkpoints.internal` |
-//! | `groups_synced_total` | checkpoint | target groups committed to |
-//! | `groups_refused_total` | checkpoint | target group syncs refused because the group had active members |
-//! | `commit_failures_total` | checkpoint | target group commits that failed otherwise |
-//! | `translations_total` | kind | partition translations per cycle by kind: `exact`, `safe`, `clamped`, `no_sync` |
-//! | `translation_fallbacks_total` | kind | the non-exact ones (`safe`, `clamped`, `no_sync`) |
-//! | `cycle_seconds` | checkpoint | wall time of the last cycle (the group sync runs beside it) |
-//! | `group_sync_seconds` | checkpoint | wall time of the last group sync |
-//! | `group_syncs_superseded_total` | checkpoint | cycle plans replaced by newer ones before the group sync took them |
-//! | `cycle_errors_total` | checkpoint | cycles that failed as a whole |
-//! | `sync_partitions` | — | source partitions with an offset-sync history (memory: × 64 syncs) |
+//! Checkpoint metrics (Prometheus), registered on the worker's registry, every series prefixed
+//! `mirrorflow_checkpoint_`: the list is on [`CheckpointMetrics`].
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -55,7 +40,23 @@ impl Collector for AgeCollector {
     }
 }
 
-/// The checkpoint metrics of one runner.
+/// The checkpoint metrics of one runner. Every series is prefixed `mirrorflow_checkpoint_`;
+/// `checkpoint` is the OffsetCheckpoint name.
+///
+/// | metric | labels | meaning |
+/// |---|---|---|
+/// | `age_seconds` | checkpoint, group | seconds since the group's checkpoints were last brought up to date, computed at scrape time (RPO) |
+/// | `written_total` | checkpoint | checkpoint records written to `<sourceAlias>.checkpoints.internal` |
+/// | `groups_synced_total` | checkpoint | target groups committed to |
+/// | `groups_refused_total` | checkpoint | target group syncs refused because the group had active members |
+/// | `commit_failures_total` | checkpoint | target group commits that failed otherwise |
+/// | `translations_total` | kind | partition translations per cycle by kind: `exact`, `safe`, `clamped`, `no_sync` |
+/// | `translation_fallbacks_total` | kind | the non-exact ones (`safe`, `clamped`, `no_sync`) |
+/// | `cycle_seconds` | checkpoint | wall time of the last cycle (the group sync runs beside it) |
+/// | `group_sync_seconds` | checkpoint | wall time of the last group sync |
+/// | `group_syncs_superseded_total` | checkpoint | cycle plans replaced by newer ones before the group sync took them |
+/// | `cycle_errors_total` | checkpoint | cycles that failed as a whole |
+/// | `sync_partitions` | — | source partitions with an offset-sync history (memory: × 64 syncs) |
 #[derive(Clone)]
 pub struct CheckpointMetrics {
     ages: Arc<Mutex<HashMap<(String, String), Timestamp>>>,

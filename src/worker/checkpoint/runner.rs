@@ -1,41 +1,7 @@
-//! The checkpoint runner: checkpoints the consumer groups selected by a flow's
-//! OffsetCheckpoints, and commits them to the target groups.
-//!
-//! **Which worker runs it:** only worker index 0 of the flow ([`should_run`]). Checkpoints
-//! need every partition's offset syncs and all groups, not one worker's share, and a single
-//! writer keeps the checkpoints monotonic without coordination. After a restart (or when
-//! another pod becomes index 0) the runner reloads the checkpoints topic, so monotonicity
-//! holds across runs.
-//!
-//! The runner connects only while an OffsetCheckpoint names its flow ([`runs_any`]): a flow
-//! without one holds no checkpoint clients and reads no offset syncs, and the runner
-//! disconnects when the last one is deleted.
-//!
-//! Start-up (retried until it succeeds): create `<sourceAlias>.checkpoints.internal` on the
-//! target if absent (1 partition, compacted), reload it (last record per key wins), and read
-//! the offset-syncs topic on the target ([`offset_syncs_topic`]) to its end, as MM2 does,
-//! before the first translation.
-//!
-//! Then, per OffsetCheckpoint, every `intervalSeconds` (a cycle that takes longer delays the
-//! next one; cycles never overlap):
-//! 1. read the committed offsets of its groups on the source (groups are re-listed every
-//!    `groups.refreshIntervalSeconds`, the smallest over the flow's OffsetCheckpoints, and
-//!    at once when the specs change);
-//! 2. read the offset-syncs topic up to its current end, then the target end offsets;
-//! 3. plan each group ([`plan_group`]) and write the new checkpoint records (when
-//!    `emitCheckpointsTopic`); only acknowledged records become the checkpoints in force;
-//! 4. when `syncGroupOffsets`: hand the plans to the group sync ([`super::group_sync`]),
-//!    which runs beside the cycles in the same task, so committing to thousands of target
-//!    groups never delays the next cycle.
-//!
-//! With `emitCheckpointsTopic: false` the checkpoints in force live only in memory; after a
-//! restart the target groups' committed offsets (never moved backwards) keep the sync
-//! monotonic.
-//!
-//! Memory: the offset-sync histories are bounded by `partitions × 64` syncs (see
-//! [`SyncStore`]); the checkpoints in force take one entry per (group, target partition);
-//! the group sync holds at most two cycles' plans per checkpoint (the one it syncs, the
-//! newest waiting).
+//! The checkpoint runner: on worker 0 of a flow, while an OffsetCheckpoint names the flow,
+//! translates the committed offsets of the selected source groups every `intervalSeconds`,
+//! writes them to `<sourceAlias>.checkpoints.internal` on the target and hands them to the
+//! group sync ([`super::group_sync`]), which commits them to the target groups.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
@@ -87,7 +53,10 @@ enum Ended {
     Unused,
 }
 
-/// Whether worker `worker_index` of a flow runs the checkpoints (module docs: index 0 only).
+/// Whether worker `worker_index` of a flow runs the checkpoints: index 0 only. Checkpoints
+/// need every partition's offset syncs and all groups, not one worker's share, and a single
+/// writer keeps them monotonic without coordination; a new index 0 reloads the checkpoints
+/// topic, so monotonicity holds across runs.
 pub fn should_run(worker_index: u32) -> bool {
     worker_index == 0
 }
@@ -108,7 +77,19 @@ pub fn checkpoints_topic(flow: &MirrorFlowSpec) -> String {
     wire::checkpoints_topic(&flow.source.alias)
 }
 
-/// Runs a flow's OffsetCheckpoints (module docs).
+/// Runs a flow's OffsetCheckpoints. It connects only while one names the flow ([`runs_any`]).
+///
+/// Start-up (retried until it succeeds): create the checkpoints topic on the target if absent
+/// (1 partition, compacted), reload it (last record per key wins), and read the offset-syncs
+/// topic to its end, as MM2 does, before the first translation. Then one cycle per
+/// OffsetCheckpoint every `intervalSeconds`; a cycle that takes longer delays the next one.
+/// With `emitCheckpointsTopic: false` the checkpoints in force live only in memory; after a
+/// restart the target groups' committed offsets (never moved backwards) keep the sync
+/// monotonic.
+///
+/// Memory: offset-sync histories of `partitions × 64` syncs ([`SyncStore`]), one checkpoint
+/// in force per (group, target partition), and at most two cycles' plans per checkpoint in
+/// the group sync (the one it syncs, the newest waiting).
 pub struct CheckpointRunner {
     flow_name: String,
     flow: MirrorFlowSpec,
@@ -308,7 +289,7 @@ impl CheckpointRunner {
         }
     }
 
-    /// The cycles of the OffsetCheckpoints (module docs), handing each cycle's plans to the
+    /// The cycles of the OffsetCheckpoints ([`CheckpointRunner`]), handing each cycle's plans to the
     /// group sync.
     async fn run_cycles<F: Future<Output = ()>>(
         &self,
@@ -760,9 +741,13 @@ impl Worker {
             .then(|| self.filter.target_topic(source_topic))
     }
 
-    /// One cycle of one OffsetCheckpoint (module docs). Group-level problems are recorded in
-    /// the state; an error means the cycle failed as a whole. With `syncGroupOffsets`, the
-    /// plans for the group sync are left in `offer` (also when the write failed for some).
+    /// One cycle of one OffsetCheckpoint: read its groups' committed offsets on the source
+    /// (groups re-listed every `groups.refreshIntervalSeconds` and when the specs change), read
+    /// the offset syncs to their end and the target's end offsets, plan each group
+    /// ([`plan_group`]) and write the new checkpoints (with `emitCheckpointsTopic`; only
+    /// acknowledged ones come into force). Group-level problems are recorded in the state; an
+    /// error means the cycle failed as a whole. With `syncGroupOffsets`, the plans for the
+    /// group sync are left in `offer` (also when the write failed for some).
     async fn cycle(
         &mut self,
         runner: &CheckpointRunner,

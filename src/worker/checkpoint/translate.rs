@@ -1,56 +1,8 @@
-//! Offset translation: the safety-critical core of checkpoints and group offset sync.
-//!
-//! Goal: a consumer group that committed source offset `o` must, after failover, resume on
-//! the target at a position that **never skips** a replicated record with source offset
-//! `≥ o` and **never lies past the target's end** (negative lag), and that re-reads nothing
-//! whenever the offset syncs prove it.
-//!
-//! # Writer contract ([`Contract::Mirrorflow`])
-//!
-//! mirrorflow's replication engine emits an offset sync `(u, d)` — source offset `u` was
-//! written at target offset `d` — for:
-//! - (a) the first record it replicates in a partition (after every start or restart);
-//! - (b) every record that follows a discontinuity on EITHER side: `u − u_prev ≠ 1`
-//!   (transaction markers, compaction, filtered records) or `d − d_prev ≠ 1` (markers of
-//!   the target transactions, anything else taking target offsets);
-//! - (c) the last record before such a discontinuity, emitted once the gap is seen and
-//!   before the sync of (b);
-//! - (d) at least every `lag_max` records;
-//! - (e) the last replicated record of a partition whenever it flushes/commits.
-//!
-//! On restart it resumes from a committed position no later than what it replicated, and
-//! records it wrote after its last delivered sync do not stay visible (with transactions
-//! the abort hides them; a graceful stop flushes (e) first). Without that, after a crash a
-//! group offset between the last sync and the crash point can, until re-replication passes
-//! it, translate past the only visible copy of those records.
-//!
-//! It writes each partition in source order (downstream order follows upstream order), and
-//! tags every sync with a [`SyncSequence`] (writer run + counter) so a reader can tell
-//! whether two syncs it sees were *consecutive when emitted*. Compaction of the syncs topic
-//! and writer restarts break that chain; the history then records [`Link::Unknown`].
-//!
-//! Consequence, for two consecutive syncs `s1 = (u1, d1)`, `s2 = (u2, d2)`:
-//! - no discontinuity lies between them: every source offset in `[u1, u2]` is a replicated
-//!   record at `d1 + (o − u1)` ([`Span::Linear`], `u2 − u1 == d2 − d1`); or
-//! - exactly one does: `s1` is the last record before it and `s2` the first after, so they
-//!   are consecutive replicated records and nothing replicated lies in `(d1, d2)`
-//!   ([`Span::Gap`]). A group at `o ∈ (u1, u2)` consumed through `s1`, so `d1 + 1` is exact.
-//!   (A gap whose sides happen to have equal length is classified `Linear`; interpolation
-//!   then lands strictly inside `(d1, d2)`, where no records lie, so it is still exact.)
-//!
-//! Syncs from MM2 or unknown writers give none of this: [`Contract::Mm2`] applies the pure
-//! MM2 rule (PR 13178): `o == u → d`, `o > u → d + 1`, no sync `≤ o` → no translation.
-//!
-//! # Why every answer is safe
-//! Every result is `d` of a retained sync `s ≤ o`, `d + 1`, or a linear interpolation inside
-//! a span proven linear. Records with source offset `≥ o > u` were written after `s`, so they
-//! sit at `≥ d + 1`; interpolation is exact by the contract; nothing extrapolates past the
-//! newest sync. Hence no record is skipped and no answer exceeds `d_newest + 1 ≤ end`
-//! (use [`clamp_to_target_end`] against a target that was truncated or an end read earlier).
-//!
-//! "Exact" means: with respect to the syncs seen so far, the position re-reads nothing
-//! (no record with source offset `< o` lies at or after it). `Safe` may re-read, at most
-//! up to the next retained sync.
+//! Offset translation: the safety-critical core of checkpoints and group offset sync. A
+//! consumer group that committed source offset `o` must, after failover, resume on the target
+//! at a position that **never skips** a replicated record with source offset `≥ o` and **never
+//! lies past the target's end** (negative lag), and that re-reads nothing whenever the offset
+//! syncs prove it. What the syncs promise: [`Contract`]; why every answer is safe: [`translate`].
 
 use crate::kafka::wire::{self, SyncSequence};
 
@@ -85,10 +37,42 @@ impl From<&wire::OffsetSync> for SyncPoint {
 /// Which guarantees the syncs of a partition come with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Contract {
-    /// mirrorflow's writer contract (module docs): spans between consecutive syncs are
-    /// known, so translation may interpolate.
+    /// mirrorflow's writer contract: spans between consecutive syncs are known, so
+    /// translation may interpolate.
+    ///
+    /// mirrorflow's replication engine emits an offset sync `(u, d)` — source offset `u` was
+    /// written at target offset `d` — for:
+    /// - (a) the first record it replicates in a partition (after every start or restart);
+    /// - (b) every record that follows a discontinuity on EITHER side: `u − u_prev ≠ 1`
+    ///   (transaction markers, compaction, filtered records) or `d − d_prev ≠ 1` (markers of
+    ///   the target transactions, anything else taking target offsets);
+    /// - (c) the last record before such a discontinuity, emitted once the gap is seen and
+    ///   before the sync of (b);
+    /// - (d) at least every `lag_max` records;
+    /// - (e) the last replicated record of a partition whenever it flushes/commits.
+    ///
+    /// On restart it resumes from a committed position no later than what it replicated, and
+    /// records it wrote after its last delivered sync do not stay visible (with transactions
+    /// the abort hides them; a graceful stop flushes (e) first). Without that, after a crash a
+    /// group offset between the last sync and the crash point can, until re-replication passes
+    /// it, translate past the only visible copy of those records.
+    ///
+    /// It writes each partition in source order (downstream order follows upstream order), and
+    /// tags every sync with a [`SyncSequence`] (writer run + counter) so a reader can tell
+    /// whether two syncs it sees were *consecutive when emitted*. Compaction of the syncs topic
+    /// and writer restarts break that chain; the history then records [`Link::Unknown`].
+    ///
+    /// Consequence, for two consecutive syncs `s1 = (u1, d1)`, `s2 = (u2, d2)`:
+    /// - no discontinuity lies between them: every source offset in `[u1, u2]` is a replicated
+    ///   record at `d1 + (o − u1)` ([`Span::Linear`], `u2 − u1 == d2 − d1`); or
+    /// - exactly one does: `s1` is the last record before it and `s2` the first after, so they
+    ///   are consecutive replicated records and nothing replicated lies in `(d1, d2)`
+    ///   ([`Span::Gap`]). A group at `o ∈ (u1, u2)` consumed through `s1`, so `d1 + 1` is exact.
+    ///   (A gap whose sides happen to have equal length is classified `Linear`; interpolation
+    ///   then lands strictly inside `(d1, d2)`, where no records lie, so it is still exact.)
     Mirrorflow,
-    /// MM2 or unknown writer: only `o == u → d`, `o > u → d + 1`.
+    /// MM2 or unknown writer: only MM2's rule (Kafka PR 13178): `o == u → d`, `o > u → d + 1`,
+    /// no sync `≤ o` → no translation.
     Mm2,
 }
 
@@ -397,7 +381,7 @@ pub enum NoSyncReason {
 /// Result of translating a group's source offset.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Translation {
-    /// Re-reads nothing (see module docs).
+    /// Re-reads nothing, with respect to the syncs seen so far ([`translate`]).
     Exact {
         /// Target offset to commit.
         downstream: i64,
@@ -459,7 +443,17 @@ impl Translation {
     }
 }
 
-/// Translates a group's committed source offset to a target offset (module docs).
+/// Translates a group's committed source offset to a target offset.
+///
+/// Every result is `d` of a retained sync `s ≤ o`, `d + 1`, or a linear interpolation inside
+/// a span proven linear. Records with source offset `≥ o > u` were written after `s`, so they
+/// sit at `≥ d + 1`; interpolation is exact by the contract; nothing extrapolates past the
+/// newest sync. Hence no record is skipped and no answer exceeds `d_newest + 1 ≤ end`
+/// (use [`clamp_to_target_end`] against a target that was truncated or an end read earlier).
+///
+/// "Exact" means: with respect to the syncs seen so far, the position re-reads nothing
+/// (no record with source offset `< o` lies at or after it). `Safe` may re-read, at most
+/// up to the next retained sync.
 ///
 /// Rules, with `s = (u, d)` the newest retained sync with `u ≤ o`:
 /// - `o == u` → `Exact d`.

@@ -1,26 +1,5 @@
-//! Which heartbeats a flow emits where, and the replication latency measured with them. Pure.
-//!
-//! # Placement (MirrorMaker 2's, decided from its sources)
-//! MM2's `MirrorHeartbeatConnector` of the pair `A->B` writes to the cluster its Connect
-//! worker runs on, the *target* `B`, in the topic `heartbeats`, key
-//! `(sourceClusterAlias=A, targetClusterAlias=B)`, record timestamp = the heartbeat's. So a
-//! heartbeat's own replication flow never carries it. For a replication flow `A->B`, MM2's
-//! dedicated mode also runs the pair `B->A` (`MirrorMakerConfig.clusterPairs`: every pair
-//! gets a herder for heartbeats unless `emit.heartbeats.enabled=false`), whose heartbeat
-//! connector writes `(B, A)` into `A`'s `heartbeats`; `A->B`'s `MirrorSourceConnector`
-//! replicates that topic to `B` as `A.heartbeats` (heartbeats topics bypass the topic filter).
-//! That replica is what `RemoteClusterUtils.upstreamClusters` and `replicationHops` read on
-//! `B`. A flow here does both ([`emissions`]).
-//!
-//! # Latency
-//! The `(target, source)` heartbeats written into the source travel through this flow: the
-//! time from a heartbeat's timestamp to when worker 0 reads its replica in the target's
-//! `<sourceAlias><separator>heartbeats` (read_committed: what the target's consumers see) is
-//! the flow's end-to-end latency, measured once a second even when no application record
-//! flows. Emitter and reader are the same process, so no clock skew enters. A replica that
-//! never arrives must not leave the last good value standing: while a heartbeat the source
-//! acknowledged is still missing on the target, its age is the current latency when that is
-//! larger ([`LatencyTracker::current`]), so a stalled flow shows a growing value.
+//! Which heartbeats a flow emits where ([`emissions`], MirrorMaker 2's placement), and the
+//! replication latency measured with them ([`LatencyTracker`]). Pure.
 
 use std::collections::VecDeque;
 
@@ -51,7 +30,18 @@ impl Cluster {
 }
 
 /// The heartbeats of the flow at `timestamp_ms`, and where each goes (the topic is
-/// `heartbeats` on both clusters): see the module docs.
+/// `heartbeats` on both clusters), as MirrorMaker 2 places them (decided from its sources):
+///
+/// MM2's `MirrorHeartbeatConnector` of the pair `A->B` writes to the cluster its Connect
+/// worker runs on, the *target* `B`, in the topic `heartbeats`, key
+/// `(sourceClusterAlias=A, targetClusterAlias=B)`, record timestamp = the heartbeat's. So a
+/// heartbeat's own replication flow never carries it. For a replication flow `A->B`, MM2's
+/// dedicated mode also runs the pair `B->A` (`MirrorMakerConfig.clusterPairs`: every pair
+/// gets a herder for heartbeats unless `emit.heartbeats.enabled=false`), whose heartbeat
+/// connector writes `(B, A)` into `A`'s `heartbeats`; `A->B`'s `MirrorSourceConnector`
+/// replicates that topic to `B` as `A.heartbeats` (heartbeats topics bypass the topic filter).
+/// That replica is what `RemoteClusterUtils.upstreamClusters` and `replicationHops` read on
+/// `B`. A flow here does both.
 pub fn emissions(spec: &MirrorFlowSpec, timestamp_ms: i64) -> [(Cluster, Heartbeat); 2] {
     let (source, target) = (&spec.source.alias, &spec.target.alias);
     let hb = |from: &str, to: &str| Heartbeat {
@@ -91,6 +81,15 @@ pub fn percentile(values: &[i64], p: u32) -> Option<i64> {
 }
 
 /// What the reader knows: heartbeats written and not seen yet, and recent latencies.
+///
+/// The `(target, source)` heartbeats written into the source travel through this flow: the
+/// time from a heartbeat's timestamp to when worker 0 reads its replica in the target's
+/// `<sourceAlias><separator>heartbeats` (read_committed: what the target's consumers see) is
+/// the flow's end-to-end latency, measured once a second even when no application record
+/// flows. Emitter and reader are the same process, so no clock skew enters. A replica that
+/// never arrives must not leave the last good value standing: while a heartbeat the source
+/// acknowledged is still missing on the target, its age is the current latency when that is
+/// larger ([`LatencyTracker::current`]), so a stalled flow shows a growing value.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct LatencyTracker {
     /// Timestamps of heartbeats the source acknowledged, not seen on the target, ascending.

@@ -901,7 +901,6 @@ impl Discovery {
                         topic_id: (!id.is_empty()).then_some(id),
                         high_watermark: None,
                         log_start: None,
-                        leader_epoch: None,
                     }
                 }
                 _ => continue,
@@ -922,7 +921,6 @@ impl Discovery {
                 topic_id: ids.get(&tp.topic).cloned(),
                 log_start: low,
                 high_watermark: high,
-                leader_epoch: None,
             };
             let position = known.position;
             match check_observation(&known, &now, fetching) {

@@ -94,7 +94,6 @@ impl Partition {
             topic_id: (!self.topic_id.is_empty()).then(|| self.topic_id.clone()),
             high_watermark: self.max_high_watermark,
             log_start: self.max_log_start,
-            leader_epoch: None,
         }
     }
 

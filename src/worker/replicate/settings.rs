@@ -14,8 +14,8 @@ use crate::kafka::health::FlowHealth;
 use crate::telemetry::http::Readiness;
 use crate::telemetry::metrics::WorkerMetrics;
 
-/// Knobs with safe defaults. The memory bound of a worker follows from them (see the
-/// `replicate` module docs).
+/// Knobs with safe defaults. The memory bound of a worker follows from them and
+/// `spec.workers.inFlightMiB` ([`WindowShares`]; `docs/PERFORMANCE.md`, the memory model).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tuning {
     /// Batch bounds.
@@ -86,7 +86,7 @@ impl Tuning {
             consumer_queue_kbytes: u32::try_from(shares.prefetch >> 10).unwrap_or(u32::MAX),
             fetch_max_bytes: FETCH_BYTES as u32,
             // 40,000 records let the 100 B prefetch fill its 4 MiB (10,000, about 1 MB, cost
-            // a fifth of the 100 B rate with 1 MiB fetches: docs/PERFORMANCE.md).
+            // a fifth of the 100 B rate with 1 MiB fetches in the replication bench).
             consumer_queue_records: 40_000,
             pipeline_depth: 2,
             io_timeout: Duration::from_secs(30),
@@ -101,8 +101,8 @@ impl Tuning {
 }
 
 /// One fetch response (`fetch.max.bytes`), by which the prefetch may overshoot its bound.
-/// 1 MiB kept the peak at 1,000 partitions lower than 2 MiB did, at no cost in rate
-/// (docs/PERFORMANCE.md, "The loaded peak and the consumer's fetch").
+/// 1 MiB kept the peak at 1,000 partitions lower than 2 MiB did, at no cost in rate (the
+/// replication bench's `rss` scenario).
 const FETCH_BYTES: usize = 1 << 20;
 /// The largest prefetch: 2 MiB cost 25-40 % of the 1 KB rate; 5 MiB's extra 100 B rate was
 /// not worth its megabyte at the peak.

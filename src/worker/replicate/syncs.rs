@@ -1,21 +1,8 @@
 //! When to emit an offset sync: the writer contract the checkpoint translator relies on
-//! (`worker/checkpoint/translate.rs`, `Contract::Mirrorflow`). Pure.
-//!
-//! For each partition, records are fed in source order with their source offset `u` and the
-//! target offset `d` from the delivery report. A sync `(u, d)` is emitted for:
-//! - (a) the first record replicated in the partition by this emitter (every start,
-//!   restart or rewind makes a new emitter);
-//! - (b) every record that follows a discontinuity on either side: `u − u_prev ≠ 1`
-//!   (transaction markers, compaction, filtered records on the source) or `d − d_prev ≠ 1`
-//!   (transaction markers of our own commits, anything else taking target offsets);
-//! - (c) the last record before such a discontinuity, once the gap is seen (before the sync
-//!   of (b)), unless it was already synced;
-//! - (d) at least every `lag_max` records: the `lag_max`-th record after the last sync;
-//! - (e) the last replicated record whenever the batch is flushed/committed
-//!   ([`SyncEmitter::on_flush`]), unless it was already synced.
-//!
-//! Every sync carries the next [`SyncSequence`] of the emitter (its `writer_epoch` is fixed
-//! per emitter), so readers can tell consecutive syncs apart from ones with a hole between.
+//! (`worker::checkpoint::translate::Contract::Mirrorflow` states it). Pure. Records are fed
+//! per partition in source order with their source offset and the target offset of their
+//! delivery report; every sync carries the emitter's next [`SyncSequence`], so readers can
+//! tell consecutive syncs from ones with a hole between.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 

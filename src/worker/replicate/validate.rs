@@ -1,74 +1,9 @@
-//! Offset validation in the engine: attributing an out-of-range error to partitions, judging
-//! each periodic watermark observation, confirming a ListOffsets answer with a Fetch, and the
-//! failure counter. The decisions themselves (classification, checks) live in
-//! `worker::validation`; this module adapts them to the partition table.
-//!
-//! # Offset validation (`spec.offsetValidation.enabled`, default true)
-//!
-//! The consumer runs with `auto.offset.reset=error`: librdkafka never moves a position by
-//! itself. Partitions without progress start at an explicit offset (log start, or the end
-//! for `startFrom: Latest` at first start), so only a known position can fail. A failed
-//! partition stops (it is unassigned; nothing more is written for it, its committed position
-//! is kept) while the others go on. It is logged once at error level, counted in
-//! `mirrorflow_worker_partition_failures_total{type}`, and reported in the snapshot's
-//! `failures` with the message and `kubectl patch` command built by
-//! `worker::validation::classify`.
-//!
-//! Signals, where they are read, and what each can miss:
-//! 1. **Out of range** (librdkafka `AutoOffsetReset` / `LogTruncation` on the consumer): the
-//!    source refused our position. rdkafka drops the partition of consumer errors, so
-//!    [`attribute_out_of_range`] ties the error to partitions: those whose
-//!    position lies outside `[log start, high watermark]` (ListOffsets) or whose topic id
-//!    changed; else the only assigned partition; else nobody (warned, retried with backoff;
-//!    librdkafka keeps refusing a real one). Classified by the log start: log start >
-//!    position → DataLoss (exact count); otherwise TopicReset; recreated and purged →
-//!    DataLoss; failed lookup → DataLoss with unknown counts. Misses every case where the
-//!    position stays fetchable: a recreated topic that already holds more records than our
-//!    position, and — nisshi and tansu answer a fetch past the high watermark with no error —
-//!    a shorter one too.
-//! 2. **Topic id** (KIP-516, DescribeTopics through `kafka::topic_id`): the id is recorded
-//!    when a partition is first checked and persisted in its progress record
-//!    (`Progress.topic_id`), then compared at start (before the partition is assigned) and on
-//!    every periodic check. Certain proof of recreation. Misses: brokers without ids (before
-//!    Kafka 2.8, or answering the zero id) and clusters where DescribeTopics fails (e.g. no
-//!    controller: the librdkafka mock); after a failed lookup ids are not asked for
-//!    [`TOPIC_ID_RETRY`]. Records of the new topic fetched between its creation and the next
-//!    check are written before the check stops the partition (at most one refresh interval:
-//!    librdkafka itself ignores id changes); they stay on the target, and a later
-//!    `RestartFromEarliest` replicates the new topic again from its start.
-//! 3. **Watermarks** (ListOffsets for all owned partitions in one request per leader, each
-//!    `topics.refreshIntervalSeconds`, busy or idle, paused included, beside the loop:
-//!    `discovery`): high watermark below the highest seen, or our position past the high watermark → TopicReset (the shorter
-//!    recreated topic); log start back to 0 from above 0 → TopicReset; log start past our
-//!    position → DataLoss (an idle or paused partition whose unreplicated records were
-//!    purged: no fetch, so no error, would ever report it). A TopicReset that rests only on
-//!    the ListOffsets high watermark stops the partition only if a Fetch agrees (the
-//!    consumer's last fetch response for a partition it fetches, else a probe consumer;
-//!    [`needs_fetch_confirmation`]): one ListOffsets answer can be wrong (a new
-//!    leader before Kafka 2.2; tansu always answers "last batch base + 1"). While the
-//!    consumer is fetching the partition, a bare "log start past position" is deferred to
-//!    the next check (the records may sit in librdkafka's prefetch queue). Highest
-//!    watermarks live in memory: after a restart only the recorded topic id and the current
-//!    watermarks count. Misses: without topic ids, a topic recreated between two checks that
-//!    already holds at least as many records as the highest high watermark seen (and whose
-//!    old log started at 0). A failure, however detected, is persisted with the partition's
-//!    progress (`Progress.failure`): after a restart the partition stays stopped until a
-//!    reset clears it, whether the evidence is still there or not.
-//! 4. **Leader epochs**: not read (rdkafka 0.39 exposes none; see `classify.rs`).
-//!
-//! A source topic that disappears (deleted, or deselected) parks its partitions with their
-//! positions, marks and failures; if it comes back, it resumes from there and is checked
-//! like any other (a recreated topic is then caught by signal 2 or 3).
-//!
-//! Recovery: `spec.reset` (see `worker::validation::reset`), scoped to this worker's own
-//! partitions by `reset::plan_worker_reset`, handled at most once per id: the id is
-//! persisted in the reset partitions' progress (`Progress.reset_id`) and in a per-worker
-//! marker record (`reset::handled_reset_ids` reads them back at start). A reset sets a
-//! new baseline (current topic id and watermarks) so the new log is not flagged again.
-//!
-//! With validation disabled the consumer runs with `auto.offset.reset=earliest` and no check
-//! runs: MirrorMaker 2's behaviour (an out-of-range position silently moves to the log
-//! start; nothing is reported).
+//! Offset validation in the engine (`spec.offsetValidation`): ties an out-of-range error to
+//! partitions, judges each periodic watermark observation, confirms a ListOffsets answer with
+//! a Fetch, and counts failures. The decisions live in `worker::validation`; this module adapts
+//! them to the partition table. A failure is persisted with the partition's progress, so a
+//! restarted worker keeps the partition stopped until a `spec.reset` clears it. The signals and
+//! what each misses: `docs/DATA-SAFETY.md`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -562,13 +497,11 @@ mod tests {
             topic_id: Some("AAA".into()),
             high_watermark: Some(1000),
             log_start: Some(0),
-            leader_epoch: None,
         };
         let obs = |id: &str, log_start: i64, high: i64| PartitionObservation {
             topic_id: Some(id.into()),
             log_start,
             high_watermark: high,
-            leader_epoch: None,
         };
         let rows = [
             ("past the end", obs("AAA", 0, 40), true),
@@ -595,13 +528,11 @@ mod tests {
             topic_id: Some("AAA".into()),
             high_watermark: Some(1000),
             log_start: Some(0),
-            leader_epoch: None,
         };
         let obs = |id: &str, log_start: i64, high: i64| PartitionObservation {
             topic_id: Some(id.into()),
             log_start,
             high_watermark: high,
-            leader_epoch: None,
         };
         type Kind = fn(&CheckOutcome) -> bool;
         let healthy: Kind = |o| matches!(o, CheckOutcome::Healthy(_));

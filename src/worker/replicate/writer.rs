@@ -17,7 +17,8 @@ use crate::kafka::events::{DeliveryProducer, ProducerEvents};
 use crate::kafka::produce::{TargetRecord, TopicId};
 use crate::kafka::producer::EventProducer;
 
-/// Producer tuning (see the module docs of `replicate` for the memory bound).
+/// Producer tuning (its queue holds the batches' share of the window:
+/// [`super::settings::WindowShares`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProducerLimits {
     /// `queue.buffering.max.kbytes`.

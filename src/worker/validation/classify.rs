@@ -1,77 +1,9 @@
-//! Detection: decide whether a source partition lost records before replication (DataLoss) or
-//! no longer holds what was replicated (TopicReset), and explain it to a person.
-//!
-//! Pure: the engine gathers observations from Kafka and calls [`classify_out_of_range`] (on a
-//! consumer error) or [`check_partition`] (periodically, e.g. on every topic refresh, for every
-//! partition with a known position, busy or idle). A [`Detection`] becomes a
-//! [`PartitionFailure`] with [`Detection::to_failure`]; [`ReportedFailures`] makes sure each
-//! failure is logged once at error level.
-//!
-//! # Signals and what each can miss
-//!
-//! The consumer runs with `auto.offset.reset=error` and never-replicated partitions are
-//! positioned explicitly, so only a *known* position can fail.
-//!
-//! 1. **Out of range** (librdkafka `AutoOffsetReset`, -140): the broker refused our position.
-//!    Classified by the log start offset: log start > position → DataLoss with exactly
-//!    `log start − position` records lost (assuming the topic was not also recreated, which
-//!    without topic ids cannot be told); otherwise → TopicReset (the log is shorter than our
-//!    position: recreated, or truncated by an unclean leader election). librdkafka also reports
-//!    `LogTruncation` (-139) when, after a leader change, OffsetForLeaderEpoch shows the log
-//!    ends below our position (KIP-320, librdkafka ≥ 2.1); the engine should route it here too.
-//!    Misses: anything that leaves our position in range — a recreated topic that already
-//!    holds more records than our position (the weakness of Kafka PR 23091), and on brokers
-//!    that answer a fetch past the high watermark with no error (nisshi, tansu here) the
-//!    shorter case as well. Hence the periodic check below.
-//! 2. **Topic id changed** (KIP-516): certain proof of recreation. Unavailable on brokers
-//!    before 2.8 and on any client that does not read it; then the fallbacks below apply.
-//! 3. **Leader epoch went backwards**: epochs only grow within one topic's lifetime and a
-//!    recreated topic starts again at 0, so a regression proves recreation. Misses a recreated
-//!    topic whose epoch has already caught up with the old one, and an old topic still at
-//!    epoch 0. Both values must come from the same source (the partition's current leader
-//!    epoch from metadata); never mix with record-batch epochs.
-//! 4. **Log start dropped to 0** from above 0: retention and DeleteRecords only move the log
-//!    start forward, and an in-sync replica that becomes leader knows the leader's log start,
-//!    so falling back to exactly 0 means a new log. Catches some recreated topics that grew
-//!    past our position, but only if the old topic had already deleted records. A smaller
-//!    drop is deliberately not used: a freshly elected leader may briefly lag on the log start,
-//!    and a false TopicReset forces the operator into a harmful reset.
-//! 5. **High watermark went backwards** (below the highest seen) or **our position is past
-//!    the high watermark**: the log no longer holds offsets that existed (recreated shorter,
-//!    or truncated). Needs watermarks from ListOffsets (`fetch_watermarks`): since KIP-207
-//!    (Kafka 2.2) a new leader answers OFFSET_NOT_AVAILABLE instead of a lower value, whereas
-//!    watermarks cached from fetch responses can dip briefly during a leader change. Brokers
-//!    with wrong watermarks (tansu here reports last batch base + 1) give false TopicResets.
-//! 6. **Log start past our position** on an idle partition: retention deleted records we had
-//!    not replicated; no fetch happens, so no error would ever come.
-//!
-//! **Undetectable:** without topic ids and leader epochs, a topic deleted and recreated between
-//! two checks that, by the time we look, holds at least as many records as the highest high
-//! watermark we saw (and whose old log started at 0) looks exactly like the old topic having
-//! grown. Watermarks alone cannot see it; the remedy is to supply topic ids.
-//!
-//! # What rdkafka 0.39 exposes
-//!
-//! Neither topic ids nor leader epochs are in the safe API: `MetadataTopic` has name,
-//! partitions and error; `MetadataPartition` has id, leader, replicas, isr and error;
-//! `TopicPartitionListElem` and `BorrowedMessage` have no epoch getter; `AdminClient` has no
-//! DescribeTopics. rdkafka-sys 4.10 (librdkafka 2.12.1) has them through FFI only:
-//! `rd_kafka_DescribeTopics` + `rd_kafka_TopicDescription_topic_id` (topic ids, librdkafka
-//! ≥ 2.3), `rd_kafka_topic_partition_get_leader_epoch` (e.g. on ListOffsets results) and
-//! `rd_kafka_message_leader_epoch` (record batch epoch). The engine reads topic ids through
-//! `kafka::topic_id`; `leader_epoch` stays `None`, so signals 4–6 carry the check whenever
-//! ids are unavailable.
-//!
-//! # Choices
-//!
-//! - **DataLoss wins.** When recreation and deleted records show together, the partition is
-//!   DataLoss: it has the unrecoverable consequence and its remedies make the operator accept
-//!   the gap explicitly. On a recreated topic the position is meaningless, so records count as
-//!   lost when the new log no longer starts at 0 (at least log start records).
-//! - **Failed log start lookup → DataLoss** with unknown counts (PR 23091 chose TopicReset).
-//!   Loss cannot be ruled out, and TopicReset's remedy `RestartFromEarliest` would accept a gap
-//!   silently, while DataLoss's `ResumeFromLogStart` does the same seek with the gap
-//!   acknowledged. The partition still fails: never the silent path.
+//! Detection: whether a source partition lost records before replication (DataLoss) or no
+//! longer holds what was replicated (TopicReset), and the message that explains it. Pure: the
+//! engine calls [`classify_out_of_range`] on a consumer error and [`check_partition`] on each
+//! periodic observation; the signals and what each misses are in `docs/DATA-SAFETY.md`.
+//! Leader epochs are not a signal: librdkafka's metadata has none, and record-batch epochs
+//! would only catch recreations that topic ids (Kafka 2.8+) catch with certainty.
 
 use std::collections::HashSet;
 use std::fmt::Write as _;
@@ -111,13 +43,6 @@ pub enum Signal {
     },
     /// The topic id is the same: the topic was not recreated.
     TopicIdUnchanged,
-    /// The partition leader epoch went backwards.
-    LeaderEpochRegressed {
-        /// Highest epoch recorded.
-        previous: i32,
-        /// Current epoch.
-        current: i32,
-    },
     /// The log start offset fell back to 0 from above 0.
     LogStartDroppedToZero {
         /// Highest log start recorded.
@@ -186,10 +111,6 @@ impl Signal {
                  (e.g. unclean leader election)"
                     .to_string()
             }
-            Signal::LeaderEpochRegressed { previous, current } => format!(
-                "the partition leader epoch went back from {previous} to {current} (epochs only \
-                 grow within one topic's lifetime)"
-            ),
             Signal::LogStartDroppedToZero { previous } => format!(
                 "the log start offset fell from {previous} to 0 (it only moves forward within \
                  one topic's lifetime)"
@@ -259,7 +180,12 @@ pub struct FlowRef<'a> {
 /// Classify an out-of-range error for `position` on `tp`.
 ///
 /// `log_start` is the partition's log start offset, or the lookup error. `topic_id_changed` is
-/// `Some` when topic ids were compared. See the module docs for the rules.
+/// `Some` when topic ids were compared. Log start past the position: DataLoss with the exact
+/// count; a recreated topic whose log no longer starts at 0: DataLoss, at least log start
+/// records (DataLoss wins: its remedies make the operator accept the gap); otherwise
+/// TopicReset. A failed lookup is DataLoss with unknown counts (Kafka PR 23091 chose
+/// TopicReset): loss cannot be ruled out, and TopicReset's `RestartFromEarliest` would accept
+/// a gap silently where DataLoss's `ResumeFromLogStart` does the same seek acknowledged.
 pub fn classify_out_of_range(
     tp: TopicPartitionRef,
     position: i64,
@@ -315,8 +241,6 @@ pub struct PartitionObservation {
     pub log_start: i64,
     /// High watermark (ListOffsets latest, not the fetch-cached value).
     pub high_watermark: i64,
-    /// Current partition leader epoch, when known (negative values count as unknown).
-    pub leader_epoch: Option<i32>,
 }
 
 /// What we recorded about a partition we replicate.
@@ -332,8 +256,6 @@ pub struct KnownPartition {
     pub high_watermark: Option<i64>,
     /// Highest log start seen.
     pub log_start: Option<i64>,
-    /// Highest leader epoch seen.
-    pub leader_epoch: Option<i32>,
 }
 
 impl KnownPartition {
@@ -345,7 +267,6 @@ impl KnownPartition {
             topic_id: None,
             high_watermark: None,
             log_start: None,
-            leader_epoch: None,
         }
     }
 
@@ -358,7 +279,7 @@ impl KnownPartition {
     }
 
     /// Fold in an observation for which [`check_partition`] returned `None`: keep the first
-    /// topic id and the highest watermarks and epoch. An observation without a topic id keeps
+    /// topic id and the highest watermarks. An observation without a topic id keeps
     /// the recorded one (a client or broker that cannot see ids is not a recreation).
     pub fn record(&mut self, now: &PartitionObservation) {
         if now.topic_id.is_some() {
@@ -372,18 +293,16 @@ impl KnownPartition {
             self.log_start
                 .map_or(now.log_start, |l| l.max(now.log_start)),
         );
-        if let Some(e) = valid_epoch(now.leader_epoch) {
-            self.leader_epoch = Some(self.leader_epoch.map_or(e, |p| p.max(e)));
-        }
     }
-}
-
-fn valid_epoch(e: Option<i32>) -> Option<i32> {
-    e.filter(|e| *e >= 0)
 }
 
 /// Check a partition without waiting for a fetch error: catches silent TopicResets and purged
 /// idle partitions. `None` means no problem seen (then call [`KnownPartition::record`]).
+///
+/// Watermarks must come from ListOffsets, not from fetch responses, which can dip during a
+/// leader change. Only a log start fallen to exactly 0 counts: a freshly elected leader may
+/// briefly lag on the log start, and a false TopicReset pushes the operator into a harmful
+/// reset.
 pub fn check_partition(stored: &KnownPartition, now: &PartitionObservation) -> Option<Detection> {
     let position = stored.position;
     let mut signals = Vec::new();
@@ -393,19 +312,6 @@ pub fn check_partition(stored: &KnownPartition, now: &PartitionObservation) -> O
             signals.push(Signal::TopicIdChanged {
                 previous: Some(p.clone()),
                 current: Some(c.clone()),
-            });
-            true
-        }
-        _ => false,
-    };
-    let epoch_regressed = match (
-        valid_epoch(stored.leader_epoch),
-        valid_epoch(now.leader_epoch),
-    ) {
-        (Some(p), Some(c)) if c < p => {
-            signals.push(Signal::LeaderEpochRegressed {
-                previous: p,
-                current: c,
             });
             true
         }
@@ -436,7 +342,7 @@ pub fn check_partition(stored: &KnownPartition, now: &PartitionObservation) -> O
     }
 
     // Proven recreation: our position belongs to the old topic, the new one starts at 0.
-    let recreated = id_changed || epoch_regressed;
+    let recreated = id_changed;
     let suspected = log_start_zeroed || hwm_regressed || past_end;
 
     let (type_, records_lost) = if recreated && now.log_start > 0 {
@@ -994,105 +900,92 @@ mod tests {
             topic_id: Some("AAA".into()),
             high_watermark: Some(1000),
             log_start: Some(0),
-            leader_epoch: Some(5),
         }
     }
 
-    fn obs(
-        topic_id: Option<&str>,
-        log_start: i64,
-        hwm: i64,
-        epoch: Option<i32>,
-    ) -> PartitionObservation {
+    fn obs(topic_id: Option<&str>, log_start: i64, hwm: i64) -> PartitionObservation {
         PartitionObservation {
             topic_id: topic_id.map(Into::into),
             log_start,
             high_watermark: hwm,
-            leader_epoch: epoch,
         }
     }
 
     #[test]
     fn check_partition_rows() {
         type Want = Option<(FailureType, RecordsLost)>;
-        // Stored: id AAA, hwm seen 1000, log start 0, epoch 5, position varies.
+        // Stored: id AAA, hwm seen 1000, log start 0, position varies.
         let rows: Vec<(&str, KnownPartition, PartitionObservation, Want)> = vec![
             (
                 "healthy, growing",
                 known(900),
-                obs(Some("AAA"), 0, 1200, Some(5)),
+                obs(Some("AAA"), 0, 1200),
                 None,
             ),
             (
                 "healthy, caught up",
                 known(1000),
-                obs(Some("AAA"), 0, 1000, Some(6)),
+                obs(Some("AAA"), 0, 1000),
                 None,
             ),
             (
                 "healthy, retention behind position",
                 known(900),
-                obs(Some("AAA"), 900, 1000, Some(5)),
+                obs(Some("AAA"), 900, 1000),
                 None,
             ),
             (
                 "no ids now: not a change",
                 known(900),
-                obs(None, 0, 1200, None),
+                obs(None, 0, 1200),
                 None,
             ),
             (
                 "topic id changed, new topic bigger (silent reset)",
                 known(900),
-                obs(Some("BBB"), 0, 5000, Some(0)),
+                obs(Some("BBB"), 0, 5000),
                 Some((TopicReset, RecordsLost::Unknown)),
             ),
             (
-                "topic id changed alone",
+                "topic id changed, new topic shorter",
                 known(900),
-                obs(Some("BBB"), 0, 5000, Some(5)),
-                Some((TopicReset, RecordsLost::Unknown)),
-            ),
-            (
-                "epoch regressed without ids",
-                known(900),
-                obs(None, 0, 5000, Some(0)),
+                obs(Some("BBB"), 0, 500),
                 Some((TopicReset, RecordsLost::Unknown)),
             ),
             (
                 "hwm went back below seen",
                 known(900),
-                obs(Some("AAA"), 0, 950, Some(5)),
+                obs(Some("AAA"), 0, 950),
                 Some((TopicReset, RecordsLost::Unknown)),
             ),
             (
                 "position past hwm (shorter topic, no fetch error)",
                 known(900),
-                obs(None, 0, 40, None),
+                obs(None, 0, 40),
                 Some((TopicReset, RecordsLost::Unknown)),
             ),
             (
                 "idle partition purged",
                 known(900),
-                obs(Some("AAA"), 1000, 1000, Some(5)),
+                obs(Some("AAA"), 1000, 1000),
                 Some((DataLoss, RecordsLost::Exactly(100))),
             ),
             (
                 "recreated and purged: DataLoss wins",
                 known(900),
-                obs(Some("BBB"), 300, 5000, Some(0)),
+                obs(Some("BBB"), 300, 5000),
                 Some((DataLoss, RecordsLost::AtLeast(300))),
             ),
             (
                 "recreated, purged past position: DataLoss wins",
                 known(900),
-                obs(Some("BBB"), 950, 5000, None),
+                obs(Some("BBB"), 950, 5000),
                 Some((DataLoss, RecordsLost::AtLeast(950))),
             ),
             (
                 "hwm regressed and purged past position: lower bound",
                 known(900),
-                obs(None, 920, 950, None),
+                obs(None, 920, 950),
                 Some((DataLoss, RecordsLost::AtLeast(20))),
             ),
         ];
@@ -1116,42 +1009,31 @@ mod tests {
     fn log_start_drop_to_zero() {
         let mut stored = known(900);
         stored.topic_id = None;
-        stored.leader_epoch = None;
         stored.log_start = Some(400);
         // Recreated topic already past every watermark we saw: only the log start shows it.
-        let d = check_partition(&stored, &obs(None, 0, 5000, None)).unwrap();
+        let d = check_partition(&stored, &obs(None, 0, 5000)).unwrap();
         assert_eq!(d.type_, TopicReset);
         assert_eq!(
             d.signals,
             vec![Signal::LogStartDroppedToZero { previous: 400 }]
         );
         // A small drop is not used (leader change noise).
-        assert_eq!(check_partition(&stored, &obs(None, 390, 5000, None)), None);
-        // Old log started at 0: undetectable without ids or epochs (documented).
+        assert_eq!(check_partition(&stored, &obs(None, 390, 5000)), None);
+        // Old log started at 0: undetectable without ids (documented).
         stored.log_start = Some(0);
-        assert_eq!(check_partition(&stored, &obs(None, 0, 5000, None)), None);
-    }
-
-    #[test]
-    fn negative_epochs_are_unknown() {
-        let stored = known(900);
-        assert_eq!(
-            check_partition(&stored, &obs(Some("AAA"), 0, 1200, Some(-1))),
-            None
-        );
+        assert_eq!(check_partition(&stored, &obs(None, 0, 5000)), None);
     }
 
     #[test]
     fn record_keeps_highest_and_first_id() {
         let mut k = KnownPartition::new(tp("orders", 0), 10);
-        k.record(&obs(Some("AAA"), 5, 100, Some(2)));
-        k.record(&obs(None, 3, 90, Some(-1)));
+        k.record(&obs(Some("AAA"), 5, 100));
+        k.record(&obs(None, 3, 90));
         assert_eq!(k.topic_id.as_deref(), Some("AAA"));
         assert_eq!(k.high_watermark, Some(100));
         assert_eq!(k.log_start, Some(5));
-        assert_eq!(k.leader_epoch, Some(2));
         // After a reset the new topic is the baseline: the same observation is healthy.
-        let now = obs(Some("BBB"), 0, 30, Some(0));
+        let now = obs(Some("BBB"), 0, 30);
         assert!(check_partition(&k, &now).is_some());
         let fresh = KnownPartition::baseline(tp("orders", 0), 0, &now);
         assert_eq!(check_partition(&fresh, &now), None);
@@ -1196,19 +1078,19 @@ mod tests {
                 ],
             ),
             (
-                check_partition(&known(900), &obs(Some("BBB"), 0, 5000, None)).unwrap(),
+                check_partition(&known(900), &obs(Some("BBB"), 0, 5000)).unwrap(),
                 vec!["topic id changed from AAA to BBB", "offset 900; log start 0; high watermark 5000"],
             ),
             (
-                check_partition(&known(900), &obs(None, 0, 40, None)).unwrap(),
+                check_partition(&known(900), &obs(None, 0, 40)).unwrap(),
                 vec!["high watermark went back from 1000 to 40", "offsets 40 to 899 were replicated but no longer exist"],
             ),
             (
-                check_partition(&known(900), &obs(None, 10, 40, None)).unwrap(),
+                check_partition(&known(900), &obs(None, 10, 40)).unwrap(),
                 vec!["log now starts at offset 10", "offsets 0 to 9 were deleted"],
             ),
             (
-                check_partition(&known(900), &obs(Some("BBB"), 300, 5000, None)).unwrap(),
+                check_partition(&known(900), &obs(Some("BBB"), 300, 5000)).unwrap(),
                 vec!["at least 300 records are lost", "recreated topic's log starts at offset 300"],
             ),
         ];

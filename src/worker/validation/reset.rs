@@ -4,43 +4,6 @@
 //! request it handled last, and gets back what to do. It resolves the real offsets
 //! ([`SeekTarget`]) against the source itself, then records the outcome with
 //! [`ResetDecision::status`] (or [`failed_status`] when the seek itself failed).
-//!
-//! Rules:
-//! - **At most once.** A request whose id equals the last handled id is a [`ResetDecision::NoOp`].
-//!   A request that was Applied or Refused consumes its id: otherwise a refused request would
-//!   sit in the spec and apply by surprise later, when the partitions it names happen to fail.
-//!   The engine persists the id so this holds across restarts. A Failed one (the source could
-//!   not be asked where to seek) does not: the engine tries it again.
-//! - **Scope.** Named partitions must all be failed; naming a healthy one refuses the request
-//!   and the message names the healthy ones. No partitions named means every failed partition.
-//!   Nothing failed at all → refused ("nothing to reset").
-//!   `failed` must hold every failed partition the request may name: a partition missing from
-//!   it counts as healthy. With several workers, plan against the flow-wide list (or filter the
-//!   request to the worker's own partitions before calling).
-//! - **Strategy per failure type** ([`allowed_strategies`]):
-//!   - DataLoss: `ResumeFromLogStart` (accept the gap) or `SkipToLatest`.
-//!     `RestartFromEarliest` is refused: on the same topic "earliest" is the log start, so it
-//!     would accept the gap under a name that does not say so. Accepting lost records must be
-//!     an explicit decision.
-//!   - TopicReset: `RestartFromEarliest` or `SkipToLatest`. `ResumeFromLogStart` is refused:
-//!     the recreated topic's records land after the old topic's records already on the target,
-//!     and the operator must choose that knowingly (`RestartFromEarliest`) rather than "resume"
-//!     a topic that no longer exists.
-//!   - ProgressMissing: `ResumeFromTarget`, `RestartFromEarliest` or `SkipToLatest`.
-//!   - RecordRejected (the target refused one record for good; everything before it is
-//!     replicated, nothing after it written): `SkipRecord` (skip exactly that offset, resume
-//!     at offset + 1; the status names the skipped record), `RetryRecord` (send it again once
-//!     the target accepts it) or `SkipToLatest`. `ResumeFromLogStart` and
-//!     `RestartFromEarliest` are refused: nothing was lost or recreated, and both would send
-//!     again every record already replicated before the rejected one. `ResumeFromTarget` is
-//!     refused: the position is known.
-//!   - `SkipRecord` and `RetryRecord` clear nothing else: their offset comes from the
-//!     rejected record, which only a RecordRejected failure has.
-//!   - `SkipToLatest` works for every type.
-//! - **What applies is applied.** Partitions that are healthy or incompatible with the strategy
-//!   are left alone and named in the outcome ([`ResetDecision::ApplySome`]), so a follow-up
-//!   request (new id, other strategy) can target exactly them; only a request of which nothing
-//!   applies is refused.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -108,7 +71,7 @@ impl ResetDecision {
     }
 }
 
-/// The strategies that may clear a failure of this type.
+/// The strategies that may clear a failure of this type (the reasons: [`plan_reset`]).
 pub fn allowed_strategies(failure: FailureType) -> &'static [ResetStrategy] {
     match failure {
         FailureType::DataLoss => &[
@@ -133,7 +96,7 @@ pub fn allowed_strategies(failure: FailureType) -> &'static [ResetStrategy] {
 }
 
 /// Where a partition with this failure resumes under this strategy, or `None` if the strategy
-/// is not allowed for the failure (see the module docs).
+/// is not allowed for the failure (see [`plan_reset`]).
 pub fn seek_target(failure: FailureType, strategy: ResetStrategy) -> Option<SeekTarget> {
     use FailureType as F;
     use ResetStrategy as S;
@@ -206,7 +169,44 @@ pub fn describe_tp(tp: &TopicPartitionRef) -> String {
     format!("topic \"{}\" partition {}", tp.topic, tp.partition)
 }
 
-/// Decide what a reset request does. See the module docs for the rules.
+/// Decide what a reset request does.
+///
+/// Rules:
+/// - **At most once.** A request whose id equals the last handled id is a [`ResetDecision::NoOp`].
+///   A request that was Applied or Refused consumes its id: otherwise a refused request would
+///   sit in the spec and apply by surprise later, when the partitions it names happen to fail.
+///   The engine persists the id so this holds across restarts. A Failed one (the source could
+///   not be asked where to seek) does not: the engine tries it again.
+/// - **Scope.** Named partitions must all be failed; naming a healthy one refuses the request
+///   and the message names the healthy ones. No partitions named means every failed partition.
+///   Nothing failed at all → refused ("nothing to reset").
+///   `failed` must hold every failed partition the request may name: a partition missing from
+///   it counts as healthy. With several workers, plan against the flow-wide list (or filter the
+///   request to the worker's own partitions before calling).
+/// - **Strategy per failure type** ([`allowed_strategies`]):
+///   - DataLoss: `ResumeFromLogStart` (accept the gap) or `SkipToLatest`.
+///     `RestartFromEarliest` is refused: on the same topic "earliest" is the log start, so it
+///     would accept the gap under a name that does not say so. Accepting lost records must be
+///     an explicit decision.
+///   - TopicReset: `RestartFromEarliest` or `SkipToLatest`. `ResumeFromLogStart` is refused:
+///     the recreated topic's records land after the old topic's records already on the target,
+///     and the operator must choose that knowingly (`RestartFromEarliest`) rather than "resume"
+///     a topic that no longer exists.
+///   - ProgressMissing: `ResumeFromTarget`, `RestartFromEarliest` or `SkipToLatest`.
+///   - RecordRejected (the target refused one record for good; everything before it is
+///     replicated, nothing after it written): `SkipRecord` (skip exactly that offset, resume
+///     at offset + 1; the status names the skipped record), `RetryRecord` (send it again once
+///     the target accepts it) or `SkipToLatest`. `ResumeFromLogStart` and
+///     `RestartFromEarliest` are refused: nothing was lost or recreated, and both would send
+///     again every record already replicated before the rejected one. `ResumeFromTarget` is
+///     refused: the position is known.
+///   - `SkipRecord` and `RetryRecord` clear nothing else: their offset comes from the
+///     rejected record, which only a RecordRejected failure has.
+///   - `SkipToLatest` works for every type.
+/// - **What applies is applied.** Partitions that are healthy or incompatible with the strategy
+///   are left alone and named in the outcome ([`ResetDecision::ApplySome`]), so a follow-up
+///   request (new id, other strategy) can target exactly them; only a request of which nothing
+///   applies is refused.
 pub fn plan_reset(
     req: &ResetRequest,
     failed: &[PartitionFailure],

@@ -64,7 +64,7 @@ impl XorShift {
     }
 }
 
-/// Emits syncs exactly as the writer contract in the module docs says.
+/// Emits syncs exactly as the writer contract of `Contract::Mirrorflow` says.
 struct ContractWriter {
     lag_max: u64,
     last_record: Option<SyncPoint>,
@@ -155,7 +155,7 @@ fn contract_history(records: &[(i64, i64)], lag_max: u64, flush: bool) -> SyncHi
     h
 }
 
-/// The PR 13178 / REFERENCE.md scenarios, in both contracts where they agree.
+/// The scenarios of MM2's translation rule (Kafka PR 13178), in both contracts where they agree.
 #[test]
 fn mm2_scenarios() {
     let one = history(&[(100, 200)], Link::Unknown);

@@ -227,7 +227,6 @@ fn checks_apply_only_to_the_version_they_saw() {
         topic_id: Some("id9".into()),
         log_start: 0,
         high_watermark: 30,
-        leader_epoch: None,
     };
     let check = |partition, version, outcome| Check {
         tp: tp("orders", partition),

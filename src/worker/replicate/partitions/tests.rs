@@ -323,7 +323,6 @@ fn record_learns_the_topic_id_once() {
         topic_id: Some("id7".into()),
         log_start: 2,
         high_watermark: 40,
-        leader_epoch: None,
     };
     let p = t.get_mut(&a).unwrap();
     assert!(p.record(&a, 10, &obs), "learned: persist it");
