@@ -67,7 +67,10 @@ fn topic_configs(kind: BrokerKind) -> &'static [(&'static str, &'static str)] {
         // The mock takes no topic configs.
         BrokerKind::Mock => &[],
         // Kafka applies retention.ms to the records' timestamps (2023): ten years keeps them.
-        _ => &[("cleanup.policy", "delete"), ("retention.ms", "315360000000")],
+        _ => &[
+            ("cleanup.policy", "delete"),
+            ("retention.ms", "315360000000"),
+        ],
     }
 }
 
