@@ -1,16 +1,17 @@
 //! Smoke tests for the local brokers in `mirrorflow::testkit::brokers`: every broker kind
 //! starts, takes a topic, and round-trips records with keys, values, headers and
-//! timestamps. Nisshi (and tansu where it can) also checks topic ids after delete +
-//! recreate and DeleteRecords. Child-process brokers are skipped with a `SKIPPED` line when
-//! their binary is missing, unless `MIRRORFLOW_REQUIRE_BROKERS=1`.
+//! timestamps. Apache Kafka (and tansu, the demo's broker, where it can) also checks topic
+//! ids after delete + recreate, and Kafka DeleteRecords. Kafka's tests share one node (topics
+//! of their own per run) except the restart's. Child-process brokers are skipped with a
+//! `SKIPPED` line when their binary is missing, unless `MIRRORFLOW_REQUIRE_BROKERS=1`.
 
 use std::collections::BTreeMap;
 use std::net::TcpStream;
 
 use mirrorflow::testkit::brokers::{
-    broker_or_skip, consume_all, delete_records_before, delete_topic, produce, topic_id,
-    topic_partitions, watermarks, BrokerError, BrokerKind, ConsumeUntil, ConsumedRecord,
-    LocalBroker, ProduceRecord,
+    broker_or_skip, consume_all, delete_records_before, delete_topic, produce,
+    shared_kafka_or_skip, topic_id, topic_partitions, watermarks, BrokerError, BrokerKind,
+    ConsumeUntil, ConsumedRecord, LocalBroker, ProduceRecord,
 };
 use pretty_assertions::assert_eq;
 
@@ -48,31 +49,49 @@ fn sample_records() -> Vec<ProduceRecord> {
     records
 }
 
+/// A broker of `kind`: Kafka's is the node this binary's tests share.
+async fn broker(kind: BrokerKind) -> Option<LocalBroker> {
+    match kind {
+        BrokerKind::Kafka => shared_kafka_or_skip("smoke").await,
+        _ => broker_or_skip(kind).await,
+    }
+}
+
+/// `base` made unique to this run of this test (nextest: a process per test and retry).
+fn unique(base: &str) -> String {
+    format!("{base}-{}", std::process::id())
+}
+
 fn topic_configs(kind: BrokerKind) -> &'static [(&'static str, &'static str)] {
     match kind {
         // The mock takes no topic configs.
         BrokerKind::Mock => &[],
-        _ => &[("cleanup.policy", "delete"), ("retention.ms", "86400000")],
+        // Kafka applies retention.ms to the records' timestamps (2023): ten years keeps them.
+        _ => &[
+            ("cleanup.policy", "delete"),
+            ("retention.ms", "315360000000"),
+        ],
     }
 }
 
 async fn roundtrip(kind: BrokerKind) {
-    let Some(broker) = broker_or_skip(kind).await else {
+    let Some(broker) = broker(kind).await else {
         return;
     };
     eprintln!("{kind} started in {:?}", broker.started_in());
     let bootstrap = broker.bootstrap_servers();
+    let topic = &unique("smoke");
     broker
-        .create_topic("smoke", PARTITIONS, topic_configs(kind))
+        .create_topic(topic, PARTITIONS, topic_configs(kind))
         .await
         .unwrap();
     assert_eq!(
-        topic_partitions(&bootstrap, "smoke").await.unwrap(),
+        topic_partitions(&bootstrap, topic).await.unwrap(),
         Some(PARTITIONS)
     );
 
     let records = sample_records();
-    let delivered = produce(&bootstrap, "smoke", &records).await.unwrap();
+    let delivered = produce(&bootstrap, topic, &records).await.unwrap();
     assert_eq!(delivered.len(), records.len());
 
     // Offsets grow per partition in produce order.
@@ -97,13 +116,13 @@ async fn roundtrip(kind: BrokerKind) {
         })
         .collect();
     expected.sort_by_key(|r| (r.partition, r.offset));
-    let consumed = consume_all(&bootstrap, "smoke", ConsumeUntil::count(records.len()))
+    let consumed = consume_all(&bootstrap, topic, ConsumeUntil::count(records.len()))
         .await
         .unwrap();
     assert_eq!(consumed, expected);
 
     for (partition, last) in last_offset {
-        let (low, high) = watermarks(&bootstrap, "smoke", partition).await.unwrap();
+        let (low, high) = watermarks(&bootstrap, topic, partition).await.unwrap();
         assert_eq!(low, 0, "{kind} low watermark of partition {partition}");
         if kind == BrokerKind::Tansu {
             // tansu's high watermark is "last batch base + 1" when the producer batches.
@@ -119,8 +138,8 @@ async fn roundtrip(kind: BrokerKind) {
 }
 
 #[tokio::test]
-async fn nisshi_roundtrip() {
-    roundtrip(BrokerKind::Nisshi).await;
+async fn kafka_roundtrip() {
+    roundtrip(BrokerKind::Kafka).await;
 }
 
 #[tokio::test]
@@ -134,7 +153,7 @@ async fn mock_roundtrip() {
 }
 
 /// "Target down, then back": stop refuses connections, restart listens on the same port.
-/// Child-process brokers come back empty (memory storage); the mock keeps its data.
+/// Kafka (on disk) and the mock keep their data; tansu comes back empty (memory storage).
 async fn restart_same_port(kind: BrokerKind) {
     let Some(mut broker) = broker_or_skip(kind).await else {
         return;
@@ -162,7 +181,7 @@ async fn restart_same_port(kind: BrokerKind) {
     assert!(broker.is_running());
     assert_eq!(broker.bootstrap_servers(), bootstrap);
     let survived = topic_partitions(&bootstrap, "before").await.unwrap();
-    if kind.is_child_process() {
+    if kind == BrokerKind::Tansu {
         assert_eq!(
             survived, None,
             "{kind}: memory storage should be empty after restart"
@@ -177,8 +196,8 @@ async fn restart_same_port(kind: BrokerKind) {
 }
 
 #[tokio::test]
-async fn nisshi_restart_same_port() {
-    restart_same_port(BrokerKind::Nisshi).await;
+async fn kafka_restart_same_port() {
+    restart_same_port(BrokerKind::Kafka).await;
 }
 
 #[tokio::test]
@@ -194,25 +213,26 @@ async fn mock_restart_same_port() {
 /// Delete + recreate gives the topic a new id and restarts its offsets at 0: the signal
 /// TopicReset detection relies on.
 async fn recreate_gives_new_topic_id(kind: BrokerKind) {
-    let Some(broker) = broker_or_skip(kind).await else {
+    let Some(broker) = broker(kind).await else {
         return;
     };
     let bootstrap = broker.bootstrap_servers();
-    broker.create_topic("reborn", 2, &[]).await.unwrap();
+    let topic = &unique("reborn");
+    broker.create_topic(topic, 2, &[]).await.unwrap();
     produce(
         &bootstrap,
-        "reborn",
+        topic,
         &[ProduceRecord::new("a", "1").partition(0)],
     )
     .await
     .unwrap();
-    let first = topic_id(&bootstrap, "reborn").await.unwrap();
+    let first = topic_id(&bootstrap, topic).await.unwrap();
     assert!(first.is_some(), "{kind} reports no topic id");
 
-    delete_topic(&bootstrap, "reborn").await.unwrap();
-    assert_eq!(topic_partitions(&bootstrap, "reborn").await.unwrap(), None);
-    broker.create_topic("reborn", 2, &[]).await.unwrap();
-    let second = topic_id(&bootstrap, "reborn").await.unwrap();
+    delete_topic(&bootstrap, topic).await.unwrap();
+    assert_eq!(topic_partitions(&bootstrap, topic).await.unwrap(), None);
+    broker.create_topic(topic, 2, &[]).await.unwrap();
+    let second = topic_id(&bootstrap, topic).await.unwrap();
     assert!(
         second.is_some(),
         "{kind} reports no topic id after recreate"
@@ -221,7 +241,7 @@ async fn recreate_gives_new_topic_id(kind: BrokerKind) {
 
     let delivered = produce(
         &bootstrap,
-        "reborn",
+        topic,
         &[ProduceRecord::new("b", "2").partition(0)],
     )
     .await
@@ -234,8 +254,8 @@ async fn recreate_gives_new_topic_id(kind: BrokerKind) {
 }
 
 #[tokio::test]
-async fn nisshi_recreate_gives_new_topic_id() {
-    recreate_gives_new_topic_id(BrokerKind::Nisshi).await;
+async fn kafka_recreate_gives_new_topic_id() {
+    recreate_gives_new_topic_id(BrokerKind::Kafka).await;
 }
 
 #[tokio::test]
@@ -244,24 +264,25 @@ async fn tansu_recreate_gives_new_topic_id() {
 }
 
 #[tokio::test]
-async fn nisshi_delete_records_moves_log_start() {
-    let Some(broker) = broker_or_skip(BrokerKind::Nisshi).await else {
+async fn kafka_delete_records_moves_log_start() {
+    let Some(broker) = broker(BrokerKind::Kafka).await else {
         return;
     };
     let bootstrap = broker.bootstrap_servers();
-    broker.create_topic("trimmed", 1, &[]).await.unwrap();
+    let topic = &unique("trimmed");
+    broker.create_topic(topic, 1, &[]).await.unwrap();
     let records: Vec<ProduceRecord> = (0..10)
         .map(|i| ProduceRecord::new(format!("k{i}"), format!("v{i}")).partition(0))
         .collect();
-    let delivered = produce(&bootstrap, "trimmed", &records).await.unwrap();
+    let delivered = produce(&bootstrap, topic, &records).await.unwrap();
     assert_eq!(delivered.last().unwrap().offset, 9);
 
-    let low = delete_records_before(&bootstrap, "trimmed", 0, 5)
+    let low = delete_records_before(&bootstrap, topic, 0, 5)
         .await
         .unwrap();
     assert_eq!(low, 5);
-    assert_eq!(watermarks(&bootstrap, "trimmed", 0).await.unwrap(), (5, 10));
-    let rest = consume_all(&bootstrap, "trimmed", ConsumeUntil::count(5))
+    assert_eq!(watermarks(&bootstrap, topic, 0).await.unwrap(), (5, 10));
+    let rest = consume_all(&bootstrap, topic, ConsumeUntil::count(5))
         .await
         .unwrap();
     let offsets: Vec<i64> = rest.iter().map(|r| r.offset).collect();

@@ -1,5 +1,8 @@
-//! End-to-end replication tests against local brokers (see `mirrorflow::testkit::brokers`).
-//! Brokers whose binary is missing are skipped (`SKIPPED ...` on stderr) unless
+//! End-to-end replication tests on Apache Kafka (see `mirrorflow::testkit::kafka`): most on a
+//! source and a target this binary's tests share (names of their own, see
+//! `replication_support::unique`), the ones that stop a broker or own the `heartbeats` topics
+//! on clusters of their own; librdkafka's mock as the target where a test injects errors only
+//! it can inject. Skipped (`SKIPPED ...` on stderr) when Kafka's jars are not fetched, unless
 //! `MIRRORFLOW_REQUIRE_BROKERS=1`.
 
 mod replication_support;
@@ -8,35 +11,53 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use mirrorflow::api::{Delivery, MirrorFlowSpec};
+use mirrorflow::testkit::brokers::LocalBroker;
 use mirrorflow::testkit::brokers::{broker_or_skip, produce, BrokerKind, ProduceRecord};
+use mirrorflow::worker::replicate::settings::worker_key;
 use replication_support::*;
 
+/// A flow on the shared clusters selecting only `topics`.
+fn shared_spec(
+    source: &LocalBroker,
+    target: &LocalBroker,
+    delivery: Delivery,
+    topics: &[&str],
+) -> MirrorFlowSpec {
+    include(shared_flow_spec(source, target, delivery), topics)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn replicates_records_exactly_tansu_at_least_once() {
-    let Some((source, target)) = broker_pair(BrokerKind::Tansu).await else {
+async fn replicates_records_exactly_at_least_once() {
+    let Some((source, target)) = shared_pair().await else {
         return;
     };
     let sb = source.bootstrap_servers();
     let tb = target.bootstrap_servers();
-    source.create_topic("orders", 3, &[]).await.unwrap();
-    source.create_topic("payments", 2, &[]).await.unwrap();
+    let (orders_t, payments_t) = (unique("alo-orders"), unique("alo-payments"));
+    source.create_topic(&orders_t, 3, &[]).await.unwrap();
+    source.create_topic(&payments_t, 2, &[]).await.unwrap();
     let orders = records("o", 3, 20);
     let payments = records("p", 2, 15);
-    produce(&sb, "orders", &orders).await.unwrap();
-    produce(&sb, "payments", &payments).await.unwrap();
+    produce(&sb, &orders_t, &orders).await.unwrap();
+    produce(&sb, &payments_t, &payments).await.unwrap();
 
-    let spec = flow_spec(&source, &target, Delivery::AtLeastOnce);
-    let mut w = start_worker("basic", spec, 0, 1, test_tuning(25));
+    let spec = shared_spec(
+        &source,
+        &target,
+        Delivery::AtLeastOnce,
+        &[&orders_t, &payments_t],
+    );
+    let mut w = start_worker(&unique("basic"), spec, 0, 1, test_tuning(25));
     let want: BTreeMap<i32, i64> = [(0, 22), (1, 20), (2, 20)].into();
-    w.wait_positions("orders", &want).await;
+    w.wait_positions(&orders_t, &want).await;
     let want: BTreeMap<i32, i64> = [(0, 17), (1, 15)].into();
-    w.wait_positions("payments", &want).await;
+    w.wait_positions(&payments_t, &want).await;
 
     w.stop().await.unwrap();
     let syncs = decode_syncs(
         &read_idle(&tb, "mm2-offset-syncs.dc1.internal", Duration::from_secs(2)).await,
     );
-    for (topic, n) in [("orders", orders.len()), ("payments", payments.len())] {
+    for (topic, n) in [(&orders_t, orders.len()), (&payments_t, payments.len())] {
         let src = read_n(&sb, topic, n).await;
         let dst = read_n(&tb, &format!("dc1.{topic}"), n).await;
         assert_same(&src, &dst, topic);
@@ -45,139 +66,173 @@ async fn replicates_records_exactly_tansu_at_least_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn replicates_records_exactly_tansu_exactly_once() {
-    let Some((source, target)) = broker_pair(BrokerKind::Tansu).await else {
+async fn replicates_records_exactly_exactly_once() {
+    let Some((source, target)) = shared_pair().await else {
         return;
     };
     let sb = source.bootstrap_servers();
     let tb = target.bootstrap_servers();
-    source.create_topic("orders", 3, &[]).await.unwrap();
+    let topic = unique("eos-orders");
+    source.create_topic(&topic, 3, &[]).await.unwrap();
     let orders = records("o", 3, 30);
-    produce(&sb, "orders", &orders).await.unwrap();
-    let spec = flow_spec(&source, &target, Delivery::ExactlyOnce);
-    let mut w = start_worker("eos", spec, 0, 1, test_tuning(25));
+    produce(&sb, &topic, &orders).await.unwrap();
+    let spec = shared_spec(&source, &target, Delivery::ExactlyOnce, &[&topic]);
+    let mut w = start_worker(&unique("eos"), spec, 0, 1, test_tuning(25));
     let want: BTreeMap<i32, i64> = [(0, 32), (1, 30), (2, 30)].into();
-    w.wait_positions("orders", &want).await;
-    let src = read_n(&sb, "orders", orders.len()).await;
-    let dst = read_n(&tb, "dc1.orders", orders.len()).await;
-    assert_same(&src, &dst, "orders");
+    w.wait_positions(&topic, &want).await;
+    let src = read_n(&sb, &topic, orders.len()).await;
+    let dst = read_n(&tb, &format!("dc1.{topic}"), orders.len()).await;
+    assert_same(&src, &dst, &topic);
     assert!(w.metrics.transactions.with_label_values(&["commit"]).get() > 0);
     w.stop().await.unwrap();
-    // Commit markers take target offsets on tansu: the syncs must describe the gaps.
+    // Commit markers take target offsets: the syncs must describe the gaps.
     let syncs = decode_syncs(
         &read_idle(&tb, "mm2-offset-syncs.dc1.internal", Duration::from_secs(2)).await,
     );
-    check_syncs("orders", &src, &dst, &syncs);
+    check_syncs(&topic, &src, &dst, &syncs);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn selection_cycles_and_new_topics_tansu() {
-    let Some((source, target)) = broker_pair(BrokerKind::Tansu).await else {
+async fn selection_cycles_and_new_topics() {
+    let Some((source, target)) = shared_pair().await else {
         return;
     };
     let sb = source.bootstrap_servers();
     let tb = target.bootstrap_servers();
+    // Every name starts with this test's own prefix: the patterns select nothing of others.
+    let u = unique("sel");
+    let name = |t: &str| format!("{u}-{t}");
     for (t, n) in [
-        ("orders", 2),
-        ("orders-tmp", 1),
-        ("audit", 1),
-        ("dc2.orders", 1),
-        ("other", 1),
+        (name("orders"), 2),
+        (name("orders-tmp"), 1),
+        (name("audit"), 1),
+        (format!("dc2.{u}-orders"), 1),
+        (name("other"), 1),
     ] {
-        create(&source, t, n).await;
-        produce(&sb, t, &records(t, n, 3)).await.unwrap();
+        create(&source, &t, n).await;
+        produce(&sb, &t, &records(&t, n, 3)).await.unwrap();
     }
     let mut spec = include(
-        flow_spec(&source, &target, Delivery::AtLeastOnce),
-        &["orders.*", "audit", "dc2\\..*", "late-.*"],
+        shared_flow_spec(&source, &target, Delivery::AtLeastOnce),
+        &[
+            &format!("{u}-orders.*"),
+            &name("audit"),
+            &format!("dc2\\.{u}-.*"),
+            &format!("{u}-late-.*"),
+        ],
     );
     spec.topics.exclude = vec![".*-tmp".into()];
-    let mut w = start_worker("select", spec, 0, 1, test_tuning(50));
-    w.wait_positions("orders", &[(0, 5), (1, 3)].into()).await;
-    w.wait_positions("audit", &[(0, 5)].into()).await;
+    let mut w = start_worker(&unique("select"), spec, 0, 1, test_tuning(50));
+    w.wait_positions(&name("orders"), &[(0, 5), (1, 3)].into())
+        .await;
+    w.wait_positions(&name("audit"), &[(0, 5)].into()).await;
 
     // A topic created while running is found (refresh every second; the bound is generous).
-    create(&source, "late-topic", 2).await;
+    let late_t = name("late-topic");
+    create(&source, &late_t, 2).await;
     let late = records("late", 2, 4);
-    produce(&sb, "late-topic", &late).await.unwrap();
-    w.wait_positions("late-topic", &ends(&late)).await;
+    produce(&sb, &late_t, &late).await.unwrap();
+    w.wait_positions(&late_t, &ends(&late)).await;
 
     let s = w.status.borrow().clone();
-    let topics: std::collections::BTreeSet<&str> =
-        s.partitions.iter().map(|p| p.topic.as_str()).collect();
+    let topics: std::collections::BTreeSet<String> =
+        s.partitions.iter().map(|p| p.topic.clone()).collect();
     assert_eq!(
         topics,
-        ["audit", "late-topic", "orders"].into(),
+        [name("audit"), late_t.clone(), name("orders")].into(),
         "owned topics"
     );
     w.stop().await.unwrap();
 
     use mirrorflow::testkit::brokers::topic_partitions;
     for (t, want) in [
-        ("dc1.orders", Some(2)),
-        ("dc1.audit", Some(1)),
-        ("dc1.late-topic", Some(2)),
-        ("dc1.orders-tmp", None),
-        ("dc1.dc2.orders", None),
-        ("dc1.other", None),
+        (format!("dc1.{u}-orders"), Some(2)),
+        (format!("dc1.{u}-audit"), Some(1)),
+        (format!("dc1.{late_t}"), Some(2)),
+        (format!("dc1.{u}-orders-tmp"), None),
+        (format!("dc1.dc2.{u}-orders"), None),
+        (format!("dc1.{u}-other"), None),
     ] {
         assert_eq!(
-            topic_partitions(&tb, t).await.unwrap(),
+            topic_partitions(&tb, &t).await.unwrap(),
             want,
             "target topic {t}"
         );
     }
-    let src = read_n(&sb, "late-topic", late.len()).await;
-    let dst = read_n(&tb, "dc1.late-topic", late.len()).await;
-    assert_same(&src, &dst, "late-topic");
+    let src = read_n(&sb, &late_t, late.len()).await;
+    let dst = read_n(&tb, &format!("dc1.{late_t}"), late.len()).await;
+    assert_same(&src, &dst, &late_t);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn identity_policy_keeps_names_tansu() {
-    let Some((source, target)) = broker_pair(BrokerKind::Tansu).await else {
+async fn identity_policy_keeps_names() {
+    let Some((source, target)) = shared_pair().await else {
         return;
     };
     let sb = source.bootstrap_servers();
     let tb = target.bootstrap_servers();
-    create(&source, "orders", 2).await;
-    create(&source, "dc2.orders", 1).await;
+    let orders = unique("id-orders");
+    let remote = format!("dc2.{orders}");
+    create(&source, &orders, 2).await;
+    create(&source, &remote, 1).await;
     let recs = records("o", 2, 5);
-    produce(&sb, "orders", &recs).await.unwrap();
-    produce(&sb, "dc2.orders", &records("c", 1, 2))
-        .await
-        .unwrap();
+    produce(&sb, &orders, &recs).await.unwrap();
+    produce(&sb, &remote, &records("c", 1, 2)).await.unwrap();
     let spec = policy(
-        flow_spec(&source, &target, Delivery::AtLeastOnce),
+        shared_spec(&source, &target, Delivery::AtLeastOnce, &[&orders, &remote]),
         mirrorflow::api::ReplicationPolicyType::Identity,
     );
-    let mut w = start_worker("identity", spec, 0, 1, test_tuning(50));
-    w.wait_positions("orders", &ends(&recs)).await;
-    // Identity cannot recognise where a topic came from: dc2.orders is replicated too.
-    w.wait_positions("dc2.orders", &[(0, 4)].into()).await;
+    let mut w = start_worker(&unique("identity"), spec, 0, 1, test_tuning(50));
+    w.wait_positions(&orders, &ends(&recs)).await;
+    // Identity cannot recognise where a topic came from: dc2.<orders> is replicated too.
+    w.wait_positions(&remote, &[(0, 4)].into()).await;
     w.stop().await.unwrap();
-    let src = read_n(&sb, "orders", recs.len()).await;
-    let dst = read_n(&tb, "orders", recs.len()).await;
+    let src = read_n(&sb, &orders, recs.len()).await;
+    let dst = read_n(&tb, &orders, recs.len()).await;
     assert_same(&src, &dst, "orders (identity)");
-    let s = read_n(&tb, "dc2.orders", 4).await;
+    let s = read_n(&tb, &remote, 4).await;
     assert_eq!(s.len(), 4);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn two_workers_split_partitions_tansu() {
-    let Some((source, target)) = broker_pair(BrokerKind::Tansu).await else {
+async fn two_workers_split_partitions() {
+    use mirrorflow::worker::replicate::assign::owner;
+    let Some((source, target)) = shared_pair().await else {
         return;
     };
     let sb = source.bootstrap_servers();
     let tb = target.bootstrap_servers();
-    create(&source, "orders", 6).await;
-    create(&source, "payments", 3).await;
+    // Names whose partitions both workers get a share of (the split hashes the names).
+    let (orders_t, payments_t) = (0..)
+        .map(|i| {
+            (
+                unique(&format!("split{i}-orders")),
+                unique(&format!("split{i}-payments")),
+            )
+        })
+        .find(|(o, p)| {
+            let owners: std::collections::BTreeSet<u32> = (0..6)
+                .map(|x| owner(o, x, 2))
+                .chain((0..3).map(|x| owner(p, x, 2)))
+                .collect();
+            owners.len() == 2
+        })
+        .unwrap();
+    create(&source, &orders_t, 6).await;
+    create(&source, &payments_t, 3).await;
     let orders = records("o", 6, 10);
     let payments = records("p", 3, 10);
-    produce(&sb, "orders", &orders).await.unwrap();
-    produce(&sb, "payments", &payments).await.unwrap();
-    let spec = flow_spec(&source, &target, Delivery::AtLeastOnce);
-    let mut w0 = start_worker("split", spec.clone(), 0, 2, test_tuning(50));
-    let mut w1 = start_worker("split", spec, 1, 2, test_tuning(50));
+    produce(&sb, &orders_t, &orders).await.unwrap();
+    produce(&sb, &payments_t, &payments).await.unwrap();
+    let spec = shared_spec(
+        &source,
+        &target,
+        Delivery::AtLeastOnce,
+        &[&orders_t, &payments_t],
+    );
+    let flow = unique("split");
+    let mut w0 = start_worker(&flow, spec.clone(), 0, 2, test_tuning(50));
+    let mut w1 = start_worker(&flow, spec, 1, 2, test_tuning(50));
     let owned = |s: &mirrorflow::worker::replicate::WorkerSnapshot| -> std::collections::BTreeSet<(String, i32)> {
         s.partitions.iter().map(|p| (p.topic.clone(), p.partition)).collect()
     };
@@ -196,18 +251,18 @@ async fn two_workers_split_partitions_tansu() {
     );
     let union: std::collections::BTreeSet<(String, i32)> = o0.union(&o1).cloned().collect();
     let expected: std::collections::BTreeSet<(String, i32)> = (0..6)
-        .map(|p| ("orders".to_string(), p))
-        .chain((0..3).map(|p| ("payments".to_string(), p)))
+        .map(|p| (orders_t.clone(), p))
+        .chain((0..3).map(|p| (payments_t.clone(), p)))
         .collect();
     assert_eq!(union, expected);
     for (o, i) in [(&o0, 0u32), (&o1, 1)] {
         for (t, p) in o {
-            assert_eq!(mirrorflow::worker::replicate::assign::owner(t, *p, 2), i);
+            assert_eq!(owner(t, *p, 2), i);
         }
     }
     w0.stop().await.unwrap();
     w1.stop().await.unwrap();
-    for (topic, n) in [("orders", orders.len()), ("payments", payments.len())] {
+    for (topic, n) in [(&orders_t, orders.len()), (&payments_t, payments.len())] {
         let src = read_n(&sb, topic, n).await;
         let dst = read_idle(&tb, &format!("dc1.{topic}"), Duration::from_secs(2)).await;
         assert_same(&src, &dst, topic);
@@ -215,18 +270,20 @@ async fn two_workers_split_partitions_tansu() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn paused_keeps_position_tansu() {
-    let Some((source, target)) = broker_pair(BrokerKind::Tansu).await else {
+async fn paused_keeps_position() {
+    let Some((source, target)) = shared_pair().await else {
         return;
     };
     let sb = source.bootstrap_servers();
     let tb = target.bootstrap_servers();
-    create(&source, "orders", 1).await;
+    let topic = unique("paused-orders");
+    let copy = format!("dc1.{topic}");
+    create(&source, &topic, 1).await;
     let first = records("a", 1, 10);
-    produce(&sb, "orders", &first).await.unwrap();
-    let spec = flow_spec(&source, &target, Delivery::AtLeastOnce);
-    let mut w = start_worker("paused", spec.clone(), 0, 1, test_tuning(50));
-    w.wait_positions("orders", &[(0, 12)].into()).await;
+    produce(&sb, &topic, &first).await.unwrap();
+    let spec = shared_spec(&source, &target, Delivery::AtLeastOnce, &[&topic]);
+    let mut w = start_worker(&unique("paused"), spec.clone(), 0, 1, test_tuning(50));
+    w.wait_positions(&topic, &[(0, 12)].into()).await;
 
     let mut paused = spec.clone();
     paused.paused = true;
@@ -236,7 +293,7 @@ async fn paused_keeps_position_tansu() {
     })
     .await;
     let second = records("b", 1, 10);
-    produce(&sb, "orders", &second).await.unwrap();
+    produce(&sb, &topic, &second).await.unwrap();
     // The worker sees the new records (high watermark past its position) but stays put.
     let s = w
         .wait_status("new records seen while paused", |s| {
@@ -253,39 +310,48 @@ async fn paused_keeps_position_tansu() {
         mirrorflow::worker::replicate::PartitionState::Paused
     ));
     assert_eq!(
-        read_idle(&tb, "dc1.orders", Duration::from_secs(1))
-            .await
-            .len(),
+        read_idle(&tb, &copy, Duration::from_secs(1)).await.len(),
         12
     );
 
     w.spec.send(spec).unwrap();
-    w.wait_positions("orders", &[(0, 24)].into()).await;
+    w.wait_positions(&topic, &[(0, 24)].into()).await;
     w.stop().await.unwrap();
-    let src = read_n(&sb, "orders", 24).await;
-    let dst = read_n(&tb, "dc1.orders", 24).await;
+    let src = read_n(&sb, &topic, 24).await;
+    let dst = read_n(&tb, &copy, 24).await;
     assert_same(&src, &dst, "orders after resume");
 }
 
-/// Kills a worker mid-stream (the task is dropped wherever it is), restarts it, and checks
-/// that nothing is lost and duplicates stay within one batch per partition.
-async fn crash_and_resume(kind: BrokerKind, delivery: Delivery) -> Option<BTreeMap<i32, usize>> {
-    let (source, target) = broker_pair(kind).await?;
+const CRASH_BATCH: usize = 20;
+
+/// Kills a worker mid-stream (the task is dropped wherever it is: no flush, no abort, an
+/// open transaction left behind), restarts it, checks that it resumed from its stored
+/// progress and returns what the source and (read_committed) the target hold.
+async fn crash_and_resume(
+    delivery: Delivery,
+    tag: &str,
+) -> Option<(
+    Vec<mirrorflow::testkit::brokers::ConsumedRecord>,
+    Vec<mirrorflow::testkit::brokers::ConsumedRecord>,
+)> {
+    let (source, target) = shared_pair().await?;
     let sb = source.bootstrap_servers();
     let tb = target.bootstrap_servers();
-    create(&source, "orders", 3).await;
+    let topic = unique(&format!("{tag}-orders"));
+    create(&source, &topic, 3).await;
     let recs = records("o", 3, 400);
-    produce(&sb, "orders", &recs).await.unwrap();
-    let batch = 20;
-    let spec = flow_spec(&source, &target, delivery);
-    let mut w = start_worker("crash", spec.clone(), 0, 1, test_tuning(batch));
+    produce(&sb, &topic, &recs).await.unwrap();
+    let batch = CRASH_BATCH;
+    let spec = shared_spec(&source, &target, delivery, &[&topic]);
+    let flow = unique(tag);
+    let mut w = start_worker(&flow, spec.clone(), 0, 1, test_tuning(batch));
     // Some progress, not all of it.
     w.wait_status("some progress", |s| {
         s.partitions.iter().filter_map(|p| p.position).sum::<i64>() >= 300
     })
     .await;
     w.kill().await;
-    let mut w = start_worker("crash", spec, 0, 1, test_tuning(batch));
+    let mut w = start_worker(&flow, spec, 0, 1, test_tuning(batch));
     let resumed = w
         .wait_status("resumed from progress", |s| {
             s.partitions.len() == 3 && s.partitions.iter().all(|p| p.position.is_some())
@@ -301,47 +367,65 @@ async fn crash_and_resume(kind: BrokerKind, delivery: Delivery) -> Option<BTreeM
         "restart resumes from stored progress, not from the beginning: {:?}",
         resumed.partitions
     );
-    w.wait_positions("orders", &ends(&recs)).await;
+    w.wait_positions(&topic, &ends(&recs)).await;
     w.stop().await.unwrap();
-    let src = read_n(&sb, "orders", recs.len()).await;
-    let dst = read_idle(&tb, "dc1.orders", Duration::from_secs(2)).await;
-    Some(assert_no_loss_bounded_dups(&src, &dst, batch, "orders"))
+    let src = read_n(&sb, &topic, recs.len()).await;
+    let dst = read_idle(&tb, &format!("dc1.{topic}"), Duration::from_secs(2)).await;
+    Some((src, dst))
 }
 
+/// AtLeastOnce: nothing lost, duplicates within one batch per partition.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn crash_and_resume_at_least_once_tansu() {
-    if let Some(dups) = crash_and_resume(BrokerKind::Tansu, Delivery::AtLeastOnce).await {
+async fn crash_and_resume_at_least_once() {
+    if let Some((src, dst)) = crash_and_resume(Delivery::AtLeastOnce, "crash-alo").await {
+        let dups = assert_no_loss_bounded_dups(&src, &dst, CRASH_BATCH, "orders");
         eprintln!("duplicates per partition after the crash: {dups:?}");
     }
 }
 
+/// ExactlyOnce: the crash leaves a transaction open; the restarted worker's InitProducerId
+/// fences it and the coordinator aborts it, so a read_committed reader (librdkafka's
+/// default, which the testkit's reader keeps) sees every source record once, in order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn crash_and_resume_at_least_once_nisshi() {
-    if let Some(dups) = crash_and_resume(BrokerKind::Nisshi, Delivery::AtLeastOnce).await {
-        eprintln!("duplicates per partition after the crash: {dups:?}");
+async fn crash_and_resume_exactly_once() {
+    if let Some((src, dst)) = crash_and_resume(Delivery::ExactlyOnce, "crash-eos").await {
+        assert_same(&src, &dst, "orders after a crash, read_committed");
     }
 }
 
-/// ExactlyOnce on tansu: the crash leaves an open transaction, the restart fences and aborts
-/// it. Tansu returns aborted records to read_committed consumers, so "no duplicates" cannot
-/// be checked here: this checks no loss and at most one rewind within a batch. Progress is
-/// read read_committed, which on tansu may also see aborted progress; that could only move
-/// the resume point past aborted records, which the no-loss check would catch.
+/// A target that refuses the worker's transactions (here librdkafka's mock answering
+/// InitProducerId with TRANSACTIONAL_ID_AUTHORIZATION_FAILED, what a Kafka without the
+/// TransactionalId ACL answers): the worker fails at once, saying what to change, and never
+/// falls back to AtLeastOnce by itself.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn crash_and_resume_exactly_once_tansu() {
-    if let Some(dups) = crash_and_resume(BrokerKind::Tansu, Delivery::ExactlyOnce).await {
-        eprintln!("visible aborted copies per partition after the crash (tansu does not filter them): {dups:?}");
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn exactly_once_on_a_target_without_transactions_fails_clearly_nisshi() {
-    let Some((source, target)) = broker_pair(BrokerKind::Nisshi).await else {
+async fn exactly_once_on_a_target_without_transactions_fails_clearly_mock() {
+    let (Some((source, _)), Some(target)) =
+        (shared_pair().await, broker_or_skip(BrokerKind::Mock).await)
+    else {
         return;
     };
-    create(&source, "orders", 1).await;
-    let spec = flow_spec(&source, &target, Delivery::ExactlyOnce);
-    let mut w = start_worker("eos-nisshi", spec, 0, 1, test_tuning(50));
+    let topic = unique("refused-orders");
+    let flow = unique("eos-refused");
+    create(&source, &topic, 1).await;
+    // The mock has no CreateTopics: the worker finds these existing.
+    create(&target, &format!("dc1.{topic}"), 1).await;
+    create(
+        &target,
+        &mirrorflow::kafka::wire::progress_topic("test", &flow),
+        1,
+    )
+    .await;
+    create(&target, "mm2-offset-syncs.dc1.internal", 1).await;
+    target
+        .with_mock(|m| {
+            m.request_errors(
+                rdkafka::types::RDKafkaApiKey::InitProducerId,
+                &[rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_TRANSACTIONAL_ID_AUTHORIZATION_FAILED; 5],
+            )
+        })
+        .unwrap();
+    let spec = shared_spec(&source, &target, Delivery::ExactlyOnce, &[&topic]);
+    let mut w = start_worker(&flow, spec, 0, 1, test_tuning(50));
     let s = w
         .wait_status("failed", |s| {
             s.state == mirrorflow::api::WorkerState::Failed
@@ -358,31 +442,41 @@ async fn exactly_once_on_a_target_without_transactions_fails_clearly_nisshi() {
     assert!(err.contains("spec.delivery: AtLeastOnce"), "{err}");
 }
 
+/// Records, some large enough to be sent from the fetch buffer, on a compacted topic whose
+/// configs travel to the target.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn replicates_records_exactly_nisshi_at_least_once() {
-    let Some((source, target)) = broker_pair(BrokerKind::Nisshi).await else {
+async fn replicates_records_and_topic_configs() {
+    let Some((source, target)) = shared_pair().await else {
         return;
     };
     let sb = source.bootstrap_servers();
     let tb = target.bootstrap_servers();
+    let topic = unique("cfg-orders");
+    let copy = format!("dc1.{topic}");
+    // Retention applies to the records' timestamps (from 2023): ten years keeps them.
+    let retention = "315360000000";
     source
         .create_topic(
-            "orders",
+            &topic,
             3,
             &[
                 ("cleanup.policy", "compact"),
-                ("retention.ms", "3600000"),
+                ("retention.ms", retention),
                 ("min.insync.replicas", "1"),
             ],
         )
         .await
         .unwrap();
-    let orders = records_some_large("o", 3, 50, 2_000);
-    produce(&sb, "orders", &orders).await.unwrap();
-    let spec = flow_spec(&source, &target, Delivery::AtLeastOnce);
-    let mut w = start_worker("basic-nisshi", spec, 0, 1, test_tuning(40));
-    w.wait_positions("orders", &ends(&orders)).await;
-    // Lag is exact on nisshi (right watermarks): zero once caught up.
+    // A compacted topic refuses records without a key.
+    let orders: Vec<ProduceRecord> = records_some_large("o", 3, 50, 2_000)
+        .into_iter()
+        .filter(|r| r.key.is_some())
+        .collect();
+    produce(&sb, &topic, &orders).await.unwrap();
+    let spec = shared_spec(&source, &target, Delivery::AtLeastOnce, &[&topic]);
+    let mut w = start_worker(&unique("configs"), spec, 0, 1, test_tuning(40));
+    w.wait_positions(&topic, &ends(&orders)).await;
+    // Lag is exact (right watermarks): zero once caught up.
     let s = w
         .wait_status("lag 0", |s| {
             s.partitions.iter().all(|p| p.lag_records == Some(0))
@@ -390,15 +484,15 @@ async fn replicates_records_exactly_nisshi_at_least_once() {
         .await;
     assert_eq!(s.replication_lag.records, 0);
     w.stop().await.unwrap();
-    let src = read_n(&sb, "orders", orders.len()).await;
-    let dst = read_n(&tb, "dc1.orders", orders.len()).await;
-    assert_same(&src, &dst, "orders");
+    let src = read_n(&sb, &topic, orders.len()).await;
+    let dst = read_n(&tb, &copy, orders.len()).await;
+    assert_same(&src, &dst, &topic);
     let syncs = decode_syncs(
         &read_idle(&tb, "mm2-offset-syncs.dc1.internal", Duration::from_secs(2)).await,
     );
-    check_syncs("orders", &src, &dst, &syncs);
+    check_syncs(&topic, &src, &dst, &syncs);
     // Topic configs set on the source topic travel, except broker-specific ones.
-    let configs = topic_configs(&tb, "dc1.orders").await;
+    let configs = topic_configs(&tb, &copy).await;
     eprintln!("target topic configs: {configs:?}");
     assert_eq!(
         configs.get("cleanup.policy").map(String::as_str),
@@ -406,9 +500,9 @@ async fn replicates_records_exactly_nisshi_at_least_once() {
     );
     assert_eq!(
         configs.get("retention.ms").map(String::as_str),
-        Some("3600000")
+        Some(retention)
     );
-    let source_configs = topic_configs(&sb, "orders").await;
+    let source_configs = topic_configs(&sb, &topic).await;
     assert_eq!(
         source_configs
             .get("min.insync.replicas")
@@ -425,13 +519,15 @@ async fn replicates_records_exactly_nisshi_at_least_once() {
 /// A record larger than the target accepts stops its partition with a clear error; the other
 /// partition and the records before it are replicated; nothing is skipped. `tail` more
 /// records follow the big one in its partition (spanning later batches).
-async fn too_large_record(kind: BrokerKind, delivery: Delivery, broker_side: bool, tail: i32) {
-    let Some((source, target)) = broker_pair(kind).await else {
+async fn too_large_record(tag: &str, delivery: Delivery, broker_side: bool, tail: i32) {
+    let Some((source, target)) = shared_pair().await else {
         return;
     };
     let sb = source.bootstrap_servers();
     let tb = target.bootstrap_servers();
-    create(&source, "orders", 2).await;
+    let topic = unique(&format!("{tag}-orders"));
+    let copy = format!("dc1.{topic}");
+    create(&source, &topic, 2).await;
     let small = |i: i32, p: i32| {
         mirrorflow::testkit::brokers::ProduceRecord::new(format!("k{i}"), vec![b'x'; 100])
             .partition(p)
@@ -451,12 +547,12 @@ async fn too_large_record(kind: BrokerKind, delivery: Delivery, broker_side: boo
         mirrorflow::testkit::brokers::ProduceRecord::new(format!("t{i}"), vec![b'z'; 100])
             .partition(0)
     }));
-    produce(&sb, "orders", &recs).await.unwrap();
-    let mut spec = flow_spec(&source, &target, delivery);
+    produce(&sb, &topic, &recs).await.unwrap();
+    let mut spec = shared_spec(&source, &target, delivery, &[&topic]);
     if broker_side {
         // The target topic exists with a small max.message.bytes (the worker keeps it).
         target
-            .create_topic("dc1.orders", 2, &[("max.message.bytes", "5000")])
+            .create_topic(&copy, 2, &[("max.message.bytes", "5000")])
             .await
             .unwrap();
     } else {
@@ -465,7 +561,7 @@ async fn too_large_record(kind: BrokerKind, delivery: Delivery, broker_side: boo
             .config
             .insert("message.max.bytes".into(), "5000".into());
     }
-    let mut w = start_worker("too-large", spec, 0, 1, test_tuning(50));
+    let mut w = start_worker(&unique(tag), spec, 0, 1, test_tuning(50));
     let s = w
         .wait_status("partition 0 failed", |s| {
             s.partitions
@@ -492,7 +588,10 @@ async fn too_large_record(kind: BrokerKind, delivery: Delivery, broker_side: boo
     );
     assert_eq!(s.state, mirrorflow::api::WorkerState::Degraded);
     assert!(
-        s.message.as_deref().unwrap_or("").contains("orders/0"),
+        s.message
+            .as_deref()
+            .unwrap_or("")
+            .contains(&format!("{topic}/0")),
         "{:?}",
         s.message
     );
@@ -505,7 +604,7 @@ async fn too_large_record(kind: BrokerKind, delivery: Delivery, broker_side: boo
     );
     assert_eq!(w.metrics.partitions_failed.get(), 1);
     w.stop().await.unwrap();
-    let dst = read_idle(&tb, "dc1.orders", Duration::from_secs(2)).await;
+    let dst = read_idle(&tb, &copy, Duration::from_secs(2)).await;
     let keys = |p: i32| -> Vec<String> {
         dst.iter()
             .filter(|r| r.partition == p)
@@ -536,50 +635,46 @@ async fn too_large_record(kind: BrokerKind, delivery: Delivery, broker_side: boo
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn too_large_record_fails_its_partition_broker_limit_nisshi() {
-    too_large_record(BrokerKind::Nisshi, Delivery::AtLeastOnce, true, 0).await;
+async fn too_large_record_fails_its_partition_broker_limit() {
+    too_large_record("big-broker", Delivery::AtLeastOnce, true, 0).await;
 }
 
 /// Refused by the producer itself while later batches are being read and sent: none of the
 /// partition's later records may reach the target past the refused one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn too_large_record_fails_its_partition_producer_limit_nisshi_pipelined() {
-    too_large_record(BrokerKind::Nisshi, Delivery::AtLeastOnce, false, 300).await;
+async fn too_large_record_fails_its_partition_producer_limit_pipelined() {
+    too_large_record("big-pipelined", Delivery::AtLeastOnce, false, 300).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn too_large_record_fails_its_partition_producer_limit_tansu_eos() {
-    too_large_record(BrokerKind::Tansu, Delivery::ExactlyOnce, false, 0).await;
+async fn too_large_record_fails_its_partition_producer_limit_eos() {
+    too_large_record("big-eos", Delivery::ExactlyOnce, false, 0).await;
 }
 
-/// The target goes down and comes back (the librdkafka mock keeps its data across that):
-/// the worker keeps retrying with backoff and loses nothing.
+/// The target crashes (SIGKILL) and comes back with its data: the worker keeps retrying
+/// with backoff and loses nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn target_down_then_back_mock_at_least_once() {
-    let (Some(source), Some(mut target)) = (
-        broker_or_skip(BrokerKind::Tansu).await,
-        broker_or_skip(BrokerKind::Mock).await,
-    ) else {
+async fn target_down_then_back_at_least_once() {
+    let (Some((source, _)), Some(mut target)) =
+        (shared_pair().await, broker_or_skip(BrokerKind::Kafka).await)
+    else {
         return;
     };
     let sb = source.bootstrap_servers();
     let tb = target.bootstrap_servers();
-    create(&source, "orders", 2).await;
-    // The mock has no CreateTopics: the worker finds these existing.
-    create(&target, "dc1.orders", 2).await;
-    create(&target, "mirrorflow-progress.test.down.internal", 1).await;
-    create(&target, "mm2-offset-syncs.dc1.internal", 1).await;
+    let topic = unique("down-orders");
+    create(&source, &topic, 2).await;
     let first = records("a", 2, 30);
-    produce(&sb, "orders", &first).await.unwrap();
-    let spec = flow_spec(&source, &target, Delivery::AtLeastOnce);
+    produce(&sb, &topic, &first).await.unwrap();
+    let spec = shared_spec(&source, &target, Delivery::AtLeastOnce, &[&topic]);
     let mut tuning = test_tuning(20);
     tuning.producer.delivery_timeout = Duration::from_secs(3);
-    let mut w = start_worker("down", spec, 0, 1, tuning);
-    w.wait_positions("orders", &ends(&first)).await;
+    let mut w = start_worker(&unique("down"), spec, 0, 1, tuning);
+    w.wait_positions(&topic, &ends(&first)).await;
 
     target.stop().unwrap();
     let second = records("b", 2, 30);
-    produce(&sb, "orders", &second).await.unwrap();
+    produce(&sb, &topic, &second).await.unwrap();
     // Wait until a batch failed against the down target (bounded, no timing assumption).
     let begin = std::time::Instant::now();
     while w.metrics.batches.with_label_values(&["retried"]).get() == 0 {
@@ -594,10 +689,10 @@ async fn target_down_then_back_mock_at_least_once() {
 
     let mut all = first.clone();
     all.extend(second.iter().cloned());
-    w.wait_positions("orders", &ends(&all)).await;
+    w.wait_positions(&topic, &ends(&all)).await;
     w.stop().await.unwrap();
-    let src = read_n(&sb, "orders", all.len()).await;
-    let dst = read_idle(&tb, "dc1.orders", Duration::from_secs(3)).await;
+    let src = read_n(&sb, &topic, all.len()).await;
+    let dst = read_idle(&tb, &format!("dc1.{topic}"), Duration::from_secs(3)).await;
     let dups = assert_no_loss_bounded_dups(&src, &dst, 20, "orders");
     eprintln!("duplicates after the outage: {dups:?}");
 }
@@ -605,17 +700,19 @@ async fn target_down_then_back_mock_at_least_once() {
 /// Two workers with the same index (a zombie): the newer one's InitProducerId fences the
 /// older one, which stops with an error naming the transactional.id; the newer one goes on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn zombie_is_fenced_tansu() {
-    let Some((source, target)) = broker_pair(BrokerKind::Tansu).await else {
+async fn zombie_is_fenced() {
+    let Some((source, target)) = shared_pair().await else {
         return;
     };
     let sb = source.bootstrap_servers();
-    create(&source, "orders", 1).await;
-    produce(&sb, "orders", &records("a", 1, 10)).await.unwrap();
-    let spec = flow_spec(&source, &target, Delivery::ExactlyOnce);
-    let mut old = start_worker("zombie", spec.clone(), 0, 1, test_tuning(10));
-    old.wait_positions("orders", &[(0, 12)].into()).await;
-    let mut new = start_worker("zombie", spec, 0, 1, test_tuning(10));
+    let topic = unique("zombie-orders");
+    let flow = unique("zombie");
+    create(&source, &topic, 1).await;
+    produce(&sb, &topic, &records("a", 1, 10)).await.unwrap();
+    let spec = shared_spec(&source, &target, Delivery::ExactlyOnce, &[&topic]);
+    let mut old = start_worker(&flow, spec.clone(), 0, 1, test_tuning(10));
+    old.wait_positions(&topic, &[(0, 12)].into()).await;
+    let mut new = start_worker(&flow, spec, 0, 1, test_tuning(10));
     new.wait_status("new worker running", |s| {
         s.state == mirrorflow::api::WorkerState::Running
     })
@@ -625,7 +722,7 @@ async fn zombie_is_fenced_tansu() {
     let mut i = 0;
     while !old.task.is_finished() {
         assert!(begin.elapsed() < WAIT, "the zombie was not fenced");
-        produce(&sb, "orders", &records(&format!("z{i}"), 1, 1))
+        produce(&sb, &topic, &records(&format!("z{i}"), 1, 1))
             .await
             .unwrap();
         i += 1;
@@ -633,7 +730,7 @@ async fn zombie_is_fenced_tansu() {
     }
     let err = old.stop().await.unwrap_err().to_string();
     assert!(
-        err.contains("fenced") && err.contains("mirrorflow-4-test-zombie-0"),
+        err.contains("fenced") && err.contains(&worker_key("test", &flow, 0)),
         "{err}"
     );
     assert!(!new.task.is_finished(), "the new worker goes on");
@@ -644,17 +741,19 @@ async fn zombie_is_fenced_tansu() {
 /// DataLoss with the exact count (offset validation: auto.offset.reset=error), and the worker
 /// reports it; other partitions go on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn deleted_unreplicated_records_stop_the_partition_nisshi() {
-    let Some((source, target)) = broker_pair(BrokerKind::Nisshi).await else {
+async fn deleted_unreplicated_records_stop_the_partition() {
+    let Some((source, target)) = shared_pair().await else {
         return;
     };
+    let topic = unique("loss-orders");
+    let flow = unique("dataloss");
     let sb = source.bootstrap_servers();
-    create(&source, "orders", 2).await;
+    create(&source, &topic, 2).await;
     let first = records("a", 2, 10);
-    produce(&sb, "orders", &first).await.unwrap();
-    let spec = flow_spec(&source, &target, Delivery::AtLeastOnce);
-    let mut w = start_worker("dataloss", spec.clone(), 0, 1, test_tuning(50));
-    w.wait_positions("orders", &ends(&first)).await;
+    produce(&sb, &topic, &first).await.unwrap();
+    let spec = shared_spec(&source, &target, Delivery::AtLeastOnce, &[&topic]);
+    let mut w = start_worker(&flow, spec.clone(), 0, 1, test_tuning(50));
+    w.wait_positions(&topic, &ends(&first)).await;
     // Pause so nothing is fetched, write more, delete part of it unreplicated.
     let mut paused = spec.clone();
     paused.paused = true;
@@ -664,8 +763,8 @@ async fn deleted_unreplicated_records_stop_the_partition_nisshi() {
     })
     .await;
     let second: Vec<_> = records("b", 1, 20);
-    produce(&sb, "orders", &second).await.unwrap();
-    let low = mirrorflow::testkit::brokers::delete_records_before(&sb, "orders", 0, 17)
+    produce(&sb, &topic, &second).await.unwrap();
+    let low = mirrorflow::testkit::brokers::delete_records_before(&sb, &topic, 0, 17)
         .await
         .unwrap();
     assert_eq!(low, 17);
@@ -698,8 +797,8 @@ async fn deleted_unreplicated_records_stop_the_partition_nisshi() {
     );
     // Partition 1 is unaffected and keeps replicating.
     let more = vec![mirrorflow::testkit::brokers::ProduceRecord::new("k", "v").partition(1)];
-    produce(&sb, "orders", &more).await.unwrap();
-    w.wait_positions("orders", &[(1, 11)].into()).await;
+    produce(&sb, &topic, &more).await.unwrap();
+    w.wait_positions(&topic, &[(1, 11)].into()).await;
 
     // The operator accepts the gap: spec.reset resumes from the log start, once.
     let mut reset = spec.clone();
@@ -710,7 +809,7 @@ async fn deleted_unreplicated_records_stop_the_partition_nisshi() {
     });
     w.spec.send(reset.clone()).unwrap();
     // p0 holds offsets 0..34 (12 + 22 records); 17..34 are replicated after the reset.
-    let s = w.wait_positions("orders", &[(0, 34)].into()).await;
+    let s = w.wait_positions(&topic, &[(0, 34)].into()).await;
     let applied = s.last_applied_reset.clone().expect("lastAppliedReset");
     assert_eq!(applied.id, "accept-gap-1");
     assert_eq!(applied.outcome, mirrorflow::api::ResetOutcome::Applied);
@@ -721,7 +820,7 @@ async fn deleted_unreplicated_records_stop_the_partition_nisshi() {
     w.stop().await.unwrap();
     let dst = read_idle(
         &target.bootstrap_servers(),
-        "dc1.orders",
+        &format!("dc1.{topic}"),
         Duration::from_secs(2),
     )
     .await;
@@ -737,8 +836,8 @@ async fn deleted_unreplicated_records_stop_the_partition_nisshi() {
     );
 
     // Restarted with the same request still in the spec: not applied again.
-    let mut w = start_worker("dataloss", reset, 0, 1, test_tuning(50));
-    w.wait_positions("orders", &[(0, 34), (1, 11)].into()).await;
+    let mut w = start_worker(&flow, reset, 0, 1, test_tuning(50));
+    w.wait_positions(&topic, &[(0, 34), (1, 11)].into()).await;
     // Running is published after the start-up reset check.
     let s = w
         .wait_status("running", |s| {
@@ -755,8 +854,9 @@ async fn deleted_unreplicated_records_stop_the_partition_nisshi() {
 
 /// The standalone worker: flow file in, HTTP endpoints out, live `paused` edits, clean stop.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn standalone_worker_serves_http_and_follows_the_file_tansu() {
-    let Some((source, target)) = broker_pair(BrokerKind::Tansu).await else {
+async fn standalone_worker_serves_http_and_follows_the_file() {
+    // Clusters of its own: the flow selects every topic and writes heartbeats.
+    let Some((source, target)) = kafka_pair().await else {
         return;
     };
     let sb = source.bootstrap_servers();
@@ -826,32 +926,37 @@ async fn standalone_worker_serves_http_and_follows_the_file_tansu() {
 /// 1 MiB window take many batches (the batches' share is half of it, 512 KiB, and each batch
 /// at most a third of that), where the default 45 MiB would take one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn in_flight_mib_sets_the_window_tansu() {
-    let Some((source, target)) = broker_pair(BrokerKind::Tansu).await else {
+async fn in_flight_mib_sets_the_window() {
+    let Some((source, target)) = shared_pair().await else {
         return;
     };
+    let topic = unique("window-blobs");
     let sb = source.bootstrap_servers();
-    create(&source, "blobs", 1).await;
+    create(&source, &topic, 1).await;
     let value = "x".repeat(10_000);
     let recs: Vec<_> = (0..300)
         .map(|i| ProduceRecord::new(format!("k{i}"), value.clone()).partition(0))
         .collect();
-    produce(&sb, "blobs", &recs).await.unwrap();
+    produce(&sb, &topic, &recs).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("flow.yaml");
     std::fs::write(
         &path,
         format!(
-            "apiVersion: mirrorflow.io/v1alpha1\nkind: MirrorFlow\nmetadata:\n  name: window\nspec:\n  \
+            "apiVersion: mirrorflow.io/v1alpha1\nkind: MirrorFlow\nmetadata:\n  name: {}\nspec:\n  \
              source: {{alias: dc1, bootstrapServers: '{sb}'}}\n  target: {{alias: dc2, bootstrapServers: '{}'}}\n  \
-             delivery: AtLeastOnce\n  workers: {{inFlightMiB: 1}}\n",
+             delivery: AtLeastOnce\n  workers: {{inFlightMiB: 1}}\n  topics: {{include: ['{topic}']}}\n  \
+             heartbeats: {{intervalSeconds: 0}}\n",
+            unique("window"),
             target.bootstrap_servers()
         ),
     )
     .unwrap();
     let w = Standalone::start(&standalone_args(&path, dir.path()), Vec::new());
     let metrics = wait_http(w.addr, "/metrics", "300 records replicated", |b| {
-        b.contains("mirrorflow_worker_records_replicated_total{topic=\"blobs\"} 300")
+        b.contains(&format!(
+            "mirrorflow_worker_records_replicated_total{{topic=\"{topic}\"}} 300"
+        ))
     })
     .await;
     let committed: u64 = metrics
@@ -872,39 +977,41 @@ async fn in_flight_mib_sets_the_window_tansu() {
 /// it stopped (no duplicates even with AtLeastOnce), and a new flow with startFrom Latest
 /// skips what existed before it started.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn graceful_restart_and_start_from_latest_nisshi() {
-    let Some((source, target)) = broker_pair(BrokerKind::Nisshi).await else {
+async fn graceful_restart_and_start_from_latest() {
+    let Some((source, target)) = shared_pair().await else {
         return;
     };
+    let topic = unique("graceful-orders");
+    let flow = unique("graceful");
     let sb = source.bootstrap_servers();
     let tb = target.bootstrap_servers();
-    create(&source, "orders", 2).await;
+    create(&source, &topic, 2).await;
     let first = records("a", 2, 40);
-    produce(&sb, "orders", &first).await.unwrap();
-    let spec = flow_spec(&source, &target, Delivery::AtLeastOnce);
-    let mut w = start_worker("graceful", spec.clone(), 0, 1, test_tuning(15));
-    w.wait_positions("orders", &ends(&first)).await;
+    produce(&sb, &topic, &first).await.unwrap();
+    let spec = shared_spec(&source, &target, Delivery::AtLeastOnce, &[&topic]);
+    let mut w = start_worker(&flow, spec.clone(), 0, 1, test_tuning(15));
+    w.wait_positions(&topic, &ends(&first)).await;
     w.stop().await.unwrap();
 
     let second = records("b", 2, 10);
-    produce(&sb, "orders", &second).await.unwrap();
-    let mut w = start_worker("graceful", spec.clone(), 0, 1, test_tuning(15));
+    produce(&sb, &topic, &second).await.unwrap();
+    let mut w = start_worker(&flow, spec.clone(), 0, 1, test_tuning(15));
     let mut want = ends(&first);
     for (p, n) in ends(&second) {
         *want.entry(p).or_default() += n;
     }
-    w.wait_positions("orders", &want).await;
+    w.wait_positions(&topic, &want).await;
     w.stop().await.unwrap();
     let n = first.len() + second.len();
-    let src = read_n(&sb, "orders", n).await;
-    let dst = read_idle(&tb, "dc1.orders", Duration::from_secs(2)).await;
+    let src = read_n(&sb, &topic, n).await;
+    let dst = read_idle(&tb, &format!("dc1.{topic}"), Duration::from_secs(2)).await;
     assert_same(&src, &dst, "orders after a graceful restart");
 
     // startFrom Latest: a new flow (own progress) starts at the end of existing partitions.
     let mut latest = spec.clone();
     latest.start_from = mirrorflow::api::StartFrom::Latest;
     latest.replication_policy.separator = "-".into();
-    let mut w = start_worker("latest", latest, 0, 1, test_tuning(15));
+    let mut w = start_worker(&unique("latest"), latest, 0, 1, test_tuning(15));
     let s = w
         .wait_status("positions known", |s| {
             s.partitions.len() == 2 && s.partitions.iter().all(|p| p.position.is_some())
@@ -917,11 +1024,10 @@ async fn graceful_restart_and_start_from_latest_nisshi() {
         .collect();
     assert_eq!(positions, want, "Latest starts at the end");
     let fresh = vec![mirrorflow::testkit::brokers::ProduceRecord::new("new", "v").partition(1)];
-    produce(&sb, "orders", &fresh).await.unwrap();
-    w.wait_positions("orders", &[(1, want[&1] + 1)].into())
-        .await;
+    produce(&sb, &topic, &fresh).await.unwrap();
+    w.wait_positions(&topic, &[(1, want[&1] + 1)].into()).await;
     w.stop().await.unwrap();
-    let dst = read_n(&tb, "dc1-orders", 1).await;
+    let dst = read_n(&tb, &format!("dc1-{topic}"), 1).await;
     assert_eq!(dst[0].key.as_deref(), Some(&b"new"[..]));
 }
 
@@ -929,22 +1035,23 @@ async fn graceful_restart_and_start_from_latest_nisshi() {
 /// read while the queue is full stay in the batch and go out behind the ones already sent;
 /// syncs and progress wait for room. Nothing is lost, duplicated or reordered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_full_producer_queue_keeps_order_and_loses_nothing_nisshi() {
-    let Some((source, target)) = broker_pair(BrokerKind::Nisshi).await else {
+async fn a_full_producer_queue_keeps_order_and_loses_nothing() {
+    let Some((source, target)) = shared_pair().await else {
         return;
     };
+    let topic = unique("flood");
     let sb = source.bootstrap_servers();
     let tb = target.bootstrap_servers();
-    create(&source, "flood", 3).await;
+    create(&source, &topic, 3).await;
     let flood = records_some_large("f", 3, 600, 1_500);
-    produce(&sb, "flood", &flood).await.unwrap();
-    let spec = flow_spec(&source, &target, Delivery::AtLeastOnce);
+    produce(&sb, &topic, &flood).await.unwrap();
+    let spec = shared_spec(&source, &target, Delivery::AtLeastOnce, &[&topic]);
     // A window of 400 records (the open batch gets at most a third) in front of a queue
     // of 60.
     let mut tuning = test_tuning(400);
     tuning.producer.queue_messages = 60;
-    let mut w = start_worker("queue-full", spec, 0, 1, tuning);
-    w.wait_positions("flood", &ends(&flood)).await;
+    let mut w = start_worker(&unique("queue-full"), spec, 0, 1, tuning);
+    w.wait_positions(&topic, &ends(&flood)).await;
     let batches = &w.metrics.batches;
     assert_eq!(
         batches.with_label_values(&["retried"]).get(),
@@ -952,13 +1059,13 @@ async fn a_full_producer_queue_keeps_order_and_loses_nothing_nisshi() {
         "a full queue is waited for, not failed"
     );
     w.stop().await.unwrap();
-    let src = read_n(&sb, "flood", flood.len()).await;
-    let dst = read_idle(&tb, "dc1.flood", Duration::from_secs(2)).await;
-    assert_same(&src, &dst, "flood");
+    let src = read_n(&sb, &topic, flood.len()).await;
+    let dst = read_idle(&tb, &format!("dc1.{topic}"), Duration::from_secs(2)).await;
+    assert_same(&src, &dst, &topic);
     let syncs = decode_syncs(
         &read_idle(&tb, "mm2-offset-syncs.dc1.internal", Duration::from_secs(2)).await,
     );
-    check_syncs("flood", &src, &dst, &syncs);
+    check_syncs(&topic, &src, &dst, &syncs);
 }
 
 /// ExactlyOnce, a record the target refuses inside a transaction after records of the same
@@ -969,34 +1076,35 @@ async fn a_full_producer_queue_keeps_order_and_loses_nothing_nisshi() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn rejected_record_inside_a_transaction_stops_at_it_mock_eos() {
     use mirrorflow::testkit::brokers::ProduceRecord;
-    let (Some(source), Some(target)) = (
-        broker_or_skip(BrokerKind::Nisshi).await,
-        broker_or_skip(BrokerKind::Mock).await,
-    ) else {
+    let (Some((source, _)), Some(target)) =
+        (shared_pair().await, broker_or_skip(BrokerKind::Mock).await)
+    else {
         return;
     };
+    let topic = unique("txn-orders");
+    let copy = format!("dc1.{topic}");
     let sb = source.bootstrap_servers();
     let tb = target.bootstrap_servers();
-    create(&source, "orders", 1).await;
+    create(&source, &topic, 1).await;
     // The mock has no CreateTopics: the worker finds these existing.
-    create(&target, "dc1.orders", 1).await;
+    create(&target, &copy, 1).await;
     create(&target, "mirrorflow-progress.test.txn-rejected.internal", 1).await;
     create(&target, "mm2-offset-syncs.dc1.internal", 1).await;
     let rec = |k: String| ProduceRecord::new(k, vec![b'x'; 100]).partition(0);
     produce(
         &sb,
-        "orders",
+        &topic,
         &(0..3).map(|i| rec(format!("a{i}"))).collect::<Vec<_>>(),
     )
     .await
     .unwrap();
-    let mut spec = flow_spec(&source, &target, Delivery::ExactlyOnce);
+    let mut spec = shared_spec(&source, &target, Delivery::ExactlyOnce, &[&topic]);
     // One record per produce request, so the injected error names one record.
     spec.target
         .config
         .insert("batch.num.messages".into(), "1".into());
     let mut w = start_worker("txn-rejected", spec.clone(), 0, 1, test_tuning(50));
-    w.wait_positions("orders", &[(0, 3)].into()).await;
+    w.wait_positions(&topic, &[(0, 3)].into()).await;
     target
         .with_mock(|m| {
             use rdkafka::types::RDKafkaRespErr as E;
@@ -1013,7 +1121,7 @@ async fn rejected_record_inside_a_transaction_stops_at_it_mock_eos() {
     // b0, b1 land in the first two requests, b2 (offset 5) is refused, b3..b5 follow it.
     produce(
         &sb,
-        "orders",
+        &topic,
         &(0..6).map(|i| rec(format!("b{i}"))).collect::<Vec<_>>(),
     )
     .await
@@ -1022,7 +1130,7 @@ async fn rejected_record_inside_a_transaction_stops_at_it_mock_eos() {
         .wait_status("orders/0 rejected", |s| {
             s.failures
                 .iter()
-                .any(|f| f.topic == "orders" && f.partition == 0)
+                .any(|f| f.topic == topic && f.partition == 0)
         })
         .await;
     let f = s.failures[0].clone();
@@ -1056,7 +1164,7 @@ async fn rejected_record_inside_a_transaction_stops_at_it_mock_eos() {
         }
         (seen, records.len())
     };
-    let (seen, copies) = first_seen(&read_idle(&tb, "dc1.orders", Duration::from_secs(2)).await);
+    let (seen, copies) = first_seen(&read_idle(&tb, &copy, Duration::from_secs(2)).await);
     let mut want: Vec<String> = (0..3).map(|i| format!("a{i}")).collect();
     want.extend((0..(at - 3)).map(|i| format!("b{i}")));
     let before = want.len();
@@ -1084,7 +1192,7 @@ async fn rejected_record_inside_a_transaction_stops_at_it_mock_eos() {
     assert_eq!(r.skipped_records[0].offset, at);
     w.stop().await.unwrap();
     let (seen_after, copies_after) =
-        first_seen(&read_idle(&tb, "dc1.orders", Duration::from_secs(2)).await);
+        first_seen(&read_idle(&tb, &copy, Duration::from_secs(2)).await);
     let mut want: Vec<String> = (0..3).map(|i| format!("a{i}")).collect();
     want.extend((0..6).map(|i| format!("b{i}")).filter(|k| *k != skipped));
     assert_eq!(seen_after, want, "only {skipped} skipped, order kept");

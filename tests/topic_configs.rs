@@ -1,9 +1,11 @@
-//! Topic config re-sync and replication factors on a real broker (nisshi): a config changed
-//! on a source topic after its target topic was created reaches the target on a later
-//! refresh, excluded configs never do, a target topic the flow did not create is never
-//! altered, the changes are counted, and the replication factors of the spec reach
-//! CreateTopics (nisshi 0.8.1 accepts 1..=64 with a single broker and lists that many
-//! replicas in metadata, the broker repeated).
+//! Topic config re-sync and replication factors on Apache Kafka: a config changed on a source
+//! topic after its target topic was created reaches the target on a later refresh, excluded
+//! configs never do, a target topic the flow did not create is never altered, the changes are
+//! counted, and the replication factors of the spec reach CreateTopics (a three-node target)
+//! or are refused by it (one node). The source, and the one-node target, are shared by this
+//! binary's tests (names of their own per run).
+//!
+//! The retention.ms values are decades: Kafka applies them to the records' timestamps (2023).
 
 mod replication_support;
 
@@ -13,7 +15,8 @@ use std::time::{Duration, Instant};
 use mirrorflow::api::Delivery;
 use mirrorflow::kafka::topic_config::ConfigChange;
 use mirrorflow::kafka::wire::progress_topic;
-use mirrorflow::testkit::brokers::{produce, BrokerKind};
+use mirrorflow::testkit::brokers::{create_topic_replicated, kafka_or_skip, produce};
+use mirrorflow::testkit::kafka::KafkaConfig;
 use mirrorflow::worker::replicate::created::created_topics_store;
 use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
@@ -85,17 +88,23 @@ async fn wait_configs(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn topic_configs_resync_only_on_topics_the_flow_created_nisshi() {
-    let Some((source, target)) = broker_pair(BrokerKind::Nisshi).await else {
+async fn topic_configs_resync_only_on_topics_the_flow_created() {
+    let Some((source, _)) = shared_pair().await else {
         return;
     };
+    // Three nodes: replication factors 3 and 2 are accepted, and min.insync.replicas counts.
+    let Some(target) = kafka_or_skip(KafkaConfig::three_nodes()).await else {
+        return;
+    };
+    let (orders, legacy, flow) = (unique("orders"), unique("legacy"), unique("cfg"));
+    let (copy, legacy_copy) = (format!("dc1.{orders}"), format!("dc1.{legacy}"));
     let (sb, tb) = (source.bootstrap_servers(), target.bootstrap_servers());
     source
         .create_topic(
-            "orders",
+            &orders,
             2,
             &[
-                ("retention.ms", "100000"),
+                ("retention.ms", "3153600000000"),
                 ("min.insync.replicas", "1"),
                 ("max.message.bytes", "200000"),
             ],
@@ -103,42 +112,50 @@ async fn topic_configs_resync_only_on_topics_the_flow_created_nisshi() {
         .await
         .unwrap();
     source
-        .create_topic("legacy", 1, &[("retention.ms", "100000")])
+        .create_topic(&legacy, 1, &[("retention.ms", "3153600000000")])
         .await
         .unwrap();
     // Someone else's topic, there before the flow: replicated into, never altered.
-    target
-        .create_topic("dc1.legacy", 1, &[("retention.ms", "5000")])
-        .await
-        .unwrap();
+    create_topic_replicated(
+        &tb,
+        &legacy_copy,
+        1,
+        1,
+        &[("retention.ms", "3153600000001")],
+    )
+    .await
+    .unwrap();
     let recs = records("a", 2, 5);
-    produce(&sb, "orders", &recs).await.unwrap();
-    produce(&sb, "legacy", &records("l", 1, 3)).await.unwrap();
+    produce(&sb, &orders, &recs).await.unwrap();
+    produce(&sb, &legacy, &records("l", 1, 3)).await.unwrap();
 
-    let mut spec = flow_spec(&source, &target, Delivery::AtLeastOnce);
+    let mut spec = include(
+        shared_flow_spec(&source, &target, Delivery::AtLeastOnce),
+        &[&orders, &legacy],
+    );
     spec.topic_configs.exclude = vec![r"max\.message\.bytes".into()];
     spec.target.replication_factor = Some(3);
     spec.internal_topics.replication_factor = Some(2);
-    let mut w = start_worker("cfg", spec, 0, 1, test_tuning(50));
-    w.wait_positions("orders", &ends(&recs)).await;
-    w.wait_positions("legacy", &BTreeMap::from([(0, 5)])).await;
+    let mut w = start_worker(&flow, spec, 0, 1, test_tuning(50));
+    w.wait_positions(&orders, &ends(&recs)).await;
+    w.wait_positions(&legacy, &BTreeMap::from([(0, 5)])).await;
 
     // Created with the source's own configs, without MM2's and the spec's exclusions.
-    let created = topic_configs(&tb, "dc1.orders").await;
+    let created = topic_configs(&tb, &copy).await;
     assert_eq!(
         created,
-        BTreeMap::from([("retention.ms".to_string(), "100000".to_string())]),
+        BTreeMap::from([("retention.ms".to_string(), "3153600000000".to_string())]),
         "min.insync.replicas (MM2's exclusion) and max.message.bytes (topicConfigs.exclude) stay behind"
     );
     // The replication factors reached CreateTopics.
-    assert_eq!(replicas(&tb, "dc1.orders").await, vec![3, 3]);
-    assert_eq!(replicas(&tb, &progress_topic("test", "cfg")).await, vec![2]);
+    assert_eq!(replicas(&tb, &copy).await, vec![3, 3]);
+    assert_eq!(replicas(&tb, &progress_topic("test", &flow)).await, vec![2]);
     assert_eq!(
-        replicas(&tb, &created_topics_store("test", "cfg")).await,
+        replicas(&tb, &created_topics_store("test", &flow)).await,
         vec![2]
     );
     assert_eq!(
-        replicas(&tb, "dc1.legacy").await,
+        replicas(&tb, &legacy_copy).await,
         vec![1],
         "the pre-existing topic keeps its own"
     );
@@ -157,18 +174,18 @@ async fn topic_configs_resync_only_on_topics_the_flow_created_nisshi() {
     // The source topics change after their target topics exist.
     alter(
         &sb,
-        "orders",
+        &orders,
         vec![
-            set("retention.ms", "200000"),
+            set("retention.ms", "6307200000000"),
             set("cleanup.policy", "compact"),
             set("max.message.bytes", "300000"),
             set("min.insync.replicas", "2"),
         ],
     )
     .await;
-    alter(&sb, "legacy", vec![set("retention.ms", "300000")]).await;
-    let synced = wait_configs(&tb, "dc1.orders", "source changes synced", |c| {
-        c.get("retention.ms").map(String::as_str) == Some("200000")
+    alter(&sb, &legacy, vec![set("retention.ms", "9460800000000")]).await;
+    let synced = wait_configs(&tb, &copy, "source changes synced", |c| {
+        c.get("retention.ms").map(String::as_str) == Some("6307200000000")
             && c.contains_key("cleanup.policy")
     })
     .await;
@@ -176,25 +193,25 @@ async fn topic_configs_resync_only_on_topics_the_flow_created_nisshi() {
         synced,
         BTreeMap::from([
             ("cleanup.policy".to_string(), "compact".to_string()),
-            ("retention.ms".to_string(), "200000".to_string()),
+            ("retention.ms".to_string(), "6307200000000".to_string()),
         ]),
         "excluded configs never travel, also on a re-sync"
     );
     assert_eq!((changes("set"), changes("delete")), (2, 0));
     // The same refresh looked at legacy: not the flow's, so untouched.
     assert_eq!(
-        topic_configs(&tb, "dc1.legacy").await,
-        BTreeMap::from([("retention.ms".to_string(), "5000".to_string())])
+        topic_configs(&tb, &legacy_copy).await,
+        BTreeMap::from([("retention.ms".to_string(), "3153600000001".to_string())])
     );
 
     // A config no longer set on the source is deleted on the target (its default applies).
     alter(
         &sb,
-        "orders",
+        &orders,
         vec![ConfigChange::Delete("retention.ms".into())],
     )
     .await;
-    let after = wait_configs(&tb, "dc1.orders", "retention.ms deleted", |c| {
+    let after = wait_configs(&tb, &copy, "retention.ms deleted", |c| {
         !c.contains_key("retention.ms")
     })
     .await;
@@ -218,9 +235,9 @@ async fn topic_configs_resync_only_on_topics_the_flow_created_nisshi() {
     );
 
     // An operator raises the target topic's min.insync.replicas above its replication
-    // factor: no acks=all write can succeed; the worker says so, naming both. (nisshi does
-    // not enforce min.insync.replicas, so records would still arrive here.)
-    alter(&tb, "dc1.orders", vec![set("min.insync.replicas", "4")]).await;
+    // factor: no acks=all write can succeed (Kafka answers NOT_ENOUGH_REPLICAS); the worker
+    // says so, naming both.
+    alter(&tb, &copy, vec![set("min.insync.replicas", "4")]).await;
     let s = w
         .wait_status("dc1.orders reported unwritable", |s| {
             !s.unwritable_topics.is_empty()
@@ -229,7 +246,7 @@ async fn topic_configs_resync_only_on_topics_the_flow_created_nisshi() {
     assert_eq!(s.unwritable_topics.len(), 1, "{:?}", s.unwritable_topics);
     let why = &s.unwritable_topics[0];
     assert!(
-        why.contains("dc1.orders")
+        why.contains(&copy)
             && why.contains("replication factor 3")
             && why.contains("min.insync.replicas=4"),
         "{why}"
@@ -244,13 +261,13 @@ async fn topic_configs_resync_only_on_topics_the_flow_created_nisshi() {
     assert_eq!(w.metrics.topics_unwritable.get(), 1);
     // min.insync.replicas is excluded from the sync: the worker never reset it itself.
     assert_eq!(
-        topic_configs(&tb, "dc1.orders")
+        topic_configs(&tb, &copy)
             .await
             .get("min.insync.replicas")
             .map(String::as_str),
         Some("4")
     );
-    alter(&tb, "dc1.orders", vec![set("min.insync.replicas", "3")]).await;
+    alter(&tb, &copy, vec![set("min.insync.replicas", "3")]).await;
     let s = w
         .wait_status("dc1.orders writable again", |s| {
             s.unwritable_topics.is_empty()
@@ -261,20 +278,24 @@ async fn topic_configs_resync_only_on_topics_the_flow_created_nisshi() {
     w.stop().await.unwrap();
 }
 
-/// A replication factor the target refuses is reported, naming the topic and the factor.
-/// nisshi 0.8.1 accepts 1..=64 on one broker (Kafka would refuse anything above its broker
-/// count with INVALID_REPLICATION_FACTOR); 65 is refused.
+/// A replication factor the target refuses is reported, naming the topic and the factor: 2
+/// on one node (Kafka answers INVALID_REPLICATION_FACTOR above its broker count).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn refused_replication_factor_is_reported_nisshi() {
-    let Some((source, target)) = broker_pair(BrokerKind::Nisshi).await else {
+async fn refused_replication_factor_is_reported() {
+    let Some((source, target)) = shared_pair().await else {
         return;
     };
+    let orders = unique("rf-orders");
+    let copy = format!("dc1.{orders}");
     let (sb, tb) = (source.bootstrap_servers(), target.bootstrap_servers());
-    create(&source, "orders", 1).await;
-    produce(&sb, "orders", &records("a", 1, 3)).await.unwrap();
-    let mut spec = flow_spec(&source, &target, Delivery::AtLeastOnce);
-    spec.target.replication_factor = Some(65);
-    let mut w = start_worker("rf", spec, 0, 1, test_tuning(50));
+    create(&source, &orders, 1).await;
+    produce(&sb, &orders, &records("a", 1, 3)).await.unwrap();
+    let mut spec = include(
+        shared_flow_spec(&source, &target, Delivery::AtLeastOnce),
+        &[&orders],
+    );
+    spec.target.replication_factor = Some(2);
+    let mut w = start_worker(&unique("rf"), spec, 0, 1, test_tuning(50));
     let s = w
         .wait_status("the refused creation reported", |s| {
             !s.unwritable_topics.is_empty()
@@ -283,7 +304,7 @@ async fn refused_replication_factor_is_reported_nisshi() {
     let why = &s.unwritable_topics[0];
     eprintln!("reported: {why}");
     assert!(
-        why.contains("dc1.orders") && why.contains("replication factor 65"),
+        why.contains(&copy) && why.contains("replication factor 2"),
         "{why}"
     );
     assert!(
@@ -291,7 +312,7 @@ async fn refused_replication_factor_is_reported_nisshi() {
             && w.metrics.errors.with_label_values(&["topic_sync"]).get() >= 1
     );
     assert!(
-        !topic_configs_exist(&tb, "dc1.orders").await,
+        !topic_configs_exist(&tb, &copy).await,
         "nothing was created"
     );
     w.stop().await.unwrap();
@@ -315,18 +336,22 @@ async fn topic_configs_exist(bootstrap: &str, topic: &str) -> bool {
 /// An internal topic with fewer replicas than its min.insync.replicas would fail every
 /// progress write: the worker does not start and says why, naming the topic.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn unwritable_internal_topic_is_reported_nisshi() {
-    let Some((source, target)) = broker_pair(BrokerKind::Nisshi).await else {
+async fn unwritable_internal_topic_is_reported() {
+    let Some((source, target)) = shared_pair().await else {
         return;
     };
-    create(&source, "orders", 1).await;
-    let progress = progress_topic("test", "internal");
+    let (orders, flow) = (unique("internal-orders"), unique("internal"));
+    create(&source, &orders, 1).await;
+    let progress = progress_topic("test", &flow);
     target
         .create_topic(&progress, 1, &[("min.insync.replicas", "2")])
         .await
         .unwrap();
-    let spec = flow_spec(&source, &target, Delivery::AtLeastOnce);
-    let mut w = start_worker("internal", spec, 0, 1, test_tuning(50));
+    let spec = include(
+        shared_flow_spec(&source, &target, Delivery::AtLeastOnce),
+        &[&orders],
+    );
+    let mut w = start_worker(&flow, spec, 0, 1, test_tuning(50));
     let s = w
         .wait_status("the progress topic reported", |s| {
             s.message

@@ -173,16 +173,14 @@ impl LocalBroker {
             .map_err(BrokerError::io("bind the broker proxy"))?;
         if kind == BrokerKind::Kafka {
             let port = proxy.addr().port();
-            let cluster = KafkaCluster::start(KafkaConfig {
-                advertise_plaintext: Some(port),
-                ..KafkaConfig::default()
-            })
+            let cluster = KafkaCluster::start_behind(
+                KafkaConfig {
+                    advertise_plaintext: Some(port),
+                    ..KafkaConfig::default()
+                },
+                &proxy,
+            )
             .await?;
-            let upstream = cluster.node_address(1);
-            proxy.set_upstream(upstream.parse().map_err(|_| BrokerError::Failed {
-                op: "point the proxy at the Kafka node".to_owned(),
-                detail: upstream,
-            })?);
             let broker = LocalBroker {
                 kind,
                 started_in: begin.elapsed(),

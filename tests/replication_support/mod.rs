@@ -13,8 +13,8 @@ use mirrorflow::api::{ClusterSpec, Delivery, MirrorFlowSpec, ReplicationPolicyTy
 use mirrorflow::telemetry::http::{get_text, Readiness};
 use mirrorflow::telemetry::metrics::WorkerMetrics;
 use mirrorflow::testkit::brokers::{
-    broker_or_skip, consume_all, BrokerKind, ConsumeUntil, ConsumedRecord, LocalBroker,
-    ProduceRecord,
+    broker_or_skip, consume_all, shared_kafka_or_skip, BrokerKind, ConsumeUntil, ConsumedRecord,
+    LocalBroker, ProduceRecord,
 };
 use mirrorflow::worker::process::args::WorkerArgs;
 use mirrorflow::worker::process::flow_file::watch_flow_file;
@@ -36,6 +36,47 @@ pub const WAIT: Duration = Duration::from_secs(90);
 /// [`broker_or_skip`] says) when the broker binary is missing.
 pub async fn broker_pair(kind: BrokerKind) -> Option<(LocalBroker, LocalBroker)> {
     Some((broker_or_skip(kind).await?, broker_or_skip(kind).await?))
+}
+
+/// The Apache Kafka source and target this test binary's tests share (one node each,
+/// started by the first test that asks). Their tests use names of their own ([`unique`])
+/// and flows that select only their own topics without heartbeats ([`shared_flow_spec`]).
+pub async fn shared_pair() -> Option<(LocalBroker, LocalBroker)> {
+    Some((
+        shared_kafka_or_skip("source").await?,
+        shared_kafka_or_skip("target").await?,
+    ))
+}
+
+/// An Apache Kafka source and target of this test's own (one node each, started side by
+/// side): for tests that stop brokers, select every topic or own the `heartbeats` topics.
+pub async fn kafka_pair() -> Option<(LocalBroker, LocalBroker)> {
+    let (source, target) = tokio::join!(
+        broker_or_skip(BrokerKind::Kafka),
+        broker_or_skip(BrokerKind::Kafka)
+    );
+    Some((source?, target?))
+}
+
+/// `base` made unique to this run of this test on a shared cluster: nextest runs every test,
+/// and every retry of it, in a process of its own, so a retry never finds the topics, groups
+/// or progress of the attempt before it. (Under `cargo test` the tests share a process:
+/// their `base`s differ.)
+pub fn unique(base: &str) -> String {
+    format!("{base}-{}", std::process::id())
+}
+
+/// [`flow_spec`] for shared clusters: heartbeats off. The source's `heartbeats` topic is
+/// replicated by every flow whatever `topics` selects, so one flow's heartbeats would become
+/// a partition of every later test's flow (heartbeats are tested on clusters of their own).
+pub fn shared_flow_spec(
+    source: &LocalBroker,
+    target: &LocalBroker,
+    delivery: Delivery,
+) -> MirrorFlowSpec {
+    let mut spec = flow_spec(source, target, delivery);
+    spec.heartbeats.interval_seconds = 0;
+    spec
 }
 
 /// A flow spec from `source` to `target` (aliases dc1 → dc2), refreshing topics every second.

@@ -250,6 +250,9 @@ fn storage_and_timing(p: &mut Props, config: &KafkaConfig, dir: &Path) {
     p.set("auto.create.topics.enable", "false");
     // Retention and DeleteRecords tests wait for the cleaner: look every second.
     p.set("log.retention.check.interval.ms", "1000");
+    // No time limit by default: test records carry fixed timestamps (2023), which the
+    // default 7 days would delete within a second. Tests of retention set `retention.ms`.
+    p.set("log.retention.ms", "-1");
     p.set("log.segment.delete.delay.ms", "0");
     p.set("log.initial.task.delay.ms", "0");
     // Controlled shutdown and restarts within a test's patience.

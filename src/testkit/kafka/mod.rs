@@ -36,6 +36,7 @@ use super::local::{
     free_port, release_port, BrokerError, BrokerKind, KAFKA_HOME_ENV, KAFKA_INSTALL_HINT,
     KEEP_LOGS_ENV,
 };
+use super::proxy::KafkaProxy;
 
 /// How long a node may take to answer metadata listing every node (a cold JVM on a loaded
 /// 2-core machine can take half a minute).
@@ -93,11 +94,31 @@ impl KafkaCluster {
         Self::start_owned(config, std::process::id(), false, None).await
     }
 
+    /// [`KafkaCluster::start`] for a one-node cluster that advertises `proxy`
+    /// ([`KafkaConfig::advertise_plaintext`]): the proxy forwards to the node before the
+    /// node is probed (the probe's clients follow the advertised address).
+    pub(crate) async fn start_behind(
+        config: KafkaConfig,
+        proxy: &KafkaProxy,
+    ) -> Result<KafkaCluster, BrokerError> {
+        Self::start_inner(config, std::process::id(), false, None, Some(proxy)).await
+    }
+
     pub(crate) async fn start_owned(
         config: KafkaConfig,
         owner: u32,
         detached: bool,
         dir: Option<PathBuf>,
+    ) -> Result<KafkaCluster, BrokerError> {
+        Self::start_inner(config, owner, detached, dir, None).await
+    }
+
+    async fn start_inner(
+        config: KafkaConfig,
+        owner: u32,
+        detached: bool,
+        dir: Option<PathBuf>,
+        proxy: Option<&KafkaProxy>,
     ) -> Result<KafkaCluster, BrokerError> {
         config.check().map_err(|detail| BrokerError::Failed {
             op: "configure a Kafka cluster".to_owned(),
@@ -124,6 +145,13 @@ impl KafkaCluster {
             config,
         };
         cluster.prepare()?;
+        if let Some(proxy) = proxy {
+            let upstream = cluster.node_address(1);
+            proxy.set_upstream(upstream.parse().map_err(|_| BrokerError::Failed {
+                op: "point the proxy at the Kafka node".to_owned(),
+                detail: upstream,
+            })?);
+        }
         cluster.format().await?;
         for i in 0..cluster.nodes.len() {
             cluster.spawn(i)?;
@@ -688,11 +716,14 @@ async fn brokers_listed(bootstrap: String) -> Result<usize, String> {
 }
 
 /// A new cluster id: 16 random bytes, base64url without padding (the storage tool's format).
+/// The first byte's top bit is clear, so the id never starts with `-` or `_` (the storage
+/// tool would read a leading `-` as an option; Kafka's own `Uuid.randomUuid` avoids it too).
 fn cluster_id() -> Result<String, BrokerError> {
     let mut bytes = [0u8; 16];
     File::open("/dev/urandom")
         .and_then(|mut f| f.read_exact(&mut bytes))
         .map_err(BrokerError::io("read /dev/urandom"))?;
+    bytes[0] &= 0x7f;
     Ok(base64url(&bytes))
 }
 
@@ -781,6 +812,10 @@ mod tests {
             22,
             "a cluster id is 22 characters"
         );
+        for _ in 0..64 {
+            let id = cluster_id().unwrap();
+            assert!(id.starts_with(|c: char| c.is_ascii_alphabetic()), "{id}");
+        }
     }
 
     #[test]

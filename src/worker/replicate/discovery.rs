@@ -665,11 +665,25 @@ impl Discovery {
     /// record without one would match any topic of that name.
     async fn record_created(&self, target: &str, input: &RefreshInput) -> Result<(), String> {
         let timeout = self.io_timeout;
-        let mut ids = io::topic_ids(&self.target_admin, vec![target.to_string()], timeout).await?;
-        let topic_id = ids
-            .remove(target)
-            .unwrap_or_else(|| Err("no answer".to_string()))
-            .map_err(|e| format!("topic id of {target}: {e}"))?;
+        // Just created: on a cluster of several brokers the one that answers may not know
+        // the topic yet (UNKNOWN_TOPIC_OR_PARTITION for a moment). Ask again, within the bound.
+        let begin = Instant::now();
+        let mut pause = Duration::from_millis(100);
+        let topic_id = loop {
+            let mut ids =
+                io::topic_ids(&self.target_admin, vec![target.to_string()], timeout).await?;
+            match ids
+                .remove(target)
+                .unwrap_or_else(|| Err("no answer".to_string()))
+            {
+                Ok(id) => break id,
+                Err(_) if begin.elapsed() + pause < timeout => {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(1));
+                }
+                Err(e) => return Err(format!("topic id of {target}: {e}")),
+            }
+        };
         let mut store = self.take_store()?;
         if !store.exists {
             let existing = topics::list_topics(&self.target_meta, timeout).await;
