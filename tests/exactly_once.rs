@@ -435,3 +435,82 @@ async fn exactly_once_refused_a_transactional_id_fails_loudly_kafka() {
         dst.len()
     );
 }
+
+/// The target's transaction coordinator cannot start (its `__transaction_state` topic needs
+/// three replicas on a one-node cluster): the ExactlyOnce worker does not replicate without
+/// transactions; it stays not ready, its status naming the coordinator, what keeps it away
+/// and the way out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn exactly_once_without_a_transaction_coordinator_says_so_kafka() {
+    let target_config = KafkaConfig {
+        properties: vec![(
+            "transaction.state.log.replication.factor".into(),
+            "3".into(),
+        )],
+        ..KafkaConfig::default()
+    };
+    let (source, target) = tokio::join!(
+        kafka_or_skip(KafkaConfig::default()),
+        kafka_or_skip(target_config)
+    );
+    let (Some(source), Some(target)) = (source, target) else {
+        return;
+    };
+    let (sb, tb) = (source.bootstrap_servers(), target.bootstrap_servers());
+    create(&source, "orders", 2).await;
+    produce(&sb, "orders", &batch("nocoord", 2, 0, 100))
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let spec = include(
+        flow_spec(&source, &target, Delivery::ExactlyOnce),
+        &["orders"],
+    );
+    let mut w = WorkerProcess::start(dir.path(), "nocoord", &spec);
+    // init_transactions waits for the coordinator up to the transaction timeout (60 s).
+    let begin = Instant::now();
+    let (state, message) = loop {
+        let s = w.status().await.unwrap_or_default();
+        let message = s["message"].as_str().unwrap_or_default().to_owned();
+        if message.contains("__transaction_state") {
+            break (s["state"].as_str().unwrap_or_default().to_owned(), message);
+        }
+        assert!(w.alive(), "the worker exited:\n{}", w.log_tail());
+        assert!(
+            begin.elapsed() < WAIT * 2,
+            "the status never named the coordinator: {s}\n{}",
+            w.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let named = begin.elapsed();
+    assert_eq!(w.ready().await, Some(false), "not ready");
+    for want in [
+        "dc2",
+        "mirrorflow-4-test-nocoord-0",
+        "transaction coordinator",
+        "transaction.state.log.replication.factor",
+        "spec.delivery: AtLeastOnce",
+    ] {
+        assert!(
+            message.contains(want),
+            "the status names {want:?}: {message}"
+        );
+    }
+    w.stop();
+    let on_target = match mirrorflow::testkit::brokers::topic_partitions(&tb, "dc1.orders")
+        .await
+        .unwrap()
+    {
+        Some(_) => read_to_end(&tb, "dc1.orders", Isolation::Uncommitted)
+            .await
+            .len(),
+        None => 0,
+    };
+    assert_eq!(on_target, 0, "nothing replicated without transactions");
+    println!(
+        "EOS no-coordinator: target __transaction_state unplaceable (replication factor 3 on \
+         one node): status {state} after {} s, not ready: \"{message}\"; 0 records written",
+        named.as_secs()
+    );
+}
