@@ -135,24 +135,6 @@ impl Feeder {
     }
 }
 
-/// Watches the worker for `span`: when it first went not ready, and what its status said.
-async fn watch_unready(w: &WorkerProcess, span: Duration) -> Option<(Duration, String)> {
-    let begin = Instant::now();
-    let mut seen = None;
-    while begin.elapsed() < span {
-        if seen.is_none() && w.ready().await == Some(false) {
-            let said = w
-                .status()
-                .await
-                .and_then(|s| s["message"].as_str().map(str::to_string))
-                .unwrap_or_default();
-            seen = Some((begin.elapsed(), said));
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    seen
-}
-
 /// kill -9 of the worker process every 2 s while 200,000 records are produced (AtLeastOnce):
 /// nothing lost, each partition in order of first appearance, duplicates within one window
 /// per kill. (ExactlyOnce through kills: `tests/exactly_once.rs`.)
@@ -207,10 +189,131 @@ async fn fault_kill9_during_a_long_flow_kafka() {
     );
 }
 
+/// One flow per delivery, side by side on the same brokers and through the same faults:
+/// each its own worker process, source alias (`alo`, `eos`) and so target topic.
+struct Flows {
+    workers: Vec<(Delivery, WorkerProcess, u32)>,
+}
+
+impl Flows {
+    fn start(
+        dir: &std::path::Path,
+        name: &str,
+        source: &LocalBroker,
+        target: &LocalBroker,
+    ) -> Self {
+        let workers = [Delivery::AtLeastOnce, Delivery::ExactlyOnce]
+            .into_iter()
+            .map(|d| {
+                let mut spec = include(flow_spec(source, target, d), &["orders"]);
+                spec.source.alias = alias(d).to_owned();
+                let w = WorkerProcess::start(dir, &format!("{name}-{}", alias(d)), &spec);
+                let pid = w.pid();
+                (d, w, pid)
+            })
+            .collect();
+        Self { workers }
+    }
+
+    async fn wait_positions(&mut self, want: &BTreeMap<i32, i64>) {
+        for (_, w, _) in &mut self.workers {
+            w.wait_positions("orders", want).await;
+        }
+    }
+
+    /// Watches every worker for `span`: when each first went not ready, and what its status
+    /// said then; panics for one that never did.
+    async fn watch_unready(&self, span: Duration) -> Vec<(Duration, String)> {
+        let begin = Instant::now();
+        let mut seen: Vec<Option<(Duration, String)>> = vec![None; self.workers.len()];
+        while begin.elapsed() < span {
+            for (i, (_, w, _)) in self.workers.iter().enumerate() {
+                if seen[i].is_none() && w.ready().await == Some(false) {
+                    let said = w
+                        .status()
+                        .await
+                        .and_then(|s| s["message"].as_str().map(str::to_string))
+                        .unwrap_or_default();
+                    seen[i] = Some((begin.elapsed(), said));
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        seen.into_iter()
+            .zip(&self.workers)
+            .map(|(s, (d, w, _))| {
+                s.unwrap_or_else(|| {
+                    panic!(
+                        "{}: readiness never went false during the fault:\n{}",
+                        delivery_name(*d),
+                        w.log_tail()
+                    )
+                })
+            })
+            .collect()
+    }
+
+    /// Waits (bounded) until every worker is ready.
+    async fn wait_ready(&self) {
+        let begin = Instant::now();
+        for (d, w, _) in &self.workers {
+            while w.ready().await != Some(true) {
+                assert!(
+                    begin.elapsed() < WAIT,
+                    "{}: ready again:\n{}",
+                    delivery_name(*d),
+                    w.log_tail()
+                );
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
+    }
+
+    /// Stops every worker (each must be the process it started as), then checks each copy
+    /// as its delivery promises; returns (delivery, duplicates, bound) per flow.
+    async fn stop_and_check(
+        self,
+        source: &[ConsumedRecord],
+        target_bootstrap: &str,
+        faults: usize,
+        what: &str,
+    ) -> Vec<(Delivery, usize, usize)> {
+        let mut out = Vec::new();
+        for (d, mut w, pid) in self.workers {
+            assert!(
+                w.alive() && w.pid() == pid,
+                "{what} ({}): the same process throughout:\n{}",
+                delivery_name(d),
+                w.log_tail()
+            );
+            w.stop();
+            let topic = format!("{}.orders", alias(d));
+            let dst = read_to_end(target_bootstrap, &topic, Isolation::Committed).await;
+            let (dups, bound) = check_delivery(
+                d,
+                source,
+                &dst,
+                faults,
+                &format!("{what} ({})", delivery_name(d)),
+            );
+            out.push((d, dups, bound));
+        }
+        out
+    }
+}
+
+fn alias(d: Delivery) -> &'static str {
+    match d {
+        Delivery::ExactlyOnce => "eos",
+        Delivery::AtLeastOnce => "alo",
+    }
+}
+
 /// The network between worker and target goes silent for the outage (the proxy forwards
-/// nothing and keeps connections open) while records wait: the worker process stays up (same
-/// pid), turns not ready, recovers by itself when the network does, and loses nothing.
-async fn blackhole(delivery: Delivery) {
+/// nothing and keeps connections open) while records wait: each worker process stays up
+/// (same pid), turns not ready, recovers by itself when the network does, and loses nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fault_blackhole_between_worker_and_target_kafka() {
     let Some(source) = kafka_or_skip(KafkaConfig::default()).await else {
         return;
     };
@@ -222,10 +325,8 @@ async fn blackhole(delivery: Delivery) {
     let first = batch("a", PARTITIONS, 0, 5_000);
     produce(&sb, "orders", &first).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let spec = include(flow_spec(&source, &target, delivery), &["orders"]);
-    let mut w = WorkerProcess::start(dir.path(), "blackhole", &spec);
-    w.wait_positions("orders", &ends_of(&first)).await;
-    let pid = w.pid();
+    let mut flows = Flows::start(dir.path(), "blackhole", &source, &target);
+    flows.wait_positions(&ends_of(&first)).await;
 
     let feeder = Feeder::start(&sb, "b", 500, Duration::from_millis(200));
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -233,57 +334,37 @@ async fn blackhole(delivery: Delivery) {
         blackhole: true,
         ..Faults::default()
     });
-    let unready = watch_unready(&w, outage()).await;
+    let unready = flows.watch_unready(outage()).await;
     proxy.set(Faults::default());
     let healed = Instant::now();
     tokio::time::sleep(Duration::from_secs(2)).await;
     let fed = feeder.stop().await;
-    let (unready, said) = unready.unwrap_or_else(|| {
-        panic!(
-            "readiness went false while the target was silent:\n{}",
-            w.log_tail()
-        )
-    });
     let src = read_to_end(&sb, "orders", Isolation::Committed).await;
-    w.wait_positions("orders", &next_offsets(&src)).await;
-    let begin = Instant::now();
-    while w.ready().await != Some(true) {
-        assert!(begin.elapsed() < WAIT, "ready again:\n{}", w.log_tail());
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    flows.wait_positions(&next_offsets(&src)).await;
+    flows.wait_ready().await;
     let recovered = healed.elapsed();
-    assert!(w.alive() && w.pid() == pid, "no restart, no crash loop");
-    w.stop();
-    let dst = read_to_end(&tb, "dc1.orders", Isolation::Committed).await;
-    let (dups, bound) = check_delivery(delivery, &src, &dst, 1, "blackhole");
-    println!(
-        "FAULT blackhole ({}): target silent for {} s while {fed} records arrived, not ready \
-         after {} s saying \"{said}\", caught up and ready {} s after the network came back, \
-         same process, {} records, 0 lost, {}",
-        delivery_name(delivery),
-        outage().as_secs(),
-        unready.as_secs(),
-        recovered.as_secs(),
-        src.len(),
-        dups_text(delivery, dups, bound)
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn fault_blackhole_between_worker_and_target_at_least_once_kafka() {
-    blackhole(Delivery::AtLeastOnce).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn fault_blackhole_between_worker_and_target_exactly_once_kafka() {
-    blackhole(Delivery::ExactlyOnce).await;
+    let checked = flows.stop_and_check(&src, &tb, 1, "blackhole").await;
+    for ((d, dups, bound), (unready, said)) in checked.into_iter().zip(unready) {
+        println!(
+            "FAULT blackhole ({}): target silent for {} s while {fed} records arrived, not \
+             ready after {} s saying \"{said}\", caught up and ready {} s after the network \
+             came back (both flows), same process, {} records, 0 lost, {}",
+            delivery_name(d),
+            outage().as_secs(),
+            unready.as_secs(),
+            recovered.as_secs(),
+            src.len(),
+            dups_text(d, dups, bound)
+        );
+    }
 }
 
 /// The target broker's JVM is killed (SIGKILL) while records flow and stays down for the
 /// outage, then starts again with what it had on disk; then the source's JVM is killed while
-/// the worker reads a backlog, and restarted. The same worker process rides both out:
-/// nothing lost, the flow recovers by itself, and its status said what happened meanwhile.
-async fn broker_restarts(delivery: Delivery) {
+/// the workers read a backlog, and restarted. The same worker processes ride both out:
+/// nothing lost, the flows recover by themselves, and their status said what happened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fault_broker_restarts_kafka() {
     let Some((mut source, mut target)) = kafka_pair().await else {
         return;
     };
@@ -292,30 +373,22 @@ async fn broker_restarts(delivery: Delivery) {
     let first = batch("a", PARTITIONS, 0, 10_000);
     produce(&sb, "orders", &first).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let spec = include(flow_spec(&source, &target, delivery), &["orders"]);
-    let mut w = WorkerProcess::start(dir.path(), "restarts", &spec);
-    w.wait_positions("orders", &ends_of(&first)).await;
-    let pid = w.pid();
+    let mut flows = Flows::start(dir.path(), "restarts", &source, &target);
+    flows.wait_positions(&ends_of(&first)).await;
 
     let feeder = Feeder::start(&sb, "b", 500, Duration::from_millis(200));
     tokio::time::sleep(Duration::from_secs(2)).await;
     target.stop().unwrap();
-    let said = watch_unready(&w, outage()).await;
-    let (unready, said) = said.unwrap_or_else(|| {
-        panic!(
-            "the worker said it was not ready while the target was down:\n{}",
-            w.log_tail()
-        )
-    });
+    let unready = flows.watch_unready(outage()).await;
     target.restart().await.unwrap();
     let back = Instant::now();
     tokio::time::sleep(Duration::from_secs(2)).await;
     let fed = feeder.stop().await;
     let so_far = read_to_end(&sb, "orders", Isolation::Committed).await;
-    w.wait_positions("orders", &next_offsets(&so_far)).await;
+    flows.wait_positions(&next_offsets(&so_far)).await;
     let caught_up = back.elapsed();
 
-    // The source crashes while the worker reads a backlog.
+    // The source crashes while the workers read a backlog.
     let backlog = batch("c", PARTITIONS, 0, 40_000);
     produce(&sb, "orders", &backlog).await.unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -325,33 +398,22 @@ async fn broker_restarts(delivery: Delivery) {
     let after = batch("d", PARTITIONS, 0, 5_000);
     produce(&sb, "orders", &after).await.unwrap();
     let src = read_to_end(&sb, "orders", Isolation::Committed).await;
-    w.wait_positions("orders", &next_offsets(&src)).await;
-    assert!(w.alive() && w.pid() == pid, "the same process throughout");
-    w.stop();
-    let dst = read_to_end(&tb, "dc1.orders", Isolation::Committed).await;
-    let (dups, bound) = check_delivery(delivery, &src, &dst, 2, "broker restarts");
-    println!(
-        "FAULT broker-restarts ({}): target JVM killed (SIGKILL) under load ({fed} records fed) \
-         and down {} s: not ready after {} s saying \"{said}\", caught up {} s after the target \
-         was back; then the source JVM killed while the worker read a 40,000-record backlog, \
-         restarted; same process, {} records, 0 lost, {}",
-        delivery_name(delivery),
-        outage().as_secs(),
-        unready.as_secs(),
-        caught_up.as_secs(),
-        src.len(),
-        dups_text(delivery, dups, bound)
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn fault_broker_restarts_at_least_once_kafka() {
-    broker_restarts(Delivery::AtLeastOnce).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn fault_broker_restarts_exactly_once_kafka() {
-    broker_restarts(Delivery::ExactlyOnce).await;
+    flows.wait_positions(&next_offsets(&src)).await;
+    let checked = flows.stop_and_check(&src, &tb, 2, "broker restarts").await;
+    for ((d, dups, bound), (unready, said)) in checked.into_iter().zip(unready) {
+        println!(
+            "FAULT broker-restarts ({}): target JVM killed (SIGKILL) under load ({fed} records \
+             fed) and down {} s: not ready after {} s saying \"{said}\", both flows caught up \
+             {} s after the target was back; then the source JVM killed while the workers read \
+             a 40,000-record backlog, restarted; same process, {} records, 0 lost, {}",
+            delivery_name(d),
+            outage().as_secs(),
+            unready.as_secs(),
+            caught_up.as_secs(),
+            src.len(),
+            dups_text(d, dups, bound)
+        );
+    }
 }
 
 /// Leader, replicas and in-sync replicas of each partition of `topic`.
@@ -398,10 +460,11 @@ async fn wait_in_sync(bootstrap: &str, topics: &[&str]) {
 }
 
 /// In a three-node cluster (source and target the same cluster, every topic on three
-/// replicas), while records flow: the leader of the target's partition 0 is shut down
-/// (controlled: its leaderships move), then started again; then another node that leads a
-/// target partition. The worker process rides both moves out: nothing lost.
-async fn leader_moves(delivery: Delivery) {
+/// replicas), while records flow: the leader of a target partition is shut down (controlled:
+/// its leaderships move), then started again; then another node that leads a target
+/// partition. The worker processes ride both moves out: nothing lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fault_leader_moves_kafka() {
     let Some(mut cluster) = kafka_or_skip(KafkaConfig::three_nodes()).await else {
         return;
     };
@@ -410,81 +473,77 @@ async fn leader_moves(delivery: Delivery) {
     let first = batch("a", PARTITIONS, 0, 10_000);
     produce(&b, "orders", &first).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let spec = include(flow_spec(&cluster, &cluster, delivery), &["orders"]);
-    let mut w = WorkerProcess::start(dir.path(), "leaders", &spec);
-    w.wait_positions("orders", &ends_of(&first)).await;
-    let pid = w.pid();
-    wait_in_sync(&b, &["orders", "dc1.orders"]).await;
+    let mut flows = Flows::start(dir.path(), "leaders", &cluster, &cluster);
+    flows.wait_positions(&ends_of(&first)).await;
+    let targets = ["alo.orders", "eos.orders"];
+    wait_in_sync(&b, &["orders", targets[0], targets[1]]).await;
 
     let feeder = Feeder::start(&b, "b", 500, Duration::from_millis(200));
-    let mut moves = Vec::new();
+    let mut moves: Vec<(i32, Vec<String>)> = Vec::new();
     for round in 0..2 {
-        let before = partition_leaders(&b, "dc1.orders").await;
-        // First the leader of partition 0; then a node that leads some partition and was not
-        // shut down yet.
-        let node = before
+        let mut leaders = BTreeMap::new();
+        for t in targets {
+            for (p, (l, _, _)) in partition_leaders(&b, t).await {
+                leaders.insert(format!("{t}/{p}"), l);
+            }
+        }
+        // First the leader of alo.orders/0; then a node that leads some target partition and
+        // was not shut down yet.
+        let node = leaders
             .values()
-            .map(|(l, _, _)| *l)
+            .copied()
             .find(|l| !moves.iter().any(|(n, _)| n == l))
             .expect("a leader not moved yet");
-        let led: Vec<i32> = before
+        let led: Vec<String> = leaders
             .iter()
-            .filter(|(_, (l, _, _))| *l == node)
-            .map(|(p, _)| *p)
+            .filter(|(_, l)| **l == node)
+            .map(|(tp, _)| tp.clone())
             .collect();
         let kafka = cluster.kafka_mut().unwrap();
         kafka
             .shut_down(usize::try_from(node).unwrap())
             .await
             .unwrap_or_else(|e| panic!("round {round}: {e}"));
-        let after = partition_leaders(&b, "dc1.orders").await;
-        assert!(
-            led.iter().all(|p| after[p].0 != node),
-            "leadership moved off node {node}: {after:?}"
-        );
+        for t in targets {
+            let after = partition_leaders(&b, t).await;
+            assert!(
+                after.values().all(|(l, _, _)| *l != node),
+                "leadership of {t} moved off node {node}: {after:?}"
+            );
+        }
         // Replicating on the remaining two nodes for a while.
         tokio::time::sleep(Duration::from_secs(8)).await;
-        assert!(w.alive(), "worker exited:\n{}", w.log_tail());
         let kafka = cluster.kafka_mut().unwrap();
         kafka
             .start_node(usize::try_from(node).unwrap())
             .await
             .unwrap();
-        let mut topics = vec!["orders", "dc1.orders"];
-        if delivery == Delivery::ExactlyOnce {
-            topics.push("__transaction_state");
-        }
-        wait_in_sync(&b, &topics).await;
+        wait_in_sync(
+            &b,
+            &["orders", targets[0], targets[1], "__transaction_state"],
+        )
+        .await;
         moves.push((node, led));
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
     let fed = feeder.stop().await;
     let src = read_to_end(&b, "orders", Isolation::Committed).await;
-    w.wait_positions("orders", &next_offsets(&src)).await;
-    assert!(w.alive() && w.pid() == pid, "the same process throughout");
-    w.stop();
-    let dst = read_to_end(&b, "dc1.orders", Isolation::Committed).await;
-    let (dups, bound) = check_delivery(delivery, &src, &dst, moves.len(), "leader moves");
+    flows.wait_positions(&next_offsets(&src)).await;
+    let checked = flows
+        .stop_and_check(&src, &b, moves.len(), "leader moves")
+        .await;
     let moved: Vec<String> = moves
         .iter()
-        .map(|(n, led)| format!("node {n} (leader of target partitions {led:?})"))
+        .map(|(n, led)| format!("node {n} (leader of {})", led.join(" ")))
         .collect();
-    println!(
-        "FAULT leader-moves ({}): three nodes, controlled shutdown of {} while {fed} records \
-         flowed, each started again; same process, {} records, 0 lost, {}",
-        delivery_name(delivery),
-        moved.join(", then "),
-        src.len(),
-        dups_text(delivery, dups, bound)
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn fault_leader_moves_at_least_once_kafka() {
-    leader_moves(Delivery::AtLeastOnce).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn fault_leader_moves_exactly_once_kafka() {
-    leader_moves(Delivery::ExactlyOnce).await;
+    for (d, dups, bound) in checked {
+        println!(
+            "FAULT leader-moves ({}): three nodes, controlled shutdown of {} while {fed} \
+             records flowed, each started again; same process, {} records, 0 lost, {}",
+            delivery_name(d),
+            moved.join(", then "),
+            src.len(),
+            dups_text(d, dups, bound)
+        );
+    }
 }
