@@ -173,7 +173,7 @@ async fn exactly_once_through_sigkills_and_aborted_source_transactions_kafka() {
     };
     let (sb, tb) = (source.bootstrap_servers(), target.bootstrap_servers());
     create(&source, "orders", partitions).await;
-    let dir = tempfile::tempdir().unwrap();
+    let dir = WorkDir::new();
     let spec = include(
         flow_spec(&source, &target, Delivery::ExactlyOnce),
         &["orders"],
@@ -275,7 +275,7 @@ async fn exactly_once_through_sigkills_and_aborted_source_transactions_kafka() {
 /// transaction. With the ACL added, the same flow replicates, in transactions.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn exactly_once_refused_a_transactional_id_fails_loudly_kafka() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = WorkDir::new();
     let ca = Ca::new("eos-acl-ca");
     let server = ca.server(&["127.0.0.1", "localhost"], Validity::Current);
     let tls = KafkaTls {
@@ -461,7 +461,7 @@ async fn exactly_once_without_a_transaction_coordinator_says_so_kafka() {
     produce(&sb, "orders", &batch("nocoord", 2, 0, 100))
         .await
         .unwrap();
-    let dir = tempfile::tempdir().unwrap();
+    let dir = WorkDir::new();
     let spec = include(
         flow_spec(&source, &target, Delivery::ExactlyOnce),
         &["orders"],

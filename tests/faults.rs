@@ -87,6 +87,15 @@ fn dups_text(delivery: Delivery, dups: usize, bound: usize) -> String {
     }
 }
 
+/// What the FAULT lines say of records the feeder's own retries (a producer without
+/// idempotence, through the same faults) wrote twice to the source: the copy must hold both.
+fn source_note(source: &[ConsumedRecord]) -> String {
+    match repeated_in_source(source) {
+        0 => String::new(),
+        n => format!(" (the source holds {n} records twice: its producer's retries)"),
+    }
+}
+
 fn delivery_name(d: Delivery) -> &'static str {
     match d {
         Delivery::ExactlyOnce => "ExactlyOnce",
@@ -146,7 +155,7 @@ async fn fault_kill9_during_a_long_flow_kafka() {
     let (sb, tb) = (source.bootstrap_servers(), target.bootstrap_servers());
     const TOTAL: usize = 200_000;
     create(&source, "orders", PARTITIONS).await;
-    let dir = tempfile::tempdir().unwrap();
+    let dir = WorkDir::new();
     let spec = include(
         flow_spec(&source, &target, Delivery::AtLeastOnce),
         &["orders"],
@@ -324,7 +333,7 @@ async fn fault_blackhole_between_worker_and_target_kafka() {
     create(&source, "orders", PARTITIONS).await;
     let first = batch("a", PARTITIONS, 0, 5_000);
     produce(&sb, "orders", &first).await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
+    let dir = WorkDir::new();
     let mut flows = Flows::start(dir.path(), "blackhole", &source, &target);
     flows.wait_positions(&ends_of(&first)).await;
 
@@ -348,12 +357,13 @@ async fn fault_blackhole_between_worker_and_target_kafka() {
         println!(
             "FAULT blackhole ({}): target silent for {} s while {fed} records arrived, not \
              ready after {} s saying \"{said}\", caught up and ready {} s after the network \
-             came back (both flows), same process, {} records, 0 lost, {}",
+             came back (both flows), same process, {} records{}, 0 lost, {}",
             delivery_name(d),
             outage().as_secs(),
             unready.as_secs(),
             recovered.as_secs(),
             src.len(),
+            source_note(&src),
             dups_text(d, dups, bound)
         );
     }
@@ -372,7 +382,7 @@ async fn fault_broker_restarts_kafka() {
     create(&source, "orders", PARTITIONS).await;
     let first = batch("a", PARTITIONS, 0, 10_000);
     produce(&sb, "orders", &first).await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
+    let dir = WorkDir::new();
     let mut flows = Flows::start(dir.path(), "restarts", &source, &target);
     flows.wait_positions(&ends_of(&first)).await;
 
@@ -405,12 +415,13 @@ async fn fault_broker_restarts_kafka() {
             "FAULT broker-restarts ({}): target JVM killed (SIGKILL) under load ({fed} records \
              fed) and down {} s: not ready after {} s saying \"{said}\", both flows caught up \
              {} s after the target was back; then the source JVM killed while the workers read \
-             a 40,000-record backlog, restarted; same process, {} records, 0 lost, {}",
+             a 40,000-record backlog, restarted; same process, {} records{}, 0 lost, {}",
             delivery_name(d),
             outage().as_secs(),
             unready.as_secs(),
             caught_up.as_secs(),
             src.len(),
+            source_note(&src),
             dups_text(d, dups, bound)
         );
     }
@@ -472,7 +483,7 @@ async fn fault_leader_moves_kafka() {
     create(&cluster, "orders", PARTITIONS).await;
     let first = batch("a", PARTITIONS, 0, 10_000);
     produce(&b, "orders", &first).await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
+    let dir = WorkDir::new();
     let mut flows = Flows::start(dir.path(), "leaders", &cluster, &cluster);
     flows.wait_positions(&ends_of(&first)).await;
     let targets = ["alo.orders", "eos.orders"];
@@ -539,11 +550,69 @@ async fn fault_leader_moves_kafka() {
     for (d, dups, bound) in checked {
         println!(
             "FAULT leader-moves ({}): three nodes, controlled shutdown of {} while {fed} \
-             records flowed, each started again; same process, {} records, 0 lost, {}",
+             records flowed, each started again; same process, {} records{}, 0 lost, {}",
             delivery_name(d),
             moved.join(", then "),
             src.len(),
+            source_note(&src),
             dups_text(d, dups, bound)
         );
     }
+}
+
+#[test]
+fn check_copy_wants_every_source_record_in_order_of_first_appearance() {
+    let rec = |p: i32, k: &str| ConsumedRecord {
+        partition: p,
+        offset: 0,
+        key: Some(k.as_bytes().to_vec()),
+        value: None,
+        headers: Vec::new(),
+        timestamp_ms: Some(1),
+    };
+    let src = |keys: &[&str]| keys.iter().map(|k| rec(0, k)).collect::<Vec<_>>();
+    type Case<'a> = (
+        &'a str,
+        &'a [&'a str],
+        &'a [&'a str],
+        Result<usize, &'a str>,
+    );
+    let cases: [Case; 7] = [
+        ("exact", &["a", "b", "c"], &["a", "b", "c"], Ok(0)),
+        (
+            "a rewind",
+            &["a", "b", "c"],
+            &["a", "b", "a", "b", "c"],
+            Ok(2),
+        ),
+        (
+            "a gap",
+            &["a", "b", "c"],
+            &["a", "c", "b"],
+            Err("before source record 1"),
+        ),
+        ("lost", &["a", "b", "c"], &["a", "b"], Err("never reached")),
+        ("foreign", &["a"], &["a", "x"], Err("not from the source")),
+        (
+            "the source's own repeat",
+            &["a", "b", "a", "c"],
+            &["a", "b", "a", "c"],
+            Ok(0),
+        ),
+        (
+            "its repeat missing",
+            &["a", "b", "a", "c"],
+            &["a", "b", "c"],
+            Err("before source"),
+        ),
+    ];
+    for (name, s, t, want) in cases {
+        let got = check_copy(&src(s), &src(t)).map(|d| d.values().sum::<usize>());
+        match (got, want) {
+            (Ok(n), Ok(w)) => assert_eq!(n, w, "{name}"),
+            (Err(e), Err(w)) => assert!(e.contains(w), "{name}: {e}"),
+            (got, want) => panic!("{name}: {got:?}, want {want:?}"),
+        }
+    }
+    assert_eq!(repeated_in_source(&src(&["a", "b", "a", "a"])), 2);
 }

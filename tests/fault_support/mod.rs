@@ -35,6 +35,35 @@ pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
         .unwrap_or(default)
 }
 
+/// A test's directory (flow files, worker logs): removed at the end, kept (and named on
+/// stderr) when the test fails or `MIRRORFLOW_KEEP_BROKER_LOGS` is set.
+pub struct WorkDir(tempfile::TempDir);
+
+impl WorkDir {
+    pub fn new() -> Self {
+        Self(
+            tempfile::Builder::new()
+                .prefix("mirrorflow-faults-")
+                .tempdir()
+                .unwrap(),
+        )
+    }
+
+    pub fn path(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+impl Drop for WorkDir {
+    fn drop(&mut self) {
+        let keep = std::env::var_os(mirrorflow::testkit::brokers::KEEP_LOGS_ENV).is_some();
+        if std::thread::panicking() || keep {
+            self.0.disable_cleanup(true);
+            eprintln!("worker logs kept in {}", self.0.path().display());
+        }
+    }
+}
+
 /// A `mirrorflow worker --flow` process of flow `name` (namespace `test`).
 pub struct WorkerProcess {
     child: Child,
@@ -216,26 +245,41 @@ impl WorkerProcess {
 }
 
 /// Per partition: the target holds every source record, each first appearance in source
-/// order (duplicates only repeat records that appeared before). Returns the duplicates per
-/// partition, or what is wrong.
+/// order (duplicates only repeat records that appeared before). The source may itself hold
+/// a record twice (a producer's retry): each of its copies must then appear. Returns the
+/// duplicates per partition, or what is wrong.
 pub fn check_copy(
     source: &[ConsumedRecord],
     target: &[ConsumedRecord],
 ) -> Result<BTreeMap<i32, usize>, String> {
     let mut out = BTreeMap::new();
+    let mut targets = by_partition(target);
     for (p, s) in by_partition(source) {
-        let index: HashMap<&Content, usize> = s.iter().enumerate().map(|(i, c)| (c, i)).collect();
+        let mut index: HashMap<&Content, Vec<usize>> = HashMap::new();
+        for (i, c) in s.iter().enumerate() {
+            index.entry(c).or_default().push(i);
+        }
         let (mut next, mut dups) = (0usize, 0usize);
-        let t = by_partition(target).remove(&p).unwrap_or_default();
-        for (n, t) in t.iter().enumerate() {
-            match index.get(t) {
-                Some(&i) if i == next => next += 1,
-                Some(&i) if i < next => dups += 1,
-                Some(&i) => {
+        let t = targets.remove(&p).unwrap_or_default();
+        for (n, c) in t.iter().enumerate() {
+            if s.get(next) == Some(c) {
+                next += 1;
+                continue;
+            }
+            match index.get(c) {
+                Some(at) if at[0] < next => dups += 1,
+                Some(at) => {
+                    let later = t[n..].iter().position(|c| *c == s[next]);
                     return Err(format!(
-                        "partition {p}: target record #{n} is source record {i}, before source \
-                         record {next} ever appeared (order of first appearance broken)"
-                    ))
+                        "partition {p}: target record #{n} is source record {}, before source \
+                         record {next} ever appeared (order of first appearance broken; source \
+                         record {next} is {})",
+                        at[0],
+                        match later {
+                            Some(k) => format!("target record #{}", n + k),
+                            None => "nowhere after it on the target: lost".to_owned(),
+                        }
+                    ));
                 }
                 None => {
                     return Err(format!(
@@ -253,7 +297,24 @@ pub fn check_copy(
         }
         out.insert(p, dups);
     }
+    if let Some((p, t)) = targets.into_iter().find(|(_, t)| !t.is_empty()) {
+        return Err(format!(
+            "partition {p}: {} target records, none in the source",
+            t.len()
+        ));
+    }
     Ok(out)
+}
+
+/// Records the source itself holds more than once (its producer retried), all partitions.
+pub fn repeated_in_source(source: &[ConsumedRecord]) -> usize {
+    by_partition(source)
+        .values()
+        .map(|s| {
+            let distinct: std::collections::HashSet<&Content> = s.iter().collect();
+            s.len() - distinct.len()
+        })
+        .sum()
 }
 
 /// What an exactly-once copy must show: the target equals the expected records, partition
