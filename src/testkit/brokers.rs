@@ -1433,8 +1433,8 @@ mod tests {
             );
         }
         assert!(matches!(
-            "kafka".parse::<BrokerKind>(),
-            Err(BrokerError::UnknownKind(s)) if s == "kafka"
+            "redpanda".parse::<BrokerKind>(),
+            Err(BrokerError::UnknownKind(s)) if s == "redpanda"
         ));
     }
 
