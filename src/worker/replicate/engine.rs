@@ -36,6 +36,7 @@ use super::intake::{classify_consumer_error, ConsumerError, ReadAhead};
 use super::io;
 use super::partitions::PartitionTable;
 use super::pipeline::{Consumed, Delivered, Job, Pipeline, PipelineConfig};
+use super::report;
 use super::reset::{handled_reset_ids, ResetIo, Resets};
 use super::step::{due, next_step, wake_at, Deadlines, Due, LoopState, Step};
 use super::validate::{
@@ -563,6 +564,13 @@ impl Engine {
             limits,
         );
         let consumer = Arc::clone(&self.clients.consumer);
+        // The write may wait for a silent target for long (a transaction, up to its
+        // timeouts): readiness and status keep telling, from what they were when it began.
+        self.waiting =
+            report::waiting_since(self.waiting, true, self.pipeline.last_ack(), Instant::now());
+        let (waiting, before) = (self.waiting, self.snapshot());
+        let mut status = tokio::time::interval(self.settings.tuning.status_interval);
+        status.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let (result, interrupted) = {
             let write = self.pipeline.run_job(job, &mut self.table);
             tokio::pin!(write);
@@ -576,6 +584,15 @@ impl Engine {
                     r = consumer.recv(), if ahead.open() => {
                         ahead.push(r.as_ref().map(SourceMessage::of).map_err(Clone::clone));
                         ahead.drain(&consumer);
+                    }
+                    _ = status.tick(), if self.started && self.fatal.is_none() => {
+                        self.stalled = publish::report_stall_during_write(
+                            &self.out,
+                            &self.spec.target.alias,
+                            self.settings.tuning.stall_after,
+                            waiting,
+                            &before,
+                        );
                     }
                 }
             }

@@ -1,6 +1,6 @@
 //! What the engine reports: the status snapshot (pure), lag gauges and readiness.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::partitions::PartitionTable;
 use super::status::{
@@ -57,10 +57,7 @@ pub fn snapshot(table: &PartitionTable, life: &Lifecycle<'_>) -> WorkerSnapshot 
         life.delivery,
     );
     snap.state = state;
-    if let (WorkerState::Running, Some(why)) = (state, life.stalled) {
-        snap.state = WorkerState::Degraded;
-        snap.message = Some(why.to_string());
-    }
+    degrade_if_stalled(&mut snap, life.stalled);
     if let (WorkerState::Running, Some(why)) = (snap.state, life.unwritable.first()) {
         snap.state = WorkerState::Degraded;
         snap.message = Some(why.clone());
@@ -99,6 +96,34 @@ pub fn update_gauges(table: &PartitionTable, m: &WorkerMetrics) {
     }
     m.partitions_owned.set(owned);
     m.partitions_failed.set(failed);
+}
+
+/// A running worker whose records wait for an unanswering target is Degraded, saying why.
+pub fn degrade_if_stalled(snap: &mut WorkerSnapshot, stalled: Option<&str>) {
+    if let (WorkerState::Running, Some(why)) = (snap.state, stalled) {
+        snap.state = WorkerState::Degraded;
+        snap.message = Some(why.to_string());
+    }
+}
+
+/// Why the worker is stalled: records have waited since `waiting` without an
+/// acknowledgement from target `target_alias` for at least `stall_after`. Pure.
+pub fn stall_reason(
+    waiting: Option<Instant>,
+    now: Instant,
+    stall_after: Duration,
+    target_alias: &str,
+) -> Option<String> {
+    waiting
+        .map(|t| now.saturating_duration_since(t))
+        .filter(|d| *d >= stall_after)
+        .map(|d| {
+            format!(
+                "target cluster {target_alias} has acknowledged nothing for {} s while records \
+                 wait",
+                d.as_secs()
+            )
+        })
 }
 
 /// Since when the worker has waited for the target without an acknowledgement: `None`
@@ -200,6 +225,53 @@ mod tests {
         ];
         for (name, prev, pending, ack, now, want) in cases {
             assert_eq!(waiting_since(prev, pending, ack, now), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn stalled_after_the_bound() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let bound = Duration::from_secs(20);
+        let cases = [
+            ("nothing waits", None, at(100), None),
+            ("waiting, within the bound", Some(at(0)), at(19), None),
+            (
+                "waiting for the bound",
+                Some(at(0)),
+                at(20),
+                Some("target cluster dc2 has acknowledged nothing for 20 s while records wait"),
+            ),
+            (
+                "longer",
+                Some(at(5)),
+                at(50),
+                Some("target cluster dc2 has acknowledged nothing for 45 s while records wait"),
+            ),
+        ];
+        for (name, waiting, now, want) in cases {
+            assert_eq!(
+                stall_reason(waiting, now, bound, "dc2").as_deref(),
+                want,
+                "{name}"
+            );
+        }
+        let mut running = WorkerSnapshot::starting("ns", "f", 0, 1, Delivery::ExactlyOnce);
+        running.state = WorkerState::Running;
+        let mut failed = running.clone();
+        failed.state = WorkerState::Failed;
+        failed.message = Some("fenced".into());
+        for (mut snap, stalled, want) in [
+            (running.clone(), None, (WorkerState::Running, None)),
+            (
+                running.clone(),
+                Some("slow"),
+                (WorkerState::Degraded, Some("slow")),
+            ),
+            (failed, Some("slow"), (WorkerState::Failed, Some("fenced"))),
+        ] {
+            degrade_if_stalled(&mut snap, stalled);
+            assert_eq!((snap.state, snap.message.as_deref()), want);
         }
     }
 

@@ -1,9 +1,10 @@
 //! What the engine tells the outside: readiness and the status snapshot.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::super::report::{self, Lifecycle};
-use super::Engine;
+use super::super::status::WorkerSnapshot;
+use super::{Engine, EngineOutputs};
 
 impl Engine {
     pub(super) fn update_readiness(&mut self) {
@@ -14,18 +15,12 @@ impl Engine {
             self.pipeline.last_ack(),
             now,
         );
-        let stall_after = self.settings.tuning.stall_after;
-        self.stalled = self
-            .waiting
-            .map(|t| now - t)
-            .filter(|d| *d >= stall_after)
-            .map(|d| {
-                format!(
-                    "target cluster {} has acknowledged nothing for {} s while records wait",
-                    self.spec.target.alias,
-                    d.as_secs()
-                )
-            });
+        self.stalled = report::stall_reason(
+            self.waiting,
+            now,
+            self.settings.tuning.stall_after,
+            &self.spec.target.alias,
+        );
         let problem = self.out.health.problems().into_iter().next();
         report::update_readiness(
             &self.out.readiness,
@@ -40,8 +35,13 @@ impl Engine {
     /// Builds and publishes the status snapshot.
     pub(super) fn publish(&self) {
         report::update_gauges(&self.table, &self.out.metrics);
+        self.out.sink.publish(&self.snapshot());
+    }
+
+    /// The status snapshot.
+    pub(super) fn snapshot(&self) -> WorkerSnapshot {
         let not_ready = self.out.readiness.not_ready_reason();
-        let snap = report::snapshot(
+        report::snapshot(
             &self.table,
             &Lifecycle {
                 namespace: &self.settings.namespace,
@@ -57,7 +57,33 @@ impl Engine {
                 last_applied_reset: self.resets.last_applied.as_ref(),
                 unwritable: &self.unwritable,
             },
-        );
-        self.out.sink.publish(&snap);
+        )
     }
+}
+
+/// While a write holds the pipeline and the partition table (an ExactlyOnce transaction
+/// waits for a silent target up to its delivery and commit timeouts): once the records it
+/// carries have waited since `waiting` for `stall_after`, the worker turns not ready and
+/// Degraded, saying why, from `before` (the snapshot when the write began). Returns why.
+pub(super) fn report_stall_during_write(
+    out: &EngineOutputs,
+    target_alias: &str,
+    stall_after: Duration,
+    waiting: Option<Instant>,
+    before: &WorkerSnapshot,
+) -> Option<String> {
+    let stalled = report::stall_reason(waiting, Instant::now(), stall_after, target_alias)?;
+    let problem = out.health.problems().into_iter().next();
+    report::update_readiness(
+        &out.readiness,
+        &out.metrics,
+        None,
+        true,
+        problem.as_ref().map(|p| p.message.as_str()),
+        Some(&stalled),
+    );
+    let mut snap = before.clone();
+    report::degrade_if_stalled(&mut snap, Some(&stalled));
+    out.sink.publish(&snap);
+    Some(stalled)
 }

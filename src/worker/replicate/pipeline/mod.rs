@@ -117,6 +117,32 @@ pub fn transactions_unsupported_message(
     )
 }
 
+/// Why the target producer could not be created this time (the worker retries): a
+/// transactional producer whose `init_transactions` timed out is waiting for the target's
+/// transaction coordinator, which is named with what keeps it away and the way out.
+pub fn producer_problem(
+    target_alias: &str,
+    bootstrap: &str,
+    transactional_id: Option<&str>,
+    code: Option<RDKafkaErrorCode>,
+    timeout: Duration,
+    detail: &str,
+) -> String {
+    match (transactional_id, code) {
+        (Some(tid), Some(RDKafkaErrorCode::OperationTimedOut)) => format!(
+            "target cluster {target_alias} ({bootstrap}) did not initialize transactions for \
+             transactional.id {tid} within {} s ({detail}): spec.delivery ExactlyOnce needs the \
+             target's transaction coordinator, which does not answer while the target is \
+             unreachable or cannot keep its __transaction_state topic (fewer brokers than \
+             transaction.state.log.replication.factor, or fewer in sync than \
+             transaction.state.log.min.isr). Retrying; fix the target, or set spec.delivery: \
+             AtLeastOnce to replicate without transactions",
+            timeout.as_secs()
+        ),
+        _ => format!("creating the producer for target {target_alias} failed: {detail}"),
+    }
+}
+
 /// Who writes, where, and how.
 #[derive(Debug, Clone)]
 pub struct PipelineConfig {
@@ -304,11 +330,15 @@ impl Pipeline {
                         &tid,
                         &detail,
                     ))),
-                    _ => {
+                    (_, tid) => {
                         self.metrics.error(ErrorKind::TargetRetriable);
-                        Ok(Some(format!(
-                            "creating the producer for target {} failed: {detail}",
-                            self.cfg.target_alias
+                        Ok(Some(producer_problem(
+                            &self.cfg.target_alias,
+                            &self.cfg.target_bootstrap,
+                            tid.as_deref(),
+                            e.rdkafka_error_code(),
+                            self.cfg.tuning.producer.transaction_timeout,
+                            &detail,
                         )))
                     }
                 }
@@ -864,5 +894,46 @@ impl Pipeline {
         }
         self.clear_open();
         self.in_flight.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn producer_problems() {
+        let t = Duration::from_secs(60);
+        let timed_out = Some(RDKafkaErrorCode::OperationTimedOut);
+        let coordinator = producer_problem(
+            "dc2",
+            "k:9092",
+            Some("mirrorflow-1-a-f-0"),
+            timed_out,
+            t,
+            "x",
+        );
+        for want in [
+            "target cluster dc2 (k:9092) did not initialize transactions for transactional.id \
+             mirrorflow-1-a-f-0 within 60 s (x)",
+            "transaction coordinator",
+            "__transaction_state",
+            "transaction.state.log.replication.factor",
+            "spec.delivery: AtLeastOnce",
+        ] {
+            assert!(coordinator.contains(want), "{want}: {coordinator}");
+        }
+        let cases = [
+            (None, timed_out),
+            (Some("id"), Some(RDKafkaErrorCode::BrokerTransportFailure)),
+            (Some("id"), None),
+        ];
+        for (tid, code) in cases {
+            assert_eq!(
+                producer_problem("dc2", "k:9092", tid, code, t, "x"),
+                "creating the producer for target dc2 failed: x",
+                "{tid:?} {code:?}"
+            );
+        }
     }
 }
