@@ -18,19 +18,22 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use mirrorflow::kafka::wire::{Heartbeat, OffsetSync};
+use mirrorflow::kafka::wire::{Checkpoint, Heartbeat, OffsetSync};
 use mirrorflow::testkit::brokers::{
-    commit_group, consume_all, create_topic, kafka_or_skip, produce, topic_partitions, watermarks,
-    ConsumeUntil, ConsumedRecord, LocalBroker, ProduceRecord,
+    consume_all, create_topic, kafka_or_skip, produce, topic_partitions, watermarks, ConsumeUntil,
+    ConsumedRecord, LocalBroker, ProduceRecord,
 };
 use mirrorflow::testkit::java::JavaProgram;
 use mirrorflow::testkit::kafka::KafkaConfig;
 use mirrorflow::testkit::mirror_maker::{
-    mirror_maker_install_or_skip, mirror_maker_or_skip, MirrorMakerConfig, Mm2Flow, Periodic,
+    mirror_maker_install_or_skip, mirror_maker_or_skip, MirrorMaker, MirrorMakerConfig, Mm2Flow,
+    Periodic,
 };
 use mirrorflow::worker::checkpoint::store::SyncStore;
 use mirrorflow::worker::checkpoint::translate::clamp_to_target_end;
 use pretty_assertions::assert_eq;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use replication_support::{standalone_args, Standalone};
 
 /// Bound of every wait (the machine is shared and JVMs start slowly there).
@@ -132,12 +135,35 @@ async fn produce_orders(c: &Clusters, range: std::ops::Range<i64>) {
     assert!(delivered.iter().all(|d| range.contains(&d.offset)));
 }
 
-/// Commits each group's offsets of `orders` on dc1.
+/// Commits each group's offsets of `orders` on dc1, as one of its consumers would, with
+/// metadata `<group>:<partition>` (checkpoints carry it).
 async fn commit_groups(c: &Clusters, groups: &[(&str, &[(i32, i64)])]) {
     for (group, at) in groups {
-        let at: BTreeMap<i32, i64> = at.iter().copied().collect();
-        commit_group(&c.src(), group, "orders", &at).await.unwrap();
+        let (bootstrap, group, at) = (c.src(), (*group).to_owned(), at.to_vec());
+        tokio::task::spawn_blocking(move || {
+            let consumer: BaseConsumer = ClientConfig::new()
+                .set("bootstrap.servers", &bootstrap)
+                .set("group.id", &group)
+                .set("enable.auto.commit", "false")
+                .create()
+                .unwrap();
+            let mut tpl = TopicPartitionList::new();
+            for (p, o) in at {
+                tpl.add_partition_offset("orders", p, Offset::Offset(o))
+                    .unwrap();
+                tpl.find_partition("orders", p)
+                    .unwrap()
+                    .set_metadata(metadata(&group, p));
+            }
+            consumer.commit(&tpl, CommitMode::Sync).unwrap();
+        })
+        .await
+        .unwrap();
     }
+}
+
+fn metadata(group: &str, partition: i32) -> String {
+    format!("{group}:{partition}")
 }
 
 /// The source position a replicated record of `orders` carries in its value.
@@ -208,21 +234,35 @@ async fn translate_all(
     Ok((target, source))
 }
 
-/// MM2's `RemoteClusterUtils.translateOffsets` on `bootstrap` for the groups of `remote`.
-async fn mm2_translate(java: &JavaProgram, bootstrap: &str, remote: &str) -> Offsets {
+/// MM2's `RemoteClusterUtils.translateOffsets` on `bootstrap` for the groups of `remote`:
+/// the offsets, and the metadata they carry.
+async fn mm2_translate(
+    java: &JavaProgram,
+    bootstrap: &str,
+    remote: &str,
+) -> (Offsets, BTreeMap<(String, String, i32), String>) {
     let mut args = vec!["translate", bootstrap, remote];
     args.extend(GROUPS);
     let out = java.run(&args, WAIT).await.unwrap();
-    out.lines()
-        .map(|line| {
-            let f: Vec<&str> = line.split(' ').collect();
-            assert_eq!(f.len(), 5, "{line}");
-            assert_eq!(f[0], "offset", "{line}");
-            (
-                (f[1].to_owned(), f[2].to_owned(), f[3].parse().unwrap()),
-                f[4].parse().unwrap(),
-            )
-        })
+    let (mut offsets, mut metadata) = (Offsets::new(), BTreeMap::new());
+    for line in out.lines() {
+        let f: Vec<&str> = line.splitn(6, ' ').collect();
+        assert_eq!((f.len(), f[0]), (6, "offset"), "{line}");
+        let key = (f[1].to_owned(), f[2].to_owned(), f[3].parse().unwrap());
+        offsets.insert(key.clone(), f[4].parse().unwrap());
+        let m = f[5].strip_prefix('[').and_then(|m| m.strip_suffix(']'));
+        metadata.insert(key, m.unwrap_or_else(|| panic!("{line}")).to_owned());
+    }
+    (offsets, metadata)
+}
+
+/// The metadata each committed partition carries.
+fn committed_metadata(
+    committed: &BTreeMap<(String, String, i32), i64>,
+) -> BTreeMap<(String, String, i32), String> {
+    committed
+        .keys()
+        .map(|k| (k.clone(), metadata(&k.0, k.2)))
         .collect()
 }
 
@@ -357,10 +397,15 @@ spec:
     };
     worker.stop().await;
 
-    let mm2 = mm2_translate(java, &c.dst(), "dc1").await;
+    let (mm2, mm2_metadata) = mm2_translate(java, &c.dst(), "dc1").await;
     assert_eq!(
         mm2, printed,
         "RemoteClusterUtils.translateOffsets and `mirrorflow translate` on mirrorflow's checkpoints"
+    );
+    assert_eq!(
+        mm2_metadata,
+        committed_metadata(&committed),
+        "the groups' commit metadata, through mirrorflow's checkpoints"
     );
     let rereads = check_never_past(&mm2, &committed, &target);
     assert!(rereads.values().all(|n| *n == 0), "{rereads:?}");
@@ -480,7 +525,8 @@ async fn mirrorflow_reads_mm2_offset_syncs_and_checkpoints() {
         );
         tokio::time::sleep(Duration::from_secs(1)).await;
     };
-    let mm2_answer = mm2_translate(java, &c.dst(), "dc1").await;
+    let (mm2_answer, mm2_metadata) = mm2_translate(java, &c.dst(), "dc1").await;
+    let decoded = mirrorflow_checkpoints(&c.dst(), "dc1.checkpoints.internal").await;
     let (rss, peak) = (mm2.rss_kib(), mm2.peak_rss_kib());
     let stopping = Instant::now();
     let status = mm2.stop().await.unwrap();
@@ -493,6 +539,19 @@ async fn mirrorflow_reads_mm2_offset_syncs_and_checkpoints() {
     assert_eq!(
         from_syncs, mm2_answer,
         "mirrorflow's store on MM2's offset syncs translates as MM2 did"
+    );
+    assert_eq!(
+        mm2_metadata,
+        committed_metadata(&committed),
+        "the groups' commit metadata, through MM2's checkpoints"
+    );
+    let want: BTreeMap<_, _> = mm2_answer
+        .iter()
+        .map(|(k, o)| (k.clone(), (*o, mm2_metadata[k].clone())))
+        .collect();
+    assert_eq!(
+        decoded, want,
+        "mirrorflow's checkpoint decoder on MM2's checkpoints (the last one per key)"
     );
     let rereads = check_never_past(&mm2_answer, &committed, &target);
     let mut syncs_seen: Vec<(i32, i64, i64)> = syncs
@@ -515,6 +574,27 @@ async fn mirrorflow_reads_mm2_offset_syncs_and_checkpoints() {
         peak.unwrap_or(0) / 1024,
         begin.elapsed()
     );
+}
+
+/// The checkpoints in `topic` on `bootstrap`, decoded by mirrorflow's wire decoder, the last
+/// one per key: `(group, topic, partition)` → (downstream offset, metadata).
+async fn mirrorflow_checkpoints(
+    bootstrap: &str,
+    topic: &str,
+) -> BTreeMap<(String, String, i32), (i64, String)> {
+    consume_all(bootstrap, topic, ConsumeUntil::idle(Duration::from_secs(2)))
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let c = Checkpoint::decode(r.key.as_deref().unwrap(), r.value.as_deref().unwrap())
+                .unwrap_or_else(|e| panic!("{topic} offset {}: {e}", r.offset));
+            (
+                (c.group, c.topic, c.partition),
+                (c.downstream_offset, c.metadata),
+            )
+        })
+        .collect()
 }
 
 /// MM2's offset syncs for `orders` on dc1, and what mirrorflow's sync store (MM2's contract:
@@ -830,4 +910,29 @@ async fn heartbeats_both_ways() {
         mm2.started_in(),
         begin.elapsed()
     );
+}
+
+/// A MirrorMaker 2 that exits at start (no flow and no heartbeats: MM2 refuses to run with
+/// nothing to do) is an error naming MM2's own reason, not a wait that times out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mirror_maker_that_cannot_start_says_why() {
+    if mirror_maker_install_or_skip().is_none() {
+        return;
+    }
+    let mut config = MirrorMakerConfig::pair(("dc1", "127.0.0.1:1"), ("dc2", "127.0.0.1:2"), &[]);
+    config.flows[0].enabled = false;
+    config.heartbeats = Periodic::off(1);
+    let err = MirrorMaker::start(config).await.unwrap_err().to_string();
+    assert!(
+        err.contains("the JVM exited") && err.contains("No source->target replication flows"),
+        "{err}"
+    );
+    eprintln!("{err}");
+    let log = err.split_once("mm2.log").unwrap().0;
+    let dir = log.rsplit_once(' ').unwrap().1;
+    assert!(
+        Path::new(dir).join("mm2.log").is_file(),
+        "the log is kept: {err}"
+    );
+    std::fs::remove_dir_all(dir).unwrap();
 }

@@ -3,7 +3,7 @@
 // separated by spaces (topic and group names hold none); logs go to stderr.
 //
 //   translate BOOTSTRAP REMOTE_ALIAS GROUP...  RemoteClusterUtils.translateOffsets, per group:
-//                                              "offset GROUP TOPIC PARTITION OFFSET"
+//                                              "offset GROUP TOPIC PARTITION OFFSET [METADATA]"
 //   client BOOTSTRAP ALIAS...                  MirrorClient: "heartbeatTopics T,...",
 //                                              "upstreamClusters A,...", "checkpointTopics T,...",
 //                                              "replicationHops ALIAS N" per alias
@@ -52,8 +52,9 @@ public class Mm2Compat {
                             (a, b) -> a.topic().equals(b.topic())
                                 ? Integer.compare(a.partition(), b.partition())
                                 : a.topic().compareTo(b.topic())))
-                        .forEach(e -> System.out.printf("offset %s %s %d %d%n", group,
-                            e.getKey().topic(), e.getKey().partition(), e.getValue().offset()));
+                        .forEach(e -> System.out.printf("offset %s %s %d %d [%s]%n", group,
+                            e.getKey().topic(), e.getKey().partition(), e.getValue().offset(),
+                            e.getValue().metadata()));
                 }
             }
             case "client" -> {
@@ -81,6 +82,8 @@ public class Mm2Compat {
     }
 
     /// Every record of every partition of `topic`, as it is now, each printed as `show` says.
+    /// read_committed, as mirrorflow's side of each comparison reads (MM2's own stores read
+    /// uncommitted: a Java consumer's default).
     private static void readAll(String bootstrap, String topic,
                                 Function<ConsumerRecord<byte[], byte[]>, String> show) {
         Map<String, Object> config = Map.of(

@@ -56,7 +56,7 @@ logger.reflections.level = ERROR
 ";
 
 /// A running MirrorMaker 2. Dropping it kills the JVM and deletes its directory (kept when
-/// the thread is panicking).
+/// the thread is panicking, and after a failed start).
 pub struct MirrorMaker {
     config: MirrorMakerConfig,
     install: Install,
@@ -65,6 +65,8 @@ pub struct MirrorMaker {
     child: Option<Child>,
     spawned_at: Instant,
     started_in: Duration,
+    /// Keep the directory on drop: a failed start's error names its log.
+    keep: bool,
 }
 
 impl std::fmt::Debug for MirrorMaker {
@@ -131,8 +133,12 @@ impl MirrorMaker {
             child: Some(child),
             spawned_at,
             started_in: Duration::ZERO,
+            keep: false,
         };
-        mm.wait_log(STARTED, START_TIMEOUT).await?;
+        if let Err(e) = mm.wait_log(STARTED, START_TIMEOUT).await {
+            mm.keep = true;
+            return Err(e);
+        }
         mm.started_in = spawned_at.elapsed();
         Ok(mm)
     }
@@ -300,7 +306,7 @@ impl Drop for MirrorMaker {
                 "mirrorflow testkit: MirrorMaker 2 kept at {}",
                 self.dir.display()
             );
-        } else if std::env::var_os(KEEP_LOGS_ENV).is_some() {
+        } else if self.keep || std::env::var_os(KEEP_LOGS_ENV).is_some() {
             eprintln!(
                 "mirrorflow testkit: MirrorMaker 2 kept at {}",
                 self.dir.display()
