@@ -155,7 +155,12 @@ async fn commit_groups(c: &Clusters, groups: &[(&str, &[(i32, i64)])]) {
                     .unwrap()
                     .set_metadata(metadata(&group, p));
             }
-            consumer.commit(&tpl, CommitMode::Sync).unwrap();
+            // A fresh cluster's group coordinator may still be loading: retry, bounded.
+            let deadline = Instant::now() + WAIT;
+            while let Err(e) = consumer.commit(&tpl, CommitMode::Sync) {
+                assert!(Instant::now() < deadline, "commit group {group}: {e}");
+                std::thread::sleep(Duration::from_millis(500));
+            }
         })
         .await
         .unwrap();
@@ -554,6 +559,18 @@ async fn mirrorflow_reads_mm2_offset_syncs_and_checkpoints() {
         "mirrorflow's checkpoint decoder on MM2's checkpoints (the last one per key)"
     );
     let rereads = check_never_past(&mm2_answer, &committed, &target);
+    // Where MM2 would resume (what a migration from MM2 starts after): its Connect offsets
+    // on the target, the last replicated source offset per partition (MirrorSourceTask
+    // resumes at the next). It also replicated dc1's `heartbeats` (its dc2->dc1 herder's).
+    let mut positions = mm2_positions(&c.dst(), "mm2-offsets.dc1.internal").await;
+    positions.retain(|(topic, _), _| topic == "orders");
+    assert_eq!(
+        positions,
+        (0..PARTITIONS)
+            .map(|p| (("orders".to_owned(), p), PER_PARTITION - 1))
+            .collect::<BTreeMap<_, _>>(),
+        "MM2's source positions after SIGTERM"
+    );
     let mut syncs_seen: Vec<(i32, i64, i64)> = syncs
         .iter()
         .map(|s| (s.partition, s.upstream_offset, s.downstream_offset))
@@ -574,6 +591,46 @@ async fn mirrorflow_reads_mm2_offset_syncs_and_checkpoints() {
         peak.unwrap_or(0) / 1024,
         begin.elapsed()
     );
+}
+
+/// MM2's source positions in its Connect offsets topic: keys
+/// `["MirrorSourceConnector",{"cluster":..,"partition":..,"topic":..}]`, values
+/// `{"offset":N}` (JSON, as Connect's `JsonConverter` writes them), the last per key.
+async fn mm2_positions(bootstrap: &str, topic: &str) -> BTreeMap<(String, i32), i64> {
+    let records = consume_all(bootstrap, topic, ConsumeUntil::idle(Duration::from_secs(2)))
+        .await
+        .unwrap();
+    let mut out = BTreeMap::new();
+    for r in &records {
+        let key: serde_json::Value = serde_json::from_slice(r.key.as_deref().unwrap()).unwrap();
+        if key[0] != "MirrorSourceConnector" {
+            continue;
+        }
+        let part = &key[1];
+        assert_eq!(part["cluster"], "dc1", "{key}");
+        let value: serde_json::Value =
+            serde_json::from_slice(r.value.as_deref().unwrap_or(b"null")).unwrap();
+        out.insert(
+            (
+                part["topic"].as_str().unwrap().to_owned(),
+                i32::try_from(part["partition"].as_i64().unwrap()).unwrap(),
+            ),
+            value["offset"].as_i64().unwrap(),
+        );
+    }
+    let sample = records.iter().rev().find(|r| {
+        r.key
+            .as_deref()
+            .is_some_and(|k| k.starts_with(b"[\"MirrorSourceConnector\""))
+    });
+    if let Some(r) = sample {
+        eprintln!(
+            "(b) a record of {topic}: key {} value {}",
+            String::from_utf8_lossy(r.key.as_deref().unwrap_or_default()),
+            String::from_utf8_lossy(r.value.as_deref().unwrap_or_default())
+        );
+    }
+    out
 }
 
 /// The checkpoints in `topic` on `bootstrap`, decoded by mirrorflow's wire decoder, the last
