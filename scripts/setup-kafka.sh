@@ -18,6 +18,9 @@ log() { printf '[setup-kafka] %s\n' "$*" >&2; }
 
 command -v mvn >/dev/null || { log "mvn not found: install Maven 3.8+ (apt-get install maven)"; exit 1; }
 command -v "$JAVA" >/dev/null || { log "$JAVA not found: install a JDK 17+ (apt-get install openjdk-17-jdk-headless)"; exit 1; }
+# The MirrorMaker 2 compatibility tests compile a small Java program against MM2's jars.
+command -v javac >/dev/null || [ -x "$(dirname "$(command -v "$JAVA")")/javac" ] ||
+  { log "javac not found: install a JDK 17+, not only a JRE (apt-get install openjdk-17-jdk-headless)"; exit 1; }
 
 stamp="$(sha256sum pom.xml | cut -d' ' -f1)"
 

@@ -26,7 +26,8 @@ use mirrorflow::testkit::brokers::{
     kafka_or_skip, produce, watermarks, ConsumedRecord, ProduceRecord,
 };
 use mirrorflow::testkit::kafka::{KafkaConfig, KafkaTls, Listener, OAuthValidation};
-use mirrorflow::worker::replicate::{StatusSink, WorkerSnapshot};
+use mirrorflow::worker::process::sinks::WorkerSink;
+use mirrorflow::worker::replicate::WorkerSnapshot;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::ClientConfig;
 use replication_support::*;
@@ -371,7 +372,7 @@ async fn exactly_once_refused_a_transactional_id_fails_loudly_kafka() {
         1,
         Delivery::ExactlyOnce,
     ));
-    let sinks: Vec<Arc<dyn StatusSink>> = vec![Arc::new(tx)];
+    let sinks: Vec<Arc<dyn WorkerSink>> = vec![Arc::new(tx)];
     let args = standalone_args(&flow_file, &secrets);
     let running = Standalone::start(&args, sinks);
     let snapshot = tokio::time::timeout(

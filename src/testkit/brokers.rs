@@ -467,7 +467,7 @@ pub async fn proxied_broker_or_skip(kind: BrokerKind) -> Option<(LocalBroker, Ka
     or_skip(kind, LocalBroker::start_proxied(kind).await)
 }
 
-fn or_skip<T>(kind: BrokerKind, started: Result<T, BrokerError>) -> Option<T> {
+pub(crate) fn or_skip<T>(kind: BrokerKind, started: Result<T, BrokerError>) -> Option<T> {
     match started {
         Ok(broker) => Some(broker),
         Err(err @ BrokerError::BinaryNotFound { .. }) => {

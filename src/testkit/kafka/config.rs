@@ -352,10 +352,10 @@ pub fn scram_arguments(config: &KafkaConfig) -> Vec<String> {
 
 /// Properties in insertion order; setting a key again replaces its value in place.
 #[derive(Default)]
-struct Props(Vec<(String, String)>);
+pub(crate) struct Props(Vec<(String, String)>);
 
 impl Props {
-    fn set(&mut self, key: impl Into<String>, value: impl Into<String>) {
+    pub(crate) fn set(&mut self, key: impl Into<String>, value: impl Into<String>) {
         let (key, value) = (key.into(), value.into());
         match self.0.iter_mut().find(|(k, _)| *k == key) {
             Some(slot) => slot.1 = value,
@@ -363,7 +363,7 @@ impl Props {
         }
     }
 
-    fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let mut out = String::new();
         for (k, v) in &self.0 {
             // Java properties: a backslash escapes; our values hold none but paths on Windows.

@@ -18,8 +18,9 @@ mod config;
 mod install;
 mod shared;
 
+pub(crate) use config::Props;
 pub use config::{KafkaConfig, KafkaTls, Listener, NodePorts, OAuthValidation};
-pub use install::{find as find_install, java_from_env, Distribution, Install};
+pub use install::{find as find_install, java_from_env, Distribution, Install, JAVA_ENV};
 pub use shared::SharedKafka;
 
 use std::collections::BTreeMap;
@@ -565,16 +566,7 @@ impl KafkaCluster {
             .iter()
             .filter_map(|n| {
                 let pid = n.child.as_ref()?.id();
-                let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-                let kib = status
-                    .lines()
-                    .find_map(|l| l.strip_prefix("VmRSS:"))?
-                    .trim()
-                    .trim_end_matches("kB")
-                    .trim()
-                    .parse()
-                    .ok()?;
-                Some((n.ports.node_id, kib))
+                Some((n.ports.node_id, proc_status_kib(pid, "VmRSS")?))
             })
             .collect()
     }
@@ -644,6 +636,25 @@ impl Drop for KafkaCluster {
     }
 }
 
+/// A `kB` field of `/proc/<pid>/status` (`VmRSS`: resident now, `VmHWM`: its peak).
+pub(crate) fn proc_status_kib(pid: u32, field: &str) -> Option<u64> {
+    status_kib(
+        &fs::read_to_string(format!("/proc/{pid}/status")).ok()?,
+        field,
+    )
+}
+
+fn status_kib(status: &str, field: &str) -> Option<u64> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()
+}
+
 /// Prints the last warnings and errors of a node's log to stderr (a failing test's output).
 pub(crate) fn print_problems(node_id: usize, log: &Path) {
     eprintln!(
@@ -670,7 +681,7 @@ logger.config.level = WARN
 /// Kills `pid` with SIGKILL once `owner` is gone (then removes `cleanup`); ends by itself
 /// when `pid` exits. A shell loop in a session of its own, so killing the owner's process
 /// group spares it.
-fn watchdog(pid: u32, owner: u32, cleanup: Option<&Path>) -> Result<(), BrokerError> {
+pub(crate) fn watchdog(pid: u32, owner: u32, cleanup: Option<&Path>) -> Result<(), BrokerError> {
     let cleanup = cleanup.map_or(String::new(), |d| {
         format!(
             "sleep 1; rm -rf '{}';",
@@ -750,7 +761,7 @@ fn write(path: &Path, text: &str) -> Result<(), BrokerError> {
 
 /// The last `max_lines` lines of a node's log that say something went wrong (WARN, ERROR,
 /// exceptions and their stack), from its last 256 KiB.
-fn problems_tail(path: &Path, max_lines: usize) -> String {
+pub(crate) fn problems_tail(path: &Path, max_lines: usize) -> String {
     const MAX_BYTES: u64 = 256 * 1024;
     let text = (|| -> io::Result<String> {
         let mut file = File::open(path)?;
@@ -786,7 +797,7 @@ fn problems(text: &str) -> String {
     out.join("\n")
 }
 
-fn last_lines(text: &str, max_lines: usize) -> String {
+pub(crate) fn last_lines(text: &str, max_lines: usize) -> String {
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(max_lines)..].join("\n")
 }
@@ -815,6 +826,20 @@ mod tests {
         for _ in 0..64 {
             let id = cluster_id().unwrap();
             assert!(id.starts_with(|c: char| c.is_ascii_alphabetic()), "{id}");
+        }
+    }
+
+    #[test]
+    fn status_kib_table() {
+        let status = "Name:\tjava\nVmHWM:\t  204800 kB\nVmRSS:\t  102400 kB\n";
+        let cases = [
+            ("VmRSS", Some(102_400)),
+            ("VmHWM", Some(204_800)),
+            ("VmSwap", None),
+            ("Vm", None),
+        ];
+        for (field, want) in cases {
+            assert_eq!(status_kib(status, field), want, "{field}");
         }
     }
 
