@@ -25,6 +25,16 @@ const ROOMS: &[(&str, &[&str])] = &[
         &["api", "kafka", "worker::topic_filter"],
     ),
     (
+        "worker::audit",
+        &[
+            "api",
+            "kafka",
+            "telemetry",
+            "worker::replicate",
+            "worker::topic_filter",
+        ],
+    ),
+    (
         "worker::checkpoint",
         &["api", "kafka", "telemetry", "worker::topic_filter"],
     ),

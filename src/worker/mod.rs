@@ -1,5 +1,6 @@
 //! Data plane: replication, offset validation and checkpoints.
 pub mod acl_sync;
+pub mod audit;
 pub mod checkpoint;
 pub mod heartbeats;
 pub mod process;

@@ -1,0 +1,7 @@
+//! The integrity audit: records of the source compared with their copies on the target,
+//! through the offset mapping the flow keeps (committed progress and offset syncs).
+//!
+//! - [`compare`]: one range, record by record (pure).
+//! - [`plan`]: which ranges of a partition to read (pure).
+pub mod compare;
+pub mod plan;
