@@ -29,6 +29,11 @@ enum Command {
     /// --from-file` plan); with --apply, commit them to the group on the target (refused while
     /// it has members). The flow from a file (--flow) or a cluster (--flow-ref NS/NAME).
     Translate(mirrorflow::cli::translate::TranslateArgs),
+    /// Compare a flow's source records with their copies on the target (key, value, headers,
+    /// timestamp, partition) through its progress and offset syncs; per partition what is
+    /// missing, extra, different or duplicated. Fails when anything is missing, extra or
+    /// different.
+    Audit(mirrorflow::cli::audit::AuditArgs),
     /// A flow read through the Kubernetes API: conditions, workers and their lag, failed
     /// partitions with the command that clears each.
     Status(mirrorflow::cli::status::StatusArgs),
@@ -89,6 +94,9 @@ fn main() -> ExitCode {
         }),
         Command::Translate(args) => {
             runtime().and_then(|rt| rt.block_on(mirrorflow::cli::translate::run_translate(args)))
+        }
+        Command::Audit(args) => {
+            runtime().and_then(|rt| rt.block_on(mirrorflow::cli::audit::run_audit(args)))
         }
         Command::Status(args) => {
             runtime().and_then(|rt| rt.block_on(mirrorflow::cli::status::run_status(args)))

@@ -65,6 +65,7 @@ const ROOMS: &[(&str, &[&str])] = &[
         &[
             "api",
             "kafka",
+            "worker::audit",
             "worker::checkpoint",
             "worker::process",
             "worker::validation",

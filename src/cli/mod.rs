@@ -1,5 +1,6 @@
 //! Operator tools: `mirrorflow status` ([`status`]: a flow read through the Kubernetes API,
-//! as a page) and `mirrorflow translate` ([`translate`]: a group's checkpoints for failover).
+//! as a page), `mirrorflow translate` ([`translate`]: a group's checkpoints for failover) and
+//! `mirrorflow audit` ([`audit`]: source records compared with their target copies).
 //! The rendering is pure; the reads are thin edges beside it. They print the decisions of the
 //! rooms below (`worker::checkpoint`, `worker::validation`), never make their own.
 
@@ -7,6 +8,7 @@ use kube::Api;
 
 use crate::api::MirrorFlow;
 
+pub mod audit;
 pub mod status;
 pub mod translate;
 

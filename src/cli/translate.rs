@@ -383,35 +383,7 @@ pub async fn target_from_api(
     let flow = read_flow(client, ns, name).await?;
     crate::api::validate_flow(&flow.spec)
         .map_err(|e| anyhow::anyhow!("MirrorFlow {ns}/{name} is invalid: {e}"))?;
-    let dir = tempfile::Builder::new()
-        .prefix("mirrorflow-secrets-")
-        .tempdir()
-        .context("temporary directory for the target's Secrets")?;
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
-    let mut read: BTreeMap<&str, Secret> = BTreeMap::new();
-    for (secret, key) in flow.spec.target.secret_keys() {
-        if !read.contains_key(secret) {
-            let s = secrets.get(secret).await.map_err(|e| {
-                anyhow::anyhow!(
-                    "reading Secret {ns}/{secret} (spec.target of MirrorFlow {ns}/{name}): {e}"
-                )
-            })?;
-            read.insert(secret, s);
-        }
-        let value = read[secret]
-            .data
-            .as_ref()
-            .and_then(|d| d.get(key))
-            .map(|b| b.0.clone())
-            .ok_or_else(|| {
-                anyhow::anyhow!(
-                    "Secret {ns}/{secret} has no key {key:?} (spec.target of MirrorFlow {ns}/{name})"
-                )
-            })?;
-        let path = crate::kafka::config::secret_path(dir.path(), secret, key);
-        std::fs::create_dir_all(path.parent().expect("under the directory"))?;
-        write_private(&path, &value)?;
-    }
+    let dir = secrets_from_api(client, ns, name, &[("spec.target", &flow.spec.target)]).await?;
     let config = client_properties(&flow.spec.target, dir.path())
         .context("spec.target")?
         .to_client_config();
@@ -420,6 +392,51 @@ pub async fn target_from_api(
         config,
         _secrets: Some(dir),
     })
+}
+
+/// The Secrets `clusters` reference (each named by its field, e.g. `spec.target`), read
+/// through `client` and written as the worker's layout (`<secretName>/<key>` files, mode
+/// 0600) into a private temporary directory, removed when the value is dropped.
+pub async fn secrets_from_api(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    clusters: &[(&str, &crate::api::ClusterSpec)],
+) -> anyhow::Result<tempfile::TempDir> {
+    let dir = tempfile::Builder::new()
+        .prefix("mirrorflow-secrets-")
+        .tempdir()
+        .context("temporary directory for the flow's Secrets")?;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let mut read: BTreeMap<&str, Secret> = BTreeMap::new();
+    for (field, cluster) in clusters {
+        for (secret, key) in cluster.secret_keys() {
+            if !read.contains_key(secret) {
+                let s = secrets.get(secret).await.map_err(|e| {
+                    anyhow::anyhow!(
+                        "reading Secret {ns}/{secret} ({field} of MirrorFlow {ns}/{name}): {e}"
+                    )
+                })?;
+                read.insert(secret, s);
+            }
+            let value = read[secret]
+                .data
+                .as_ref()
+                .and_then(|d| d.get(key))
+                .map(|b| b.0.clone())
+                .ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "Secret {ns}/{secret} has no key {key:?} ({field} of MirrorFlow {ns}/{name})"
+                    )
+                })?;
+            let path = crate::kafka::config::secret_path(dir.path(), secret, key);
+            if !path.exists() {
+                std::fs::create_dir_all(path.parent().expect("under the directory"))?;
+                write_private(&path, &value)?;
+            }
+        }
+    }
+    Ok(dir)
 }
 
 fn write_private(path: &std::path::Path, value: &[u8]) -> anyhow::Result<()> {

@@ -342,10 +342,9 @@ enum TargetState {
     Open,
 }
 
-/// Compares one range. Pure.
-pub fn compare(input: &Input<'_>) -> Outcome {
-    let src = input.source;
-    let tgt = input.target;
+/// Pass 1: pairs every target record with a source record of the same content, in order,
+/// late (a record jumped over before) or again (a duplicate).
+fn match_exact(src: &[Rec], tgt: &[Rec]) -> (Vec<SourceState>, Vec<TargetState>) {
     let mut by_content: HashMap<Content, Vec<usize>> = HashMap::new();
     for (i, r) in src.iter().enumerate() {
         by_content.entry(r.content()).or_default().push(i);
@@ -353,8 +352,6 @@ pub fn compare(input: &Input<'_>) -> Outcome {
     let mut s_state = vec![SourceState::Pending; src.len()];
     let mut t_state = vec![TargetState::Open; tgt.len()];
     let mut next = 0usize;
-
-    // Pass 1: exact content matches.
     for (j, t) in tgt.iter().enumerate() {
         let c = t.content();
         if next < src.len() && src[next].content() == c {
@@ -384,6 +381,14 @@ pub fn compare(input: &Input<'_>) -> Outcome {
     for s in &mut s_state[next..] {
         *s = SourceState::Open;
     }
+    (s_state, t_state)
+}
+
+/// Compares one range. Pure.
+pub fn compare(input: &Input<'_>) -> Outcome {
+    let src = input.source;
+    let tgt = input.target;
+    let (s_state, t_state) = match_exact(src, tgt);
 
     let mut out = Outcome::default();
     // Findings sort in source order; a target-only one right after the source record its
@@ -512,7 +517,7 @@ struct Gap<'a> {
 
 impl Gap<'_> {
     fn classify(
-        self,
+        &self,
         anchors: &HashMap<i64, i64>,
         out: &mut Outcome,
         events: &mut Vec<(Place, Finding)>,
@@ -565,6 +570,20 @@ impl Gap<'_> {
             tgt_used[ti] = true;
             pairs.push((self.open_src[si], self.open_tgt[ti]));
         }
+        self.report(pairs, &src_used, &tgt_used, out, events);
+    }
+
+    /// Reports the pairs as different and what is left as missing, extra or skipped.
+    fn report(
+        &self,
+        pairs: Vec<(usize, usize)>,
+        src_used: &[bool],
+        tgt_used: &[bool],
+        out: &mut Outcome,
+        events: &mut Vec<(Place, Finding)>,
+    ) {
+        let src = self.input.source;
+        let tgt = self.input.target;
         for (k, j) in pairs {
             out.different += 1;
             events.push((

@@ -3,5 +3,8 @@
 //!
 //! - [`compare`]: one range, record by record (pure).
 //! - [`plan`]: which ranges of a partition to read (pure).
+//! - [`read`]: the range, offset-sync and config reads; [`flow`]: one audit of a flow.
 pub mod compare;
+pub mod flow;
 pub mod plan;
+pub mod read;

@@ -1,0 +1,272 @@
+//! The integrity audit (`mirrorflow audit`, `worker::audit`) on Apache Kafka: a flow runs
+//! in-process on the shared source and target, then the audit compares what both hold.
+//! Skipped (`SKIPPED ...` on stderr) when Kafka's jars are not fetched, unless
+//! `MIRRORFLOW_REQUIRE_BROKERS=1`. Each test prints the audit's table (`--no-capture`).
+
+mod replication_support;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use mirrorflow::api::{Delivery, MirrorFlow, MirrorFlowSpec, ReplicationPolicyType};
+use mirrorflow::cli::audit::{audit, render, AuditArgs, AuditOutput, AuditReport};
+use mirrorflow::testkit::brokers::{
+    delete_records_before, delete_topic, produce, watermarks, LocalBroker, ProduceRecord,
+};
+use mirrorflow::worker::audit::compare::Kind;
+use replication_support::*;
+
+fn spec_for(
+    source: &LocalBroker,
+    target: &LocalBroker,
+    delivery: Delivery,
+    topic: &str,
+    p: ReplicationPolicyType,
+) -> MirrorFlowSpec {
+    policy(
+        include(shared_flow_spec(source, target, delivery), &[topic]),
+        p,
+    )
+}
+
+/// Replicates until the flow's positions reach `want`, then stops the worker.
+async fn replicate(name: &str, spec: &MirrorFlowSpec, topic: &str, want: &BTreeMap<i32, i64>) {
+    let mut w = start_worker(name, spec.clone(), 0, 1, test_tuning(25));
+    w.wait_positions(topic, want).await;
+    w.stop().await.unwrap();
+}
+
+/// `mirrorflow audit --flow FILE` of flow `test/name`, printed.
+async fn run_audit(name: &str, spec: &MirrorFlowSpec, topic: &str) -> AuditReport {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flow.yaml");
+    let mut flow = MirrorFlow::new(name, spec.clone());
+    flow.metadata.namespace = Some("test".into());
+    std::fs::write(&path, serde_yaml::to_string(&flow).unwrap()).unwrap();
+    let args = AuditArgs {
+        flow: Some(path),
+        flow_ref: None,
+        topic: Some(topic.into()),
+        partition: None,
+        from: None,
+        to: None,
+        output: AuditOutput::Table,
+        secrets_dir: dir.path().into(),
+        timeout_seconds: 60,
+    };
+    let report = audit(&args).await.expect("audit runs");
+    eprintln!("{}", render(&report));
+    report
+}
+
+fn total(r: &AuditReport, kind: Kind) -> u64 {
+    r.partitions.iter().map(|p| p.outcome.count(kind)).sum()
+}
+
+/// `n` records per partition of `partitions` plus `records`' tombstone and null key on 0.
+fn want(partitions: i32, n: i64) -> BTreeMap<i32, i64> {
+    (0..partitions)
+        .map(|p| (p, if p == 0 { n + 2 } else { n }))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_clean_flow_audits_clean_under_prefix_and_identity() {
+    let Some((source, target)) = shared_pair().await else {
+        return;
+    };
+    let sb = source.bootstrap_servers();
+    for (p, delivery, tag) in [
+        (
+            ReplicationPolicyType::Prefix,
+            Delivery::ExactlyOnce,
+            "clean-prefix",
+        ),
+        (
+            ReplicationPolicyType::Identity,
+            Delivery::AtLeastOnce,
+            "clean-identity",
+        ),
+    ] {
+        let topic = unique(tag);
+        source.create_topic(&topic, 3, &[]).await.unwrap();
+        produce(&sb, &topic, &records("c", 3, 60)).await.unwrap();
+        let spec = spec_for(&source, &target, delivery, &topic, p);
+        let name = unique(tag);
+        replicate(&name, &spec, &topic, &want(3, 60)).await;
+        let report = run_audit(&name, &spec, &topic).await;
+        assert!(report.clean, "{tag}: {report:?}");
+        assert_eq!(report.partitions.len(), 3, "{tag}: every partition audited");
+        assert_eq!(total(&report, Kind::Matched), 182, "{tag}");
+        for k in [
+            Kind::Missing,
+            Kind::Extra,
+            Kind::Different,
+            Kind::Duplicated,
+        ] {
+            assert_eq!(total(&report, k), 0, "{tag}: {k:?}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_foreign_writer_on_the_target_is_found_as_extra() {
+    let Some((source, target)) = shared_pair().await else {
+        return;
+    };
+    let (sb, tb) = (source.bootstrap_servers(), target.bootstrap_servers());
+    let topic = unique("foreign");
+    source.create_topic(&topic, 1, &[]).await.unwrap();
+    produce(&sb, &topic, &records("a", 1, 30)).await.unwrap();
+    let spec = spec_for(
+        &source,
+        &target,
+        Delivery::AtLeastOnce,
+        &topic,
+        ReplicationPolicyType::Prefix,
+    );
+    let name = unique("foreign");
+    replicate(&name, &spec, &topic, &want(1, 30)).await;
+    let target_topic = format!("dc1.{topic}");
+    let (_, at) = watermarks(&tb, &target_topic, 0).await.unwrap();
+    let foreign = vec![
+        ProduceRecord::new("intruder", "one").partition(0),
+        ProduceRecord::new("intruder", "two").partition(0),
+    ];
+    produce(&tb, &target_topic, &foreign).await.unwrap();
+    // Replication goes on after them.
+    produce(&sb, &topic, &records("b", 1, 10)).await.unwrap();
+    replicate(&name, &spec, &topic, &[(0, 32 + 12)].into()).await;
+
+    let report = run_audit(&name, &spec, &topic).await;
+    assert!(!report.clean);
+    let p = &report.partitions[0].outcome;
+    assert_eq!((p.extra, p.missing, p.different), (2, 0, 0), "{p:?}");
+    assert_eq!(p.matched, 44);
+    let offsets: Vec<Option<i64>> = p.findings.iter().map(|f| f.target_offset).collect();
+    assert_eq!(offsets, vec![Some(at), Some(at + 1)]);
+    assert!(p.findings.iter().all(|f| f.kind == Kind::Extra));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_target_recreated_and_refilled_by_another_writer_is_different_and_missing() {
+    let Some((source, target)) = shared_pair().await else {
+        return;
+    };
+    let (sb, tb) = (source.bootstrap_servers(), target.bootstrap_servers());
+    let topic = unique("refilled");
+    source.create_topic(&topic, 1, &[]).await.unwrap();
+    produce(&sb, &topic, &records("r", 1, 20)).await.unwrap();
+    let spec = spec_for(
+        &source,
+        &target,
+        Delivery::AtLeastOnce,
+        &topic,
+        ReplicationPolicyType::Prefix,
+    );
+    let name = unique("refilled");
+    replicate(&name, &spec, &topic, &want(1, 20)).await;
+    // The flow is stopped; someone recreates the target topic and writes 15 records of theirs.
+    let target_topic = format!("dc1.{topic}");
+    delete_topic(&tb, &target_topic).await.unwrap();
+    let deadline = Instant::now() + WAIT;
+    while let Err(e) = target.create_topic(&target_topic, 1, &[]).await {
+        assert!(Instant::now() < deadline, "recreating {target_topic}: {e}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let theirs: Vec<ProduceRecord> = (0..15)
+        .map(|i| ProduceRecord::new(format!("x{i}"), format!("theirs-{i}")).partition(0))
+        .collect();
+    produce(&tb, &target_topic, &theirs).await.unwrap();
+
+    let report = run_audit(&name, &spec, &topic).await;
+    assert!(!report.clean);
+    let p = &report.partitions[0].outcome;
+    assert_eq!(
+        (p.matched, p.different, p.missing, p.extra),
+        (0, 15, 7, 0),
+        "{p:?}"
+    );
+    let first = p.first_mismatch().unwrap();
+    assert_eq!(
+        (first.kind, first.source_offset, first.target_offset),
+        (Kind::Different, Some(0), Some(0))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn records_past_the_source_retention_are_skipped_not_reported() {
+    let Some((source, target)) = shared_pair().await else {
+        return;
+    };
+    let sb = source.bootstrap_servers();
+    let topic = unique("retained");
+    source.create_topic(&topic, 1, &[]).await.unwrap();
+    produce(&sb, &topic, &records("t", 1, 40)).await.unwrap();
+    let spec = spec_for(
+        &source,
+        &target,
+        Delivery::ExactlyOnce,
+        &topic,
+        ReplicationPolicyType::Prefix,
+    );
+    let name = unique("retained");
+    replicate(&name, &spec, &topic, &want(1, 40)).await;
+    // Retention (DeleteRecords) removes the first 30 source records after replication.
+    assert_eq!(delete_records_before(&sb, &topic, 0, 30).await.unwrap(), 30);
+
+    let report = run_audit(&name, &spec, &topic).await;
+    assert!(report.clean, "{report:?}");
+    let p = &report.partitions[0].outcome;
+    assert_eq!(p.matched, 12, "{p:?}");
+    assert_eq!(
+        p.skipped, 30,
+        "the target copies of what the source no longer holds"
+    );
+    assert_eq!((p.missing, p.extra, p.different), (0, 0, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn copies_written_twice_are_duplicates_flagged_under_exactly_once() {
+    let Some((source, target)) = shared_pair().await else {
+        return;
+    };
+    let (sb, tb) = (source.bootstrap_servers(), target.bootstrap_servers());
+    let topic = unique("twice");
+    source.create_topic(&topic, 1, &[]).await.unwrap();
+    produce(&sb, &topic, &records("d", 1, 20)).await.unwrap();
+    let spec = spec_for(
+        &source,
+        &target,
+        Delivery::ExactlyOnce,
+        &topic,
+        ReplicationPolicyType::Prefix,
+    );
+    let name = unique("twice");
+    replicate(&name, &spec, &topic, &want(1, 20)).await;
+    // Someone re-sends the copies of source records 15..20 (a replay a transaction would
+    // have prevented), then replication goes on.
+    let target_topic = format!("dc1.{topic}");
+    let (_, at) = watermarks(&tb, &target_topic, 0).await.unwrap();
+    let again: Vec<ProduceRecord> = read_n(&sb, &topic, 22).await[15..20]
+        .iter()
+        .map(|r| ProduceRecord {
+            partition: Some(0),
+            key: r.key.clone(),
+            value: r.value.clone(),
+            headers: r.headers.clone(),
+            timestamp_ms: r.timestamp_ms,
+        })
+        .collect();
+    produce(&tb, &target_topic, &again).await.unwrap();
+    produce(&sb, &topic, &records("e", 1, 5)).await.unwrap();
+    replicate(&name, &spec, &topic, &[(0, 22 + 7)].into()).await;
+
+    let report = run_audit(&name, &spec, &topic).await;
+    assert!(!report.clean, "duplicates under ExactlyOnce are a mismatch");
+    let p = &report.partitions[0].outcome;
+    assert_eq!((p.duplicated, p.matched), (5, 29), "{p:?}");
+    assert_eq!((p.missing, p.extra, p.different), (0, 0, 0));
+    assert!(p.duplicates_flagged);
+    assert_eq!(p.findings[0].target_offset, Some(at));
+}
