@@ -55,6 +55,7 @@ const ROOMS: &[(&str, &[&str])] = &[
             "kafka",
             "telemetry",
             "worker::acl_sync",
+            "worker::audit",
             "worker::checkpoint",
             "worker::heartbeats",
             "worker::replicate",

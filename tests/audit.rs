@@ -270,3 +270,95 @@ async fn copies_written_twice_are_duplicates_flagged_under_exactly_once() {
     assert!(p.duplicates_flagged);
     assert_eq!(p.findings[0].target_offset, Some(at));
 }
+
+/// The worker's continuous audit (`spec.audit`, every 10 s here): clean at first; a foreign
+/// record written into the target between replicated ones shows in the worker's entry as
+/// an extra naming topic, partition and offset, and in the metric, while replication goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_continuous_audit_reports_a_foreign_record_and_replication_goes_on() {
+    use std::sync::Arc;
+
+    use mirrorflow::telemetry::http::get_text;
+    use mirrorflow::worker::process::sinks::WorkerSink;
+    use mirrorflow::worker::replicate::WorkerSnapshot;
+
+    let Some((source, target)) = shared_pair().await else {
+        return;
+    };
+    let (sb, tb) = (source.bootstrap_servers(), target.bootstrap_servers());
+    let topic = unique("continuous");
+    source.create_topic(&topic, 1, &[]).await.unwrap();
+    produce(&sb, &topic, &records("a", 1, 30)).await.unwrap();
+    let mut spec = spec_for(
+        &source,
+        &target,
+        Delivery::ExactlyOnce,
+        &topic,
+        ReplicationPolicyType::Prefix,
+    );
+    spec.audit.interval_seconds = 10;
+    let name = unique("continuous");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flow.yaml");
+    let mut flow = MirrorFlow::new(&name, spec);
+    flow.metadata.namespace = Some("test".into());
+    std::fs::write(&path, serde_yaml::to_string(&flow).unwrap()).unwrap();
+    let (tx, mut rx) = tokio::sync::watch::channel(WorkerSnapshot::starting(
+        "test",
+        &name,
+        0,
+        1,
+        Delivery::ExactlyOnce,
+    ));
+    let sinks: Vec<Arc<dyn WorkerSink>> = vec![Arc::new(tx)];
+    let args = standalone_args(&path, dir.path());
+    let w = Standalone::start(&args, sinks);
+    let deadline = Instant::now() + WAIT;
+    let mut wait = async |what: &str, pred: &dyn Fn(&WorkerSnapshot) -> bool| loop {
+        if pred(&rx.borrow_and_update()) {
+            return rx.borrow().clone();
+        }
+        assert!(Instant::now() < deadline, "{what}: {:?}", rx.borrow().audit);
+        let _ = tokio::time::timeout(Duration::from_secs(1), rx.changed()).await;
+    };
+    let snap = wait("a clean run over the 32 records", &|s| {
+        s.audit
+            .as_ref()
+            .is_some_and(|a| a.last_run_time.is_some() && a.records.compared >= 32)
+    })
+    .await;
+    let a = snap.audit.unwrap();
+    assert!(a.mismatches.is_empty() && a.last_error.is_none(), "{a:?}");
+
+    let target_topic = format!("dc1.{topic}");
+    let (_, at) = watermarks(&tb, &target_topic, 0).await.unwrap();
+    produce(
+        &tb,
+        &target_topic,
+        &[ProduceRecord::new("intruder", "x").partition(0)],
+    )
+    .await
+    .unwrap();
+    produce(&sb, &topic, &records("b", 1, 5)).await.unwrap();
+    let want = format!("extra in {topic}/0: target offset {at}");
+    let snap = wait("the foreign record reported", &|s| {
+        s.audit
+            .as_ref()
+            .is_some_and(|a| a.mismatches.iter().any(|m| m == &want))
+    })
+    .await;
+    eprintln!("worker entry audit: {:?}", snap.audit);
+    let replicated = snap
+        .partitions
+        .iter()
+        .find(|p| p.topic == topic)
+        .and_then(|p| p.position);
+    assert_eq!(replicated, Some(32 + 7), "replication went on");
+    let (_, metrics) = get_text(args.listen, "/metrics").await.unwrap();
+    let extra = metrics
+        .lines()
+        .find(|l| l.starts_with("mirrorflow_worker_audit_records_total{result=\"extra\"}"))
+        .expect("the audit metric");
+    assert!(!extra.ends_with(" 0"), "{extra}");
+    w.stop().await;
+}

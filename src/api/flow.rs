@@ -114,6 +114,9 @@ pub struct MirrorFlowSpec {
     /// topic exists) on its `heartbeats` topic.
     #[serde(default)]
     pub heartbeats: Heartbeats,
+    /// The continuous integrity audit (on by default): see `Audit`.
+    #[serde(default)]
+    pub audit: super::Audit,
     /// Copy topic configs (retention.ms, cleanup.policy, max.message.bytes, ...) from source
     /// topics to target topics: when a target topic is created, and again on every refresh
     /// (`topics.refreshIntervalSeconds`) for the target topics this flow created (never a
@@ -681,7 +684,9 @@ pub struct MirrorFlowStatus {
     /// `RecordRejected`, `ConnectionFailed`
     /// (authentication or TLS verification fails, naming the cluster), `InsecureTls` (a
     /// cluster has `tls.insecureSkipVerify`), `TopicUnwritable` (a target topic cannot be created,
-    /// or its replication factor is below its `min.insync.replicas`), `InvalidSpec`.
+    /// or its replication factor is below its `min.insync.replicas`), `InvalidSpec`, `Audited`
+    /// (`spec.audit`: False with reason `IntegrityMismatch` naming topic, partition, offsets and
+    /// kind of each mismatch).
     #[serde(default)]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
@@ -712,6 +717,9 @@ pub struct MirrorFlowStatus {
     /// highest any worker reports (worker 0 measures).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replication_latency: Option<ReplicationLatency>,
+    /// The continuous integrity audit (`spec.audit`), summed over the workers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit: Option<super::AuditReport>,
 }
 
 /// A worker's own report.
@@ -767,6 +775,9 @@ pub struct WorkerStatus {
     /// measures).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replication_latency: Option<ReplicationLatency>,
+    /// The continuous integrity audit of this worker's partitions (`spec.audit`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit: Option<super::AuditReport>,
 }
 
 /// Which side of the flow a cluster is.

@@ -1,6 +1,7 @@
 //! API types: the `MirrorFlow` and `OffsetCheckpoint` custom resources, their defaults,
 //! validation shared by controller and worker, and loading from YAML files.
 
+pub mod audit;
 pub mod checkpoint;
 pub mod defaults;
 pub mod flow;
@@ -11,6 +12,7 @@ pub mod validate;
 #[cfg(test)]
 mod tests;
 
+pub use audit::{Audit, AuditCounts, AuditReport};
 pub use checkpoint::*;
 pub use flow::*;
 pub use load::{load_flow_file, parse_flow_file, FlowFile, LoadError};

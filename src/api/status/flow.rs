@@ -116,6 +116,7 @@ pub fn material(entry: &WorkerStatus) -> WorkerStatus {
     e.last_heartbeat_time = None;
     e.replication_lag = None;
     e.replication_latency = None;
+    e.audit = e.audit.map(|a| a.material());
     for cp in &mut e.checkpoints {
         for g in &mut cp.groups {
             g.last_checkpoint_time = None;
@@ -790,6 +791,10 @@ pub fn fold_flow_status(obs: &FlowObservation<'_>) -> MirrorFlowStatus {
             conditions.push(v.stamp(pc, type_, gen, now));
         }
     }
+    let audit = fold_audit(workers.iter().filter_map(|(_, e)| *e));
+    if let Some(v) = super::audit::audited_verdict(&flow.spec.audit, audit.as_ref()) {
+        conditions.push(v.stamp(pc, AUDITED, gen, now));
+    }
 
     let last_applied_reset = last_applied_reset(&reset, prev.last_applied_reset.as_ref());
     let replication_lag = sum_lag(&workers);
@@ -809,6 +814,7 @@ pub fn fold_flow_status(obs: &FlowObservation<'_>) -> MirrorFlowStatus {
         replication_lag,
         topic_acls,
         replication_latency,
+        audit,
         workers: prev.workers,
     }
 }

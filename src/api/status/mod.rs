@@ -2,9 +2,11 @@
 //! (which fold their own reports with the same rules): conditions, the flow and
 //! OffsetCheckpoint folds, list bounds, worker ids. Pure functions of (resource, reports, now).
 
+mod audit;
 mod checkpoint;
 mod flow;
 
+pub use audit::{fold_audit, AUDITED, INTEGRITY_MISMATCH, MAX_AUDIT_MISMATCHES};
 pub use checkpoint::*;
 pub use flow::*;
 

@@ -41,6 +41,7 @@ fn worker(i: i32, state: WorkerState, heartbeat: i64) -> WorkerStatus {
         topic_acls: None,
         unwritable_topics: vec![],
         replication_latency: None,
+        audit: None,
     }
 }
 

@@ -4,7 +4,9 @@
 //! - [`compare`]: one range, record by record (pure).
 //! - [`plan`]: which ranges of a partition to read (pure).
 //! - [`read`]: the range, offset-sync and config reads; [`flow`]: one audit of a flow.
+//! - [`runner`]: the continuous audit of a worker's partitions (`spec.audit`).
 pub mod compare;
 pub mod flow;
 pub mod plan;
 pub mod read;
+pub mod runner;

@@ -493,6 +493,7 @@ mod tests {
             topic_acls: None,
             unwritable_topics: vec![],
             replication_latency: None,
+            audit: None,
         }
     }
 

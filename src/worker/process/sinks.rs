@@ -20,6 +20,8 @@ pub struct Extras {
     pub topic_acls: watch::Receiver<Option<TopicAclSync>>,
     /// The heartbeat latency (worker 0, `worker::heartbeats`).
     pub replication_latency: watch::Receiver<Option<ReplicationLatency>>,
+    /// The continuous integrity audit (`worker::audit`).
+    pub audit: watch::Receiver<Option<crate::api::AuditReport>>,
 }
 
 impl Extras {
@@ -37,6 +39,7 @@ impl Extras {
             .clone()
             .filter(|t| t.synced + t.created_by_flow + t.skipped > 0 || t.last_error.is_some());
         snap.replication_latency = self.replication_latency.borrow().clone();
+        snap.audit = self.audit.borrow().clone();
     }
 }
 
@@ -118,6 +121,7 @@ mod tests {
                 health: health.clone(),
                 topic_acls: acl_rx,
                 replication_latency: latency_rx,
+                audit: watch::channel(None).1,
             },
         };
         let ctx = health.target.context();

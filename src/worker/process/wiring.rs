@@ -22,6 +22,7 @@ use crate::kafka::health::FlowHealth;
 use crate::telemetry::http::{self, HttpState, Readiness};
 use crate::telemetry::metrics::WorkerMetrics;
 use crate::worker::acl_sync::{AclMetrics, AclSyncRunner};
+use crate::worker::audit::runner::{AuditMetrics, AuditRunner};
 use crate::worker::checkpoint::runner::{self, CheckpointRunner};
 use crate::worker::heartbeats::HeartbeatRunner;
 use crate::worker::replicate::{
@@ -60,17 +61,19 @@ pub async fn run_with(
     };
     let (acl_state, acl_rx) = watch::channel(None);
     let (latency_state, latency_rx) = watch::channel(None);
+    let (audit_state, audit_rx) = watch::channel(None);
     let extras = Extras {
         health: health.clone(),
         topic_acls: acl_rx,
         replication_latency: latency_rx,
+        audit: audit_rx,
     };
     let sink = engine_sink(status_tx, sinks, extras);
     let (addr, stop_http_tx, http_task) = serve_http(
         args.listen,
         &metrics,
         &readiness,
-        status_rx,
+        status_rx.clone(),
         report_rx.clone(),
     )
     .await?;
@@ -92,20 +95,11 @@ pub async fn run_with(
             crate::kafka::secrets::DEFAULT_POLL,
         )
     };
-    let acl_task = runner::should_run(index).then(|| {
-        let runner = AclSyncRunner {
-            namespace: input.namespace.clone(),
-            flow: input.name.clone(),
-            secrets_dir: args.secrets_dir.clone(),
-            spec: input.spec.clone(),
-            secrets: Some(secrets.clone()),
-            state: acl_state,
-            metrics: AclMetrics::new(&metrics.registry)
-                .map_err(|e| warn!("topic ACL metrics are not exported: {e}"))
-                .ok(),
-        };
-        tokio::spawn(runner.run(wait_for_stop(stop_rx.clone())))
-    });
+    // Every worker audits the partitions it owns (`spec.audit`), beside replication.
+    let audit = (status_rx.clone(), audit_state);
+    let audit_task = start_audit(&args, &input, audit, &metrics, &stop_rx);
+    let acl = (secrets.clone(), acl_state);
+    let acl_task = start_acl_sync(index, &args, &input, acl, &metrics, &stop_rx);
     // Heartbeats are a singleton like the ACL sync: worker 0 emits and measures them.
     let heartbeat_task = runner::should_run(index).then(|| {
         let runner = HeartbeatRunner {
@@ -146,9 +140,64 @@ pub async fn run_with(
     secrets_watcher.abort();
     stop_side_tasks(checkpoints, acl_task).await;
     stop_side_tasks(None, heartbeat_task).await;
+    stop_side_tasks(None, Some(audit_task)).await;
     let _ = stop_http_tx.send(());
     let _ = http_task.await;
     result.map_err(anyhow::Error::from)
+}
+
+/// The continuous audit of this worker's partitions (`worker::audit::runner`), fed the
+/// engine's snapshots, reporting into `state`.
+fn start_audit(
+    args: &WorkerArgs,
+    input: &FlowInput,
+    (owned, state): (
+        watch::Receiver<WorkerSnapshot>,
+        watch::Sender<Option<crate::api::AuditReport>>,
+    ),
+    metrics: &WorkerMetrics,
+    stop: &watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    let runner = AuditRunner {
+        namespace: input.namespace.clone(),
+        flow: input.name.clone(),
+        secrets_dir: args.secrets_dir.clone(),
+        spec: input.spec.clone(),
+        owned,
+        state,
+        metrics: AuditMetrics::new(&metrics.registry)
+            .map_err(|e| warn!("audit metrics are not exported: {e}"))
+            .ok(),
+    };
+    tokio::spawn(runner.run(wait_for_stop(stop.clone())))
+}
+
+/// The topic ACL sync (worker 0 only), reconnecting on rotated `secrets`.
+fn start_acl_sync(
+    index: u32,
+    args: &WorkerArgs,
+    input: &FlowInput,
+    (secrets, state): (
+        crate::kafka::secrets::FlowSecrets,
+        watch::Sender<Option<crate::api::TopicAclSync>>,
+    ),
+    metrics: &WorkerMetrics,
+    stop: &watch::Receiver<bool>,
+) -> Option<JoinHandle<()>> {
+    runner::should_run(index).then(|| {
+        let runner = AclSyncRunner {
+            namespace: input.namespace.clone(),
+            flow: input.name.clone(),
+            secrets_dir: args.secrets_dir.clone(),
+            spec: input.spec.clone(),
+            secrets: Some(secrets),
+            state,
+            metrics: AclMetrics::new(&metrics.registry)
+                .map_err(|e| warn!("topic ACL metrics are not exported: {e}"))
+                .ok(),
+        };
+        tokio::spawn(runner.run(wait_for_stop(stop.clone())))
+    })
 }
 
 /// Where the engine publishes: `/status`'s channel and `sinks`, `extras` added to each

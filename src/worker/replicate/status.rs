@@ -137,6 +137,9 @@ pub struct WorkerSnapshot {
     /// Heartbeat latency (worker 0, `spec.heartbeats`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replication_latency: Option<ReplicationLatency>,
+    /// The continuous integrity audit of the owned partitions (`worker::audit`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub audit: Option<crate::api::AuditReport>,
     /// When this snapshot was taken.
     pub time: Time,
 }
@@ -167,6 +170,7 @@ impl WorkerSnapshot {
             topic_acls: None,
             unwritable_topics: Vec::new(),
             replication_latency: None,
+            audit: None,
             time: Time(jiff::Timestamp::now()),
         }
     }
@@ -197,6 +201,7 @@ impl WorkerSnapshot {
             topic_acls: self.topic_acls.clone(),
             unwritable_topics: self.unwritable_topics.iter().take(20).cloned().collect(),
             replication_latency: self.replication_latency.clone(),
+            audit: self.audit.clone(),
         }
     }
 }

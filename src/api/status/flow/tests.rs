@@ -27,6 +27,7 @@ fn entry(i: u32, state: WorkerState) -> WorkerStatus {
         topic_acls: None,
         unwritable_topics: vec![],
         replication_latency: None,
+        audit: None,
     }
 }
 
