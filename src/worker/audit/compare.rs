@@ -214,6 +214,9 @@ pub struct Input<'a> {
     pub source_compacted: bool,
     /// The target topic is compacted.
     pub target_compacted: bool,
+    /// Source records before the range (any order): a target record equal to one of them is
+    /// a re-sent copy (duplicated), not extra. Read only when a range has extra records.
+    pub earlier: &'a [Rec],
 }
 
 /// One non-matched finding.
@@ -344,7 +347,8 @@ enum TargetState {
 
 /// Pass 1: pairs every target record with a source record of the same content, in order,
 /// late (a record jumped over before) or again (a duplicate).
-fn match_exact(src: &[Rec], tgt: &[Rec]) -> (Vec<SourceState>, Vec<TargetState>) {
+fn match_exact(src: &[Rec], tgt: &[Rec], earlier: &[Rec]) -> (Vec<SourceState>, Vec<TargetState>) {
+    let before: std::collections::HashSet<Content> = earlier.iter().map(Rec::content).collect();
     let mut by_content: HashMap<Content, Vec<usize>> = HashMap::new();
     for (i, r) in src.iter().enumerate() {
         by_content.entry(r.content()).or_default().push(i);
@@ -361,6 +365,9 @@ fn match_exact(src: &[Rec], tgt: &[Rec]) -> (Vec<SourceState>, Vec<TargetState>)
             continue;
         }
         let Some(cands) = by_content.get(&c) else {
+            if before.contains(&c) {
+                t_state[j] = TargetState::Duplicate;
+            }
             continue;
         };
         let behind = &cands[..cands.partition_point(|&k| k < next)];
@@ -388,7 +395,7 @@ fn match_exact(src: &[Rec], tgt: &[Rec]) -> (Vec<SourceState>, Vec<TargetState>)
 pub fn compare(input: &Input<'_>) -> Outcome {
     let src = input.source;
     let tgt = input.target;
-    let (s_state, t_state) = match_exact(src, tgt);
+    let (s_state, t_state) = match_exact(src, tgt, input.earlier);
 
     let mut out = Outcome::default();
     // Findings sort in source order; a target-only one right after the source record its

@@ -47,6 +47,7 @@ fn input<'a>(source: &'a [Rec], target: &'a [Rec], anchors: &'a [Anchor]) -> Inp
         duplicate_bound: 40_000,
         source_compacted: false,
         target_compacted: false,
+        earlier: &[],
     }
 }
 
@@ -366,4 +367,22 @@ fn a_finding_reads_as_a_sentence() {
         f(Kind::Extra, None, Some(9)).to_string(),
         "extra target offset 9"
     );
+}
+
+#[test]
+fn copies_of_records_before_the_range_are_duplicates() {
+    // A re-send that started before the range (source 8..12) lands after its first copies.
+    let src: Vec<Rec> = (10..14).map(s).collect();
+    let target = [copies(10, 12, 0), copies(8, 14, 2)].concat();
+    let mut i = input(&src, &target, &[]);
+    assert_eq!(
+        counts(&compare(&i)),
+        (4, 0, 2, 0, 2, 0),
+        "without the earlier records"
+    );
+    let earlier: Vec<Rec> = (8..10).map(s).collect();
+    i.earlier = &earlier;
+    let o = compare(&i);
+    assert_eq!(counts(&o), (4, 0, 0, 0, 4, 0));
+    assert!(o.clean());
 }

@@ -270,6 +270,7 @@ pub async fn audit_partitions(
             target_topic,
             partition: id.partition,
             range,
+            source_low: view.source.0,
         };
         match read_and_compare(
             clients,
@@ -310,6 +311,8 @@ struct RangeInput {
     target_topic: String,
     partition: i32,
     range: RangePlan,
+    /// The source's log start.
+    source_low: i64,
 }
 
 async fn read_and_compare(
@@ -327,7 +330,10 @@ async fn read_and_compare(
         target_topic,
         partition,
         range,
+        source_low,
     } = input;
+    let sr_earlier = sr.clone();
+    let topic_earlier = topic.clone();
     let (target, source) = crate::kafka::blocking(move || {
         let target = tr.read(&target_topic, partition, range.target, timeout)?;
         let source = sr.read(&topic, partition, range.source, timeout)?;
@@ -343,7 +349,7 @@ async fn read_and_compare(
                 && (range.target.0..range.target.1).contains(&a.downstream)
         })
         .collect();
-    let mut outcome = compare(&Input {
+    let mut input = Input {
         source: &source,
         target: &target,
         anchors: &anchors,
@@ -355,7 +361,29 @@ async fn read_and_compare(
         duplicate_bound,
         source_compacted,
         target_compacted,
-    });
+        earlier: &[],
+    };
+    let mut outcome = compare(&input);
+    // Extra records may be re-sent copies of records before the range (a re-send that
+    // began there): compare again knowing the records a re-send can reach back to.
+    let earlier_from = range
+        .source
+        .0
+        .saturating_sub(i64::try_from(duplicate_bound).unwrap_or(i64::MAX))
+        .max(source_low);
+    if outcome.extra > 0 && earlier_from < range.source.0 {
+        let span = (earlier_from, range.source.0);
+        let earlier = crate::kafka::blocking(move || {
+            sr_earlier.read(&topic_earlier, partition, span, timeout)
+        })
+        .await
+        .map_err(ReadError::Failed)?;
+        // Not readable (gone since the plan, or failing): the first comparison stands.
+        if let Ok(earlier) = earlier {
+            input.earlier = &earlier;
+            outcome = compare(&input);
+        }
+    }
     outcome.skipped += range.skipped;
     Ok(outcome)
 }
