@@ -59,6 +59,9 @@ pub fn render(flow: &MirrorFlow, now: Timestamp) -> String {
         };
         out.push_str(&failures(flow_ref, &status, now));
     }
+    if let Some(a) = &status.audit {
+        out.push_str(&audit(a, now));
+    }
     if let Some(r) = &status.last_applied_reset {
         out.push_str(&format!(
             "\nLAST RESET {:?}: {:?} {} ago, {} partition(s){}\n",
@@ -71,6 +74,30 @@ pub fn render(flow: &MirrorFlow, now: Timestamp) -> String {
                 .map(|m| format!(": {m}"))
                 .unwrap_or_default()
         ));
+    }
+    out
+}
+
+/// The continuous audit (`status.audit`): counts, last run, each mismatch.
+fn audit(a: &crate::api::AuditReport, now: Timestamp) -> String {
+    let r = &a.records;
+    let mut out = format!(
+        "\nAUDIT {} record(s) compared, last run {}: missing {}, extra {}, different {}, duplicated {}, skipped {}\n",
+        r.compared,
+        a.last_run_time
+            .as_ref()
+            .map_or_else(|| "-".to_string(), |t| format!("{} ago", age(t.0, now))),
+        r.missing,
+        r.extra,
+        r.different,
+        r.duplicated,
+        r.skipped,
+    );
+    for m in &a.mismatches {
+        out.push_str(&format!("  {m}\n"));
+    }
+    if let Some(e) = &a.last_error {
+        out.push_str(&format!("  last run failed: {e}\n"));
     }
     out
 }
@@ -273,6 +300,25 @@ mod tests {
             "status": status,
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn the_audit_shows_counts_and_each_mismatch() {
+        let f = flow(json!({
+            "audit": {
+                "records": {"compared": 2000, "extra": 1},
+                "lastRunTime": t(40),
+                "mismatches": ["extra in orders/0: target offset 33"]
+            }
+        }));
+        let page = render(&f, now());
+        assert!(
+            page.contains(
+                "\nAUDIT 2000 record(s) compared, last run 1m0s ago: missing 0, extra 1, different 0, duplicated 0, skipped 0\n  extra in orders/0: target offset 33\n"
+            ),
+            "{page}"
+        );
+        assert!(!render(&flow(json!({})), now()).contains("AUDIT"));
     }
 
     #[test]
