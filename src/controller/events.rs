@@ -44,6 +44,8 @@ pub enum EventReason {
     TopicUnwritable,
     /// An OffsetCheckpoint's runner reports an error (its Ready turned `CheckpointFailed`).
     CheckpointFailed,
+    /// The continuous audit found a new mismatch (`Audited` False).
+    IntegrityMismatch,
 }
 
 impl EventReason {
@@ -65,6 +67,7 @@ impl EventReason {
             Self::InsecureTls => "InsecureTls",
             Self::TopicUnwritable => "TopicUnwritable",
             Self::CheckpointFailed => CHECKPOINT_FAILED,
+            Self::IntegrityMismatch => crate::api::status::INTEGRITY_MISMATCH,
         }
     }
 }
@@ -151,6 +154,7 @@ pub fn flow_events(prev: Option<&MirrorFlowStatus>, next: &MirrorFlowStatus) -> 
     if let Some(c) = newly_true(&prev.conditions, &next.conditions, TOPIC_UNWRITABLE) {
         out.push(warn(EventReason::TopicUnwritable, c));
     }
+    out.extend(new_mismatches(prev, next));
     if let Some(r) = &next.last_applied_reset {
         // A new id, or a failed one that was retried to another outcome.
         if prev
@@ -192,6 +196,21 @@ pub fn flow_events(prev: Option<&MirrorFlowStatus>, next: &MirrorFlowStatus) -> 
         }
     }
     out
+}
+
+/// One Warning per audit mismatch `next` lists and `prev` did not.
+fn new_mismatches(prev: &MirrorFlowStatus, next: &MirrorFlowStatus) -> Vec<StatusEvent> {
+    let before: &[String] = prev.audit.as_ref().map_or(&[], |a| &a.mismatches);
+    next.audit
+        .iter()
+        .flat_map(|a| &a.mismatches)
+        .filter(|m| !before.contains(m))
+        .map(|m| StatusEvent {
+            severity: EventSeverity::Warning,
+            reason: EventReason::IntegrityMismatch,
+            note: m.clone(),
+        })
+        .collect()
 }
 
 /// Events implied by an OffsetCheckpoint status change: invalid spec, flow not found.
@@ -240,6 +259,38 @@ mod tests {
     use crate::api::status::tests::{cases, fold, fold_cp, t};
     use crate::api::status::FlowRefState;
     use pretty_assertions::assert_eq;
+
+    #[test]
+    fn one_warning_per_new_audit_mismatch() {
+        let status = |m: &[&str]| MirrorFlowStatus {
+            audit: Some(crate::api::AuditReport {
+                mismatches: m.iter().map(|s| s.to_string()).collect(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let notes = |ev: Vec<StatusEvent>| {
+            ev.into_iter()
+                .map(|e| (e.severity, e.reason.as_str(), e.note))
+                .collect::<Vec<_>>()
+        };
+        let a = status(&["extra in t/0: target offset 3"]);
+        let ab = status(&[
+            "extra in t/0: target offset 3",
+            "missing in t/1: source offset 9",
+        ]);
+        assert_eq!(
+            notes(flow_events(None, &a)),
+            vec![(
+                EventSeverity::Warning,
+                "IntegrityMismatch",
+                "extra in t/0: target offset 3".to_string()
+            )]
+        );
+        assert_eq!(notes(flow_events(Some(&a), &a)), vec![]);
+        assert_eq!(notes(flow_events(Some(&a), &ab)).len(), 1);
+        assert_eq!(notes(flow_events(Some(&ab), &a)), vec![]);
+    }
 
     #[test]
     fn events_follow_changes_not_reconciles() {
