@@ -18,11 +18,13 @@ use super::translate::secrets_from_api;
 use super::{kube_client, read_flow, table};
 use crate::api::load_flow_file;
 use crate::kafka::config::client_properties;
+use crate::kafka::wire::offset_syncs_topic;
 use crate::worker::audit::compare::Kind;
 use crate::worker::audit::flow::{
     audit_partitions, read_mapping, totals, Clients, FlowClusters, PartitionReport,
 };
 use crate::worker::audit::plan::Request;
+use crate::worker::audit::read::offset_syncs;
 use crate::worker::process::k8s::parse_flow_ref;
 
 /// Output format of `audit`.
@@ -209,7 +211,14 @@ pub async fn audit(args: &AuditArgs) -> anyhow::Result<AuditReport> {
     let (flow, _secrets) = access(args).await?;
     let timeout = Duration::from_secs(args.timeout_seconds);
     let clients = Clients::new(&flow).map_err(anyhow::Error::msg)?;
-    let mapping = read_mapping(&flow, &clients, args.topic.as_deref(), timeout)
+    let syncs = offset_syncs(
+        &flow.target.to_client_config(),
+        &offset_syncs_topic(&flow.spec.source.alias),
+        timeout,
+    )
+    .await
+    .map_err(anyhow::Error::msg)?;
+    let mapping = read_mapping(&flow, &clients, args.topic.as_deref(), syncs, timeout)
         .await
         .map_err(anyhow::Error::msg)?;
     if let Some(t) = &args.topic {

@@ -11,12 +11,12 @@ use serde::Serialize;
 
 use super::compare::{compare, Anchor, Input, Kind, Outcome};
 use super::plan::{plan, Nothing, PartitionView, RangePlan, Request};
-use super::read::{compacted, offset_syncs, RangeReader, ReadError};
+use super::read::{compacted, RangeReader, ReadError, Syncs};
 use crate::api::MirrorFlowSpec;
 use crate::kafka::config::ClientProperties;
 use crate::kafka::context::LogContext;
 use crate::kafka::topics::{admin_client, list_topics, meta_client, MetaClient};
-use crate::kafka::wire::{offset_syncs_topic, progress_topic};
+use crate::kafka::wire::progress_topic;
 use crate::worker::replicate::io::{read_progress, watermarks};
 use crate::worker::replicate::settings::Tuning;
 use crate::worker::topic_filter::{TopicDecision, TopicFilter};
@@ -79,7 +79,7 @@ pub struct Mapping {
     /// Source topic → target topic, partition count (selected topics only).
     pub topics: BTreeMap<String, (String, i32)>,
     progress: HashMap<(String, i32), i64>,
-    syncs: HashMap<(String, i32), Vec<Anchor>>,
+    syncs: Syncs,
     source_compacted: BTreeMap<String, bool>,
     target_compacted: BTreeMap<String, bool>,
 }
@@ -114,12 +114,13 @@ impl Clients {
     }
 }
 
-/// Reads the mapping: the selected topics (or `only`), progress, offset syncs, cleanup
-/// policies.
+/// Reads the mapping: the selected topics (or `only`), progress, cleanup policies; the
+/// offset syncs are the caller's (`read::offset_syncs`, or a worker's `read::SyncReader`).
 pub async fn read_mapping(
     flow: &FlowClusters,
     clients: &Clients,
     only: Option<&str>,
+    syncs: Syncs,
     timeout: Duration,
 ) -> Result<Mapping, String> {
     let filter = TopicFilter::new(&flow.spec)?;
@@ -146,12 +147,6 @@ pub async fn read_mapping(
     .into_iter()
     .map(|(k, p)| (k, p.next_offset))
     .collect();
-    let syncs = offset_syncs(
-        &flow.target.to_client_config(),
-        &offset_syncs_topic(&flow.spec.source.alias),
-        timeout,
-    )
-    .await?;
     let alias = |a: &str| LogContext::new(a);
     let source_admin =
         admin_client(&flow.source, alias(&flow.spec.source.alias)).map_err(|e| e.to_string())?;

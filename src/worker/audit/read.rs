@@ -154,32 +154,115 @@ pub fn rec_of<M: Message>(m: &M) -> Rec {
     )
 }
 
-/// Every offset sync in `topic` (on the target), per source `(topic, partition)`, sorted.
+/// Offset syncs per source `(topic, partition)`, sorted.
+pub type Syncs = HashMap<(String, i32), Vec<Anchor>>;
+
+/// Most offset syncs kept per partition between runs: older ones are thinned (every other
+/// one dropped from the older half), so ranges can still be placed across the whole log at
+/// a bounded memory (16 bytes a sync).
+pub const MAX_SYNCS_KEPT: usize = 1_024;
+
+/// The offset-syncs topic read incrementally: each [`SyncReader::catch_up`] reads what was
+/// written since the last one, so a worker does not re-read the topic every run.
+pub struct SyncReader {
+    tail: TopicTail,
+    syncs: Syncs,
+    /// Keep only these source partitions (`None`: all).
+    only: Option<std::collections::HashSet<(String, i32)>>,
+}
+
+impl SyncReader {
+    /// A reader of `topic` on the target.
+    pub fn new(config: &ClientConfig, topic: &str) -> Result<Self, String> {
+        Ok(Self {
+            tail: TopicTail::new(config, topic, "target cluster")?,
+            syncs: HashMap::new(),
+            only: None,
+        })
+    }
+
+    /// Keeps only the syncs of `partitions` from now on (the ones a worker owns).
+    pub fn keep_only(&mut self, partitions: impl IntoIterator<Item = (String, i32)>) {
+        let only: std::collections::HashSet<(String, i32)> = partitions.into_iter().collect();
+        self.syncs.retain(|k, _| only.contains(k));
+        self.only = Some(only);
+    }
+
+    /// Whether it has kept every sync of `partitions` (a partition it dropped, or did not
+    /// keep, needs a new reader from the topic's start).
+    pub fn covers<'a>(&self, mut partitions: impl Iterator<Item = &'a (String, i32)>) -> bool {
+        self.only
+            .as_ref()
+            .is_none_or(|o| partitions.all(|p| o.contains(p)))
+    }
+
+    /// Blocking: reads the topic to its current end.
+    pub fn catch_up(&mut self, timeout: Duration) -> Result<(), String> {
+        let (syncs, only) = (&mut self.syncs, &self.only);
+        let mut touched = std::collections::HashSet::new();
+        self.tail.catch_up(timeout, |m| {
+            if let (Some(k), Some(v)) = (m.key(), m.payload()) {
+                if let Ok(s) = OffsetSync::decode(k, v) {
+                    let key = (s.topic, s.partition);
+                    if only.as_ref().is_some_and(|o| !o.contains(&key)) {
+                        return;
+                    }
+                    let list = syncs.entry(key.clone()).or_default();
+                    list.push(Anchor {
+                        upstream: s.upstream_offset,
+                        downstream: s.downstream_offset,
+                    });
+                    if list.len() > 2 * MAX_SYNCS_KEPT {
+                        list.sort();
+                        list.dedup();
+                        thin(list, MAX_SYNCS_KEPT);
+                    }
+                    touched.insert(key);
+                }
+            }
+        })?;
+        for key in touched {
+            if let Some(v) = self.syncs.get_mut(&key) {
+                v.sort();
+                v.dedup();
+                thin(v, MAX_SYNCS_KEPT);
+            }
+        }
+        Ok(())
+    }
+
+    /// The syncs read so far.
+    pub fn syncs(&self) -> &Syncs {
+        &self.syncs
+    }
+}
+
+/// Keeps at most `max` of the sorted `syncs`: the newer half whole, every other one of the
+/// older part dropped until it fits. Pure.
+pub fn thin(syncs: &mut Vec<Anchor>, max: usize) {
+    while syncs.len() > max.max(2) {
+        let newer = syncs.len() - max / 2;
+        let mut i = 0;
+        syncs.retain(|_| {
+            i += 1;
+            i > newer || i % 2 == 1
+        });
+    }
+}
+
+/// Every offset sync in `topic` (on the target), per source `(topic, partition)`, sorted
+/// (older ones thinned past [`MAX_SYNCS_KEPT`] per partition).
 pub async fn offset_syncs(
     config: &ClientConfig,
     topic: &str,
     timeout: Duration,
-) -> Result<HashMap<(String, i32), Vec<Anchor>>, String> {
+) -> Result<Syncs, String> {
     let config = config.clone();
     let topic = topic.to_string();
     crate::kafka::blocking(move || {
-        let mut tail = TopicTail::new(&config, &topic, "target cluster")?;
-        let mut out: HashMap<(String, i32), Vec<Anchor>> = HashMap::new();
-        tail.catch_up(timeout, |m| {
-            if let (Some(k), Some(v)) = (m.key(), m.payload()) {
-                if let Ok(s) = OffsetSync::decode(k, v) {
-                    out.entry((s.topic, s.partition)).or_default().push(Anchor {
-                        upstream: s.upstream_offset,
-                        downstream: s.downstream_offset,
-                    });
-                }
-            }
-        })?;
-        for v in out.values_mut() {
-            v.sort();
-            v.dedup();
-        }
-        Ok(out)
+        let mut r = SyncReader::new(&config, &topic)?;
+        r.catch_up(timeout)?;
+        Ok(r.syncs)
     })
     .await?
 }
@@ -208,4 +291,28 @@ pub async fn compacted(
             (t.clone(), compact)
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thinning_keeps_the_newest_half_and_spreads_the_rest() {
+        let mut v: Vec<Anchor> = (0..100)
+            .map(|i| Anchor {
+                upstream: i,
+                downstream: i,
+            })
+            .collect();
+        thin(&mut v, 40);
+        assert!(v.len() <= 40, "{}", v.len());
+        assert_eq!(v.first().unwrap().upstream, 0, "the oldest stays");
+        let newest: Vec<i64> = v.iter().rev().take(20).map(|a| a.upstream).collect();
+        assert_eq!(newest, (80..100).rev().collect::<Vec<_>>());
+        assert!(v.windows(2).all(|w| w[0] < w[1]));
+        let mut short = v[..3].to_vec();
+        thin(&mut short, 40);
+        assert_eq!(short.len(), 3);
+    }
 }

@@ -17,11 +17,13 @@ use tracing::{info, warn};
 use super::compare::Kind;
 use super::flow::{audit_partitions, read_mapping, Clients, FlowClusters, PartitionId};
 use super::plan::{PartitionView, Request};
+use super::read::{SyncReader, Syncs};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::api::status::MAX_AUDIT_MISMATCHES;
 use crate::api::{AuditCounts, AuditReport, MirrorFlowSpec};
 use crate::kafka::config::client_properties;
+use crate::kafka::wire::offset_syncs_topic;
 use crate::worker::replicate::WorkerSnapshot;
 
 /// `mirrorflow_worker_audit_records_total{result}`.
@@ -83,6 +85,8 @@ struct Memory {
     /// Per partition, its last range's first mismatch.
     mismatches: BTreeMap<PartitionId, String>,
     report: AuditReport,
+    /// The offset-syncs topic, read on from where the last run stopped.
+    syncs: Option<SyncReader>,
 }
 
 impl AuditRunner {
@@ -144,7 +148,8 @@ impl AuditRunner {
         };
         let timeout = Duration::from_secs(30);
         let clients = Clients::new(&flow)?;
-        let mapping = read_mapping(&flow, &clients, None, timeout).await?;
+        let syncs = catch_up_syncs(&flow, &mut memory.syncs, &owned, timeout).await?;
+        let mapping = read_mapping(&flow, &clients, None, syncs, timeout).await?;
         let cursors = &memory.cursors;
         let reports = audit_partitions(
             &flow,
@@ -213,6 +218,37 @@ impl AuditRunner {
         );
         Ok(())
     }
+}
+
+/// The offset syncs of `owned`, read on from the last run (a new reader after a failure).
+async fn catch_up_syncs(
+    flow: &FlowClusters,
+    slot: &mut Option<SyncReader>,
+    owned: &[PartitionId],
+    timeout: Duration,
+) -> Result<Syncs, String> {
+    let owned: Vec<(String, i32)> = owned
+        .iter()
+        .map(|p| (p.topic.clone(), p.partition))
+        .collect();
+    // A partition newly owned needs the syncs the reader dropped: read again from the start.
+    let mut reader = match slot.take().filter(|r| r.covers(owned.iter())) {
+        Some(r) => r,
+        None => SyncReader::new(
+            &flow.target.to_client_config(),
+            &offset_syncs_topic(&flow.spec.source.alias),
+        )?,
+    };
+    reader.keep_only(owned);
+    let (reader, result) = crate::kafka::blocking(move || {
+        let r = reader.catch_up(timeout);
+        (reader, r)
+    })
+    .await?;
+    result?;
+    let syncs = reader.syncs().clone();
+    *slot = Some(reader);
+    Ok(syncs)
 }
 
 /// Where the next range of a partition starts: after the one just compared, or back at the
