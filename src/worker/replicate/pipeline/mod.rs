@@ -588,8 +588,7 @@ impl Pipeline {
         };
         let sent = match c {
             Consumed::Event(ev, consumer) if held => {
-                // SAFETY: `consumer` is the client the event was taken from (`Consumed`).
-                let ev = unsafe { ev.hold(consumer.clone()) };
+                let ev = ev.hold(consumer);
                 writer
                     .send_held(
                         target.id,

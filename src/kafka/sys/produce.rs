@@ -166,11 +166,14 @@ impl Topics {
             // The group is closed: nothing would release the event at the report.
             return self.send_copied(name, group.ticket(index), event, timestamp, headers);
         }
-        // SAFETY: the bytes of the held event's record, in librdkafka's fetch buffer (which
-        // does not move): valid until `group` releases the event at the record's report or
-        // at the producer's destruction, or until it is given back below.
         let bytes = |r: Option<(*const u8, usize)>| {
-            r.map(|(p, n)| unsafe { std::slice::from_raw_parts(p, n) })
+            r.map(|(p, n)| {
+                // SAFETY: the bytes of the held event's record, in librdkafka's fetch buffer
+                // (which does not move): valid until `group` releases the event at the
+                // record's report or at the producer's destruction, or until it is given
+                // back below.
+                unsafe { std::slice::from_raw_parts(p, n) }
+            })
         };
         let fields = Fields {
             partition,
@@ -235,9 +238,11 @@ struct TopicHandle {
     rkt: Option<NonNull<rd::rd_kafka_topic_t>>,
 }
 
-// SAFETY: librdkafka topic handles are reference counted and thread safe; the handle only
-// passes its pointer to librdkafka.
+// SAFETY: librdkafka topic handles are reference counted and may be used and released on any
+// thread; the handle only passes its pointer to librdkafka.
 unsafe impl Send for TopicHandle {}
+// SAFETY: as for `Send`: librdkafka locks what a topic handle changes, so calls through
+// shared references from several threads are safe.
 unsafe impl Sync for TopicHandle {}
 
 impl std::fmt::Debug for TopicHandle {
@@ -666,8 +671,7 @@ mod tests {
         while held.len() < n && std::time::Instant::now() < deadline {
             match queue.poll() {
                 Some(Polled::Message(ev)) => {
-                    // SAFETY: taken from `consumer`.
-                    held.push(unsafe { ev.hold(consumer.clone()) });
+                    held.push(ev.hold(&consumer));
                 }
                 Some(Polled::Error(e)) => panic!("consumer error: {e}"),
                 None => std::thread::sleep(Duration::from_millis(10)),

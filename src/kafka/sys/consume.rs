@@ -15,11 +15,14 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use rdkafka::bindings as rd;
+use rdkafka::client::{Client, ClientContext};
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedHeaders, BorrowedMessage, OwnedHeaders};
 use rdkafka::types::RDKafkaErrorCode;
+
+use super::handle::text;
 
 /// A consumed record, borrowed from librdkafka for `'a`.
 #[derive(Clone, Copy)]
@@ -135,9 +138,11 @@ impl<'a> SourceHeaders<'a> {
         if err != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR || name.is_null() {
             return None;
         }
-        // SAFETY: librdkafka's name and value, valid with the headers.
+        // SAFETY: librdkafka's NUL-terminated name, valid with the headers (for 'a).
         let name = unsafe { CStr::from_ptr(name) }.to_bytes();
-        Some((name, unsafe { bytes(value, size) }))
+        // SAFETY: librdkafka's value and its size, valid with the headers (for 'a).
+        let value = unsafe { bytes(value, size) };
+        Some((name, value))
     }
 
     /// An owned copy for the producer, byte for byte (`rd_kafka_headers_copy`).
@@ -161,6 +166,8 @@ pub enum Polled<'c> {
 pub struct MessageEvent<'c> {
     event: NonNull<rd::rd_kafka_event_t>,
     message: NonNull<rd::rd_kafka_message_t>,
+    /// The client it was taken from (compared, never dereferenced).
+    client: *mut rd::rd_kafka_t,
     _consumer: PhantomData<&'c ()>,
 }
 
@@ -184,14 +191,22 @@ impl MessageEvent<'_> {
     /// The event, kept beyond the drain with a reference to its consumer (librdkafka's
     /// consumer must outlive the records it handed out).
     ///
-    /// # Safety
-    /// `consumer` must be the client this event was taken from.
-    pub unsafe fn hold(self, consumer: Arc<dyn Any + Send + Sync>) -> HeldEvent {
+    /// # Panics
+    /// If `consumer` is not the consumer this event was taken from.
+    pub fn hold<C, T>(self, consumer: &Arc<T>) -> HeldEvent
+    where
+        C: ConsumerContext,
+        T: Consumer<C> + Send + Sync + 'static,
+    {
+        assert!(
+            std::ptr::eq(consumer.client().native_ptr(), self.client),
+            "a fetch event held with a consumer it was not taken from"
+        );
         let me = ManuallyDrop::new(self);
         HeldEvent {
             event: me.event,
             message: me.message,
-            _consumer: consumer,
+            _consumer: consumer.clone(),
         }
     }
 }
@@ -204,9 +219,10 @@ pub struct HeldEvent {
     _consumer: Arc<dyn Any + Send + Sync>,
 }
 
-// SAFETY: librdkafka's messages may be read and destroyed from any thread; the record is
-// only read through it.
+// SAFETY: librdkafka's fetch ops may be destroyed on any thread (their buffer and partition
+// references are atomic reference counts), and the record is only read through it.
 unsafe impl Send for HeldEvent {}
+// SAFETY: as for `Send`.
 unsafe impl Sync for HeldEvent {}
 
 impl std::fmt::Debug for HeldEvent {
@@ -239,6 +255,7 @@ impl Drop for HeldEvent {
 /// A consumer's queue (a reference librdkafka counts), for one drain.
 pub struct ReadyQueue<'c, C: ConsumerContext> {
     queue: NonNull<rd::rd_kafka_queue_t>,
+    client: *mut rd::rd_kafka_t,
     context: &'c C,
 }
 
@@ -257,6 +274,7 @@ impl<'c, C: ConsumerContext> ReadyQueue<'c, C> {
         let queue = unsafe { rd::rd_kafka_queue_get_consumer(client.native_ptr()) };
         Some(Self {
             queue: NonNull::new(queue)?,
+            client: client.native_ptr(),
             context: consumer.context().as_ref(),
         })
     }
@@ -290,6 +308,7 @@ impl<'c, C: ConsumerContext> ReadyQueue<'c, C> {
                             return Some(Polled::Message(MessageEvent {
                                 event,
                                 message,
+                                client: self.client,
                                 _consumer: PhantomData,
                             }))
                         }
@@ -301,9 +320,13 @@ impl<'c, C: ConsumerContext> ReadyQueue<'c, C> {
                 }
                 rd::RD_KAFKA_EVENT_ERROR => self.error(ev),
                 rd::RD_KAFKA_EVENT_STATS => {
-                    // SAFETY: a stats event's JSON, valid with the event.
-                    let json = unsafe { CStr::from_ptr(rd::rd_kafka_event_stats(ev)) };
-                    self.context.stats_raw(json.to_bytes());
+                    // SAFETY: a live stats event; its JSON is valid with the event.
+                    let json = unsafe { rd::rd_kafka_event_stats(ev) };
+                    if !json.is_null() {
+                        // SAFETY: non-null, NUL-terminated, valid until the event goes below.
+                        let json = unsafe { CStr::from_ptr(json) };
+                        self.context.stats_raw(json.to_bytes());
+                    }
                     None
                 }
                 rd::RD_KAFKA_EVENT_LOG => {
@@ -315,11 +338,8 @@ impl<'c, C: ConsumerContext> ReadyQueue<'c, C> {
                 // in `of`. Said, as rdkafka says it.
                 _ => {
                     // SAFETY: a live event; its name is a static string.
-                    let name = unsafe { CStr::from_ptr(rd::rd_kafka_event_name(ev)) };
-                    tracing::warn!(
-                        "ignored event '{}' on consumer poll",
-                        name.to_string_lossy()
-                    );
+                    let name = unsafe { text(rd::rd_kafka_event_name(ev)) };
+                    tracing::warn!("ignored event '{name}' on consumer poll");
                     None
                 }
             };
@@ -334,11 +354,11 @@ impl<'c, C: ConsumerContext> ReadyQueue<'c, C> {
     /// rdkafka's handling of an error event: the context sees it, and the consumer returns
     /// it (a partition end, a fatal or another consumption error).
     fn error(&self, ev: *mut rd::rd_kafka_event_t) -> Option<KafkaError> {
-        // SAFETY: a live error event.
+        // SAFETY: a live error event; its string is copied.
         let (code, reason, fatal) = unsafe {
             (
                 rd::rd_kafka_event_error(ev),
-                CStr::from_ptr(rd::rd_kafka_event_error_string(ev)).to_string_lossy(),
+                text(rd::rd_kafka_event_error_string(ev)),
                 rd::rd_kafka_event_error_is_fatal(ev) != 0,
             )
         };
@@ -368,18 +388,16 @@ impl<'c, C: ConsumerContext> ReadyQueue<'c, C> {
 
     fn log(&self, ev: *mut rd::rd_kafka_event_t) {
         let mut fac: *const c_char = std::ptr::null();
-        let mut text: *const c_char = std::ptr::null();
+        let mut message: *const c_char = std::ptr::null();
         let mut level = 0;
-        // SAFETY: a live log event; the strings are valid with it.
-        if unsafe { rd::rd_kafka_event_log(ev, &mut fac, &mut text, &mut level) } != 0 {
+        // SAFETY: a live event; the out pointers are written when it is a log event.
+        if unsafe { rd::rd_kafka_event_log(ev, &mut fac, &mut message, &mut level) } != 0 {
             return;
         }
-        let (fac, text) = unsafe { (CStr::from_ptr(fac), CStr::from_ptr(text)) };
-        self.context.log(
-            log_level(level),
-            fac.to_string_lossy().trim(),
-            text.to_string_lossy().trim(),
-        );
+        // SAFETY: the facility and message, NUL-terminated and valid with the event; copied.
+        let (fac, message) = unsafe { (text(fac), text(message)) };
+        self.context
+            .log(log_level(level), fac.trim(), message.trim());
     }
 }
 
@@ -388,6 +406,33 @@ impl<C: ConsumerContext> Drop for ReadyQueue<'_, C> {
         // SAFETY: our reference, released once.
         unsafe { rd::rd_kafka_queue_destroy(self.queue.as_ptr()) }
     }
+}
+
+/// `(log start, high watermark)` from the last fetch response `client` received for
+/// `topic`/`partition` (librdkafka's cache, updated before the response's error is handled,
+/// so also after an out-of-range answer); `None` before any fetch response. A broker that
+/// answered a fetch with an error may report `-1` as its high watermark.
+pub fn cached_watermarks<C: ClientContext>(
+    client: &Client<C>,
+    topic: &str,
+    partition: i32,
+) -> Option<(i64, i64)> {
+    let name = std::ffi::CString::new(topic).ok()?;
+    let (mut low, mut high) = (0i64, 0i64);
+    // SAFETY: `client` is alive for the call, `name` is NUL-terminated, and librdkafka writes
+    // the two values (under its lock) into our locals.
+    let err = unsafe {
+        rd::rd_kafka_get_watermark_offsets(
+            client.native_ptr(),
+            name.as_ptr(),
+            partition,
+            &mut low,
+            &mut high,
+        )
+    };
+    let invalid = i64::from(rd::RD_KAFKA_OFFSET_INVALID);
+    (err == rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR && high != invalid)
+        .then_some((low, high))
 }
 
 /// A syslog level as rdkafka maps it.
