@@ -220,10 +220,21 @@ pub struct HeldEvent {
 }
 
 // SAFETY: librdkafka's fetch ops may be destroyed on any thread (their buffer and partition
-// references are atomic reference counts), and the record is only read through it.
+// references are atomic reference counts), and a record's fields do not change after the
+// fetch; the one lazy write, the headers' parse on first read, happens on whichever single
+// thread owns the event: it is not `Sync`, so no two threads read it at once.
 unsafe impl Send for HeldEvent {}
-// SAFETY: as for `Send`.
-unsafe impl Sync for HeldEvent {}
+
+// `HeldEvent` must not be `Sync` (see above): this fails to compile if it is, the two impls
+// then being equally applicable (the `static_assertions` crate's `assert_not_impl_any`).
+const _: fn() = || {
+    trait NotSync<A> {
+        fn check() {}
+    }
+    impl<T: ?Sized> NotSync<()> for T {}
+    impl<T: ?Sized + Sync> NotSync<u8> for T {}
+    let _ = <HeldEvent as NotSync<_>>::check;
+};
 
 impl std::fmt::Debug for HeldEvent {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
