@@ -381,14 +381,11 @@ impl<'c, C: ConsumerContext> ReadyQueue<'c, C> {
         }
         Some(
             if code == rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR__PARTITION_EOF {
-                // SAFETY: a partition-end event names its partition; the copy is ours.
-                let partition = unsafe {
-                    let tp = rd::rd_kafka_event_topic_partition(ev);
-                    let p = (*tp).partition;
-                    rd::rd_kafka_topic_partition_destroy(tp);
-                    p
-                };
-                KafkaError::PartitionEOF(partition)
+                // SAFETY: a live event; the partition it names (null if none) is a copy that
+                // is ours.
+                KafkaError::PartitionEOF(unsafe {
+                    take_partition(rd::rd_kafka_event_topic_partition(ev))
+                })
             } else if fatal {
                 KafkaError::MessageConsumptionFatal(code_of)
             } else {
@@ -444,6 +441,24 @@ pub fn cached_watermarks<C: ClientContext>(
     let invalid = i64::from(rd::RD_KAFKA_OFFSET_INVALID);
     (err == rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR && high != invalid)
         .then_some((low, high))
+}
+
+/// The partition of a partition-end error event's copy of its partition, which is destroyed;
+/// `-1` when the event names none (`rd_kafka_event_topic_partition` returns null for an event
+/// without a partition).
+///
+/// # Safety
+/// `tp` is null or a partition librdkafka allocated for the caller (nothing else frees it).
+unsafe fn take_partition(tp: *mut rd::rd_kafka_topic_partition_t) -> i32 {
+    if tp.is_null() {
+        return -1;
+    }
+    // SAFETY: non-null and ours (the caller's contract): read, then destroyed once.
+    unsafe {
+        let p = (*tp).partition;
+        rd::rd_kafka_topic_partition_destroy(tp);
+        p
+    }
 }
 
 /// A syslog level as rdkafka maps it.
@@ -730,6 +745,39 @@ mod tests {
         assert!(!errors.is_empty(), "the out-of-range position is reported");
         let reported = seen.0.lock().unwrap().1.clone();
         assert!(!reported.is_empty(), "the context saw the error too");
+    }
+
+    // The consumer an event is held with is the one that must outlive it.
+    #[tokio::test]
+    #[should_panic(expected = "not taken from")]
+    async fn an_event_is_held_only_with_its_own_consumer() {
+        let mock = MockCluster::new(1).expect("mock cluster");
+        mock.create_topic("t", 2, 1).expect("topic");
+        produce(&mock);
+        let (c, _) = consumer(&mock, &[]);
+        assign(&c, 0);
+        let (other, _) = consumer(&mock, &[]);
+        let (c, other) = (Arc::new(c), Arc::new(other));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            match ReadyQueue::of(c.as_ref()).expect("a group's queue").poll() {
+                Some(Polled::Message(ev)) => {
+                    let _ = ev.hold(&other);
+                    return;
+                }
+                Some(Polled::Error(e)) => panic!("unexpected error {e}"),
+                None => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+        panic!("no record within 10 s");
+    }
+
+    // librdkafka answers null for an event without a partition; the EOF error then names
+    // none (-1) instead of reading through the null pointer.
+    #[test]
+    fn a_partition_end_without_a_partition_names_none() {
+        // SAFETY: null is allowed.
+        assert_eq!(unsafe { take_partition(std::ptr::null_mut()) }, -1);
     }
 
     #[test]
