@@ -136,9 +136,10 @@ impl Topics {
     /// Hands the record of `event` to the producer, to `topic` (named `name`), without a copy
     /// of its key and value: librdkafka reads them from the consumer's fetch buffer until
     /// the record's delivery report, so the event is held in `group` (as record `index`)
-    /// until then, or until the producer is destroyed. Without a handle for `name`, or with
-    /// a group of another producer, the record goes by name, copied. On error the event
-    /// comes back.
+    /// until then, or until the producer is destroyed. Without a handle for `name` the
+    /// record goes by name, copied. A group of another producer's tracker is refused
+    /// (`InvalidArgument`): its report would land in this producer's tracker. On error the
+    /// event comes back.
     pub fn send_held(
         &self,
         topic: TopicId,
@@ -153,9 +154,15 @@ impl Topics {
             .get(topic.index)
             .filter(|h| topic.owner == self.owner && h.name == name)
             .and_then(|h| h.rkt);
-        // Only this producer's reports (or its end) may release the event.
-        let ours = group.tracker().is(self.producer.context().tracker());
-        let Some(rkt) = rkt.filter(|_| ours) else {
+        // The record's report goes to this producer's tracker, where another tracker's
+        // ticket could name an unrelated open group of the same id: refused.
+        if !group.tracker().is(self.producer.context().tracker()) {
+            return Err((
+                KafkaError::MessageProduction(RDKafkaErrorCode::InvalidArgument),
+                event,
+            ));
+        }
+        let Some(rkt) = rkt else {
             return self.send_copied(name, group.ticket(index), event, timestamp, headers);
         };
         let m = event.message();
@@ -712,6 +719,7 @@ mod tests {
         mock.create_topic("dst", 2, 1).expect("topic");
         let (consumer, mut held) = held_events(&mock, 41, 2_000);
         let last = held.pop().expect("41 records");
+        let last_key = last.message().key().unwrap().to_vec();
         let mut expected: Vec<(Vec<u8>, Vec<u8>)> = held
             .iter()
             .chain([&last])
@@ -745,16 +753,28 @@ mod tests {
             2,
             "the last one is still ours"
         );
-        // A group of another producer would never see the report: copied, not held.
+        // A group of another tracker is refused: its ticket (group 0, record 0, as `group`'s
+        // first) would report into this producer's tracker, into `group`.
         let foreign = Tracker::default();
         let other = foreign.group(1);
-        p.send_held(id, "dst", (&other, 0), last, None, None)
-            .map_err(|(e, _)| e)
-            .expect("send");
+        assert_eq!(other.ticket(0), group.ticket(0));
+        let (e, last) = p
+            .send_held(id, "dst", (&other, 0), last, None, None)
+            .expect_err("a foreign group is refused");
+        assert_eq!(
+            e,
+            KafkaError::MessageProduction(RDKafkaErrorCode::InvalidArgument)
+        );
         assert_eq!(foreign.held_count(), 0);
         assert_eq!(p.tracker().held_count(), 0);
-        assert_eq!(Arc::strong_count(&consumer), 1, "released once copied");
         crate::kafka::producer::flush(p.producer(), Duration::from_secs(10)).expect("flush");
+        assert!(
+            group.take(0).is_none(),
+            "no report landed in an unrelated group"
+        );
+        drop(last);
+        assert_eq!(Arc::strong_count(&consumer), 1, "given back and released");
+        expected.retain(|(k, _)| *k != last_key);
         assert_eq!(contents(&mock, "dst", 41), expected);
     }
 
