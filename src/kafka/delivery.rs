@@ -357,6 +357,11 @@ impl GroupHandle {
         std::future::poll_fn(|cx| self.poll_complete(cx)).await
     }
 
+    /// Waits until the expected reports are in, at most `limit`: whether they are.
+    pub async fn complete_within(&self, limit: std::time::Duration) -> bool {
+        tokio::time::timeout(limit, self.complete()).await.is_ok()
+    }
+
     /// Makes room for records `0..len` (a group filled while its records are being read
     /// starts empty and grows).
     pub fn reserve(&self, len: usize) {
@@ -671,6 +676,20 @@ mod tests {
             assert_eq!(got, want, "{reports:?}, take {index}");
             assert!(g.take(index).is_none(), "{reports:?}: taken once");
         }
+    }
+
+    #[tokio::test]
+    async fn a_wait_for_reports_ends_at_its_limit() {
+        let t = Tracker::default();
+        let g = t.group(2);
+        g.expect(2);
+        t.report(g.ticket(0), Ok(0));
+        let limit = std::time::Duration::from_millis(50);
+        let started = std::time::Instant::now();
+        assert!(!g.complete_within(limit).await, "one report is missing");
+        assert!(started.elapsed() >= limit);
+        t.report(g.ticket(1), Ok(1));
+        assert!(g.complete_within(std::time::Duration::ZERO).await);
     }
 
     #[test]
