@@ -84,12 +84,15 @@ pub struct BatchRecord {
     pub offset: i64,
     /// Source timestamp (create or log-append time), ms.
     pub timestamp: Option<i64>,
-    /// Bytes counted for this record.
+    /// The record's bytes (key, value, headers) plus [`RECORD_OVERHEAD_BYTES`]
+    /// ([`record_size`]); the window counts [`BatchRecord::window_size`].
     pub size: usize,
     /// Key, value and headers while they are kept; `None` once released or never kept.
     payload: Option<Box<Payload>>,
     /// Handed to the producer as it was read: no payload was ever kept.
     sent: bool,
+    /// Sent without a copy: its fetch event is held until its report.
+    held: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -130,6 +133,7 @@ impl BatchRecord {
                 headers,
             })),
             sent: false,
+            held: false,
         }
     }
 
@@ -143,7 +147,19 @@ impl BatchRecord {
             size,
             payload: None,
             sent: true,
+            held: false,
         }
+    }
+
+    /// This record, sent without a copy when `held` (see [`HELD_OVERHEAD_BYTES`]).
+    pub fn with_held(self, held: bool) -> Self {
+        Self { held, ..self }
+    }
+
+    /// Bytes the window counts for this record: [`BatchRecord::size`], and
+    /// [`HELD_OVERHEAD_BYTES`] more for a record sent without a copy.
+    pub fn window_size(&self) -> usize {
+        self.size + if self.held { HELD_OVERHEAD_BYTES } else { 0 }
     }
 
     /// Whether this is the bookkeeping of a record sent as it was read ([`Self::sent`]): a
@@ -252,7 +268,7 @@ impl Batch {
         part.last = record.offset;
         part.count += 1;
         record.slot = slot;
-        self.bytes += record.size;
+        self.bytes += record.window_size();
         self.held += usize::from(!record.sent);
         self.opened_at.get_or_insert(now);
         self.records.push(record);
@@ -264,7 +280,7 @@ impl Batch {
         if let Some(last) = self.records.last_mut() {
             debug_assert_eq!(last.offset, record.offset);
             let slot = last.slot;
-            self.bytes = self.bytes - last.size + record.size;
+            self.bytes = self.bytes - last.window_size() + record.window_size();
             self.held = self.held + usize::from(!record.sent) - usize::from(!last.sent);
             *last = BatchRecord { slot, ..record };
         }

@@ -23,7 +23,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
 use tracing::{info, warn};
 
-use super::batch::{Batch, BatchLimits, BatchRecord, HELD_OVERHEAD_BYTES};
+use super::batch::{Batch, BatchLimits, BatchRecord};
 use super::engine::{EngineError, EngineSettings, Tuning};
 use super::intake::{detach_record, headers_and_size};
 use super::partitions::PartitionTable;
@@ -566,12 +566,11 @@ impl Pipeline {
         let (headers, size) = headers_and_size(m);
         let bytes = m.key().map_or(0, <[u8]>::len) + m.payload().map_or(0, <[u8]>::len);
         let held = matches!(c, Consumed::Event(..)) && bytes >= HELD_MIN_BYTES;
-        let size = size + if held { HELD_OVERHEAD_BYTES } else { 0 };
         let now = self.batch.opened_at().unwrap_or_else(Instant::now);
         self.batch.push(
             topic,
             partition,
-            BatchRecord::sent(offset, timestamp, size),
+            BatchRecord::sent(offset, timestamp, size).with_held(held),
             now,
         );
         let s = self
