@@ -7,12 +7,14 @@
 //! partitions that commits nothing (the worker's): records, errors, statistics and logs.
 
 use std::any::Any;
+use std::collections::HashMap;
 use std::ffi::CStr;
 use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
 use std::os::raw::c_char;
 use std::ptr::NonNull;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 
 use rdkafka::bindings as rd;
 use rdkafka::client::{Client, ClientContext};
@@ -187,13 +189,24 @@ impl Drop for MessageEvent<'_> {
     }
 }
 
+extern "C" {
+    /// The buffer a fetched record's bytes live in (an identity) and the bytes it keeps
+    /// allocated; null and 0 for any other event. A mirrorflow patch of the vendored
+    /// librdkafka (vendor/README.md).
+    fn rd_kafka_event_fetch_buffer(
+        rkev: *mut rd::rd_kafka_event_t,
+        sizep: *mut usize,
+    ) -> *const std::ffi::c_void;
+}
+
 impl MessageEvent<'_> {
     /// The event, kept beyond the drain with a reference to its consumer (librdkafka's
-    /// consumer must outlive the records it handed out).
+    /// consumer must outlive the records it handed out); the fetch buffer its record lives
+    /// in is counted in `pins` until the last event held from it goes.
     ///
     /// # Panics
     /// If `consumer` is not the consumer this event was taken from.
-    pub fn hold<C, T>(self, consumer: &Arc<T>) -> HeldEvent
+    pub fn hold<C, T>(self, consumer: &Arc<T>, pins: &Pins) -> HeldEvent
     where
         C: ConsumerContext,
         T: Consumer<C> + Send + Sync + 'static,
@@ -202,20 +215,103 @@ impl MessageEvent<'_> {
             std::ptr::eq(consumer.client().native_ptr(), self.client),
             "a fetch event held with a consumer it was not taken from"
         );
+        let mut size = 0usize;
+        // SAFETY: a live fetch event of ours; librdkafka writes the size and returns the
+        // buffer's address, used only as an identity.
+        let buffer = unsafe { rd_kafka_event_fetch_buffer(self.event.as_ptr(), &mut size) };
         let me = ManuallyDrop::new(self);
         HeldEvent {
             event: me.event,
             message: me.message,
+            pin: Some(pins.pin(buffer as usize, size)),
             _consumer: consumer.clone(),
         }
     }
 }
 
+/// librdkafka's memory an event held beyond the drain keeps besides its record's bytes: the
+/// fetch op (`rd_kafka_op_t` with the message, 304 bytes in librdkafka 2.12, a 320-byte
+/// allocation), and its slot in the delivery group (`kafka::delivery`).
+pub const HELD_EVENT_BYTES: usize = 320 + std::mem::size_of::<Option<HeldEvent>>();
+
+/// The fetch buffers (responses, or decompressed batches) that held events keep allocated,
+/// each counted once while any of its records is held: a record sent without a copy keeps
+/// its whole buffer, not only its own bytes.
+#[derive(Clone, Default)]
+pub struct Pins(Arc<PinsInner>);
+
+#[derive(Default)]
+struct PinsInner {
+    bytes: AtomicUsize,
+    /// The buffers held now by address (their identity while held: a buffer is freed only
+    /// after the last event holding it).
+    held: Mutex<HashMap<usize, Weak<Pin>>>,
+}
+
+/// One buffer while events hold it.
+struct Pin {
+    pins: Arc<PinsInner>,
+    /// Its address (0: none, not registered).
+    buffer: usize,
+    bytes: usize,
+}
+
+impl Pins {
+    /// Bytes of the buffers held now.
+    pub fn bytes(&self) -> usize {
+        self.0.bytes.load(Ordering::Relaxed)
+    }
+
+    /// The pin of `buffer` (`size` bytes), found or new.
+    fn pin(&self, buffer: usize, size: usize) -> Arc<Pin> {
+        let inner = &self.0;
+        if buffer == 0 {
+            return Arc::new(Pin {
+                pins: Arc::clone(inner),
+                buffer,
+                bytes: 0,
+            });
+        }
+        let mut held = inner.held.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(pin) = held.get(&buffer).and_then(Weak::upgrade) {
+            return pin;
+        }
+        let pin = Arc::new(Pin {
+            pins: Arc::clone(inner),
+            buffer,
+            bytes: size,
+        });
+        inner.bytes.fetch_add(size, Ordering::Relaxed);
+        held.insert(buffer, Arc::downgrade(&pin));
+        pin
+    }
+}
+
+impl Drop for Pin {
+    fn drop(&mut self) {
+        if self.buffer == 0 {
+            return;
+        }
+        let mut held = self.pins.held.lock().unwrap_or_else(|p| p.into_inner());
+        // A new pin may have taken the address already (the buffer is still alive when its
+        // last pin goes, see `HeldEvent`'s `Drop`, so a record of it pins it again).
+        if held
+            .get(&self.buffer)
+            .is_some_and(|w| w.strong_count() == 0)
+        {
+            held.remove(&self.buffer);
+        }
+        self.pins.bytes.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
+}
+
 /// A fetch event holding one record, held beyond the drain (see [`MessageEvent::hold`]);
-/// destroyed on drop, before its consumer reference is released.
+/// destroyed on drop, after its pin and before its consumer reference are released.
 pub struct HeldEvent {
     event: NonNull<rd::rd_kafka_event_t>,
     message: NonNull<rd::rd_kafka_message_t>,
+    /// Its buffer in [`Pins`]: `Option` only to be released first in `drop`.
+    pin: Option<Arc<Pin>>,
     _consumer: Arc<dyn Any + Send + Sync>,
 }
 
@@ -253,10 +349,19 @@ impl HeldEvent {
             _life: PhantomData,
         }
     }
+
+    /// Its record's key and value bytes (in its fetch buffer).
+    pub fn record_bytes(&self) -> usize {
+        let m = self.message();
+        m.key().map_or(0, <[u8]>::len) + m.payload().map_or(0, <[u8]>::len)
+    }
 }
 
 impl Drop for HeldEvent {
     fn drop(&mut self) {
+        // The pin goes while the buffer is still alive: its address cannot be a new
+        // buffer's yet, so no record of another buffer finds this pin.
+        drop(self.pin.take());
         // SAFETY: the event is ours, destroyed once, while `_consumer` (dropped after this)
         // keeps its client alive.
         unsafe { rd::rd_kafka_event_destroy(self.event.as_ptr()) }
@@ -762,7 +867,7 @@ mod tests {
         while Instant::now() < deadline {
             match ReadyQueue::of(c.as_ref()).expect("a group's queue").poll() {
                 Some(Polled::Message(ev)) => {
-                    let _ = ev.hold(&other);
+                    let _ = ev.hold(&other, &Pins::default());
                     return;
                 }
                 Some(Polled::Error(e)) => panic!("unexpected error {e}"),

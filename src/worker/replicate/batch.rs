@@ -22,11 +22,10 @@ pub const RECORD_OVERHEAD_BYTES: usize =
     PRODUCER_MESSAGE_BYTES + std::mem::size_of::<BatchRecord>() + std::mem::size_of::<i64>();
 
 /// What a record sent without a copy holds beyond [`RECORD_OVERHEAD_BYTES`] until its
-/// delivery report: the consumer's fetch event (`rd_kafka_op_t` with the message, 304 bytes
-/// in librdkafka 2.12, a 320-byte allocation) and its slot in the delivery group. Its key
-/// and value stay in the consumer's fetch buffer instead of librdkafka's copy.
-pub const HELD_OVERHEAD_BYTES: usize =
-    320 + std::mem::size_of::<crate::kafka::consume::HeldEvent>();
+/// delivery report: the consumer's fetch event and its slot in the delivery group. Its key
+/// and value stay in the consumer's fetch buffer instead of librdkafka's copy (the rest of
+/// that buffer is counted apart, `kafka::delivery::Tracker::held_beyond_groups`).
+pub const HELD_OVERHEAD_BYTES: usize = crate::kafka::consume::HELD_EVENT_BYTES;
 
 /// When a batch is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

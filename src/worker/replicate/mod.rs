@@ -71,8 +71,10 @@
 //!   most 4 MiB (or 40,000 records, `queued.min.messages`);
 //! - the rest, 40 MiB by default, for the batches: records sent and not yet acknowledged and
 //!   the open batch, each record counted with 256 bytes of bookkeeping
-//!   (`batch::RECORD_OVERHEAD_BYTES`; a record sent without a copy with 352 more for its
-//!   held fetch event, `batch::HELD_OVERHEAD_BYTES`), and 40,000 records in all ([`batch::BatchLimits::room`]:
+//!   (`batch::RECORD_OVERHEAD_BYTES`; a record sent without a copy with 360 more for its
+//!   held fetch event, `batch::HELD_OVERHEAD_BYTES`, and the fetch buffers such records keep
+//!   counted whole until their reports, also after their batch was dropped,
+//!   `kafka::delivery::Tracker::held_beyond_groups`), and 40,000 records in all ([`batch::BatchLimits::room`]:
 //!   the open batch gets a third with the default depth, less what earlier batches still
 //!   hold), held by librdkafka's producer or the consumer's fetch buffers (the engine keeps a copy only of records read ahead
 //!   while a batch is written, or waiting for a full producer queue, within the same bound).

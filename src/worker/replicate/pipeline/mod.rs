@@ -30,7 +30,7 @@ use super::partitions::PartitionTable;
 use super::writer::{classify_error, describe_error, ErrorClass, TargetWriter};
 use crate::api::{Delivery, MirrorFlowSpec};
 use crate::kafka::config::ClientProperties;
-use crate::kafka::consume::{MessageEvent, SourceMessage};
+use crate::kafka::consume::{MessageEvent, Pins, SourceMessage};
 use crate::kafka::context::LogContext;
 use crate::kafka::events::ProducerEvents;
 use crate::kafka::health::ClusterHealth;
@@ -239,6 +239,8 @@ pub struct Pipeline {
     failures_total: IntCounterVec,
     /// When the target last acknowledged a batch, or syncs and progress.
     last_ack: Instant,
+    /// The fetch buffers that records sent without a copy keep allocated.
+    pins: Pins,
 }
 
 impl Pipeline {
@@ -263,6 +265,7 @@ impl Pipeline {
             metrics,
             failures_total,
             last_ack: Instant::now(),
+            pins: Pins::default(),
         }
     }
 
@@ -512,6 +515,13 @@ impl Pipeline {
             used.0 += m.window.0;
             used.1 += m.window.1;
         }
+        // What records sent without a copy keep beyond their batches' count: the rest of
+        // their fetch buffers, and everything of those whose batch was dropped before their
+        // reports.
+        used.1 += match &self.writer {
+            Some(w) => w.tracker().held_beyond_groups(&self.pins),
+            None => self.pins.bytes(),
+        };
         window.room(self.cfg.tuning.pipeline_depth.max(1) + 1, used)
     }
 
@@ -587,7 +597,7 @@ impl Pipeline {
         };
         let sent = match c {
             Consumed::Event(ev, consumer) if held => {
-                let ev = ev.hold(consumer);
+                let ev = ev.hold(consumer, &self.pins);
                 writer
                     .send_held(
                         target.id,
