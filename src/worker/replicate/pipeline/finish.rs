@@ -151,7 +151,18 @@ impl Pipeline {
         d: &mut Dispatched,
         table: &mut PartitionTable,
     ) -> Result<WriteOutcome, EngineError> {
-        d.s.group.complete().await;
+        // librdkafka reports every record within its delivery timeout. A producer that has
+        // not (and a margin) is recreated: its destruction purges what it still holds (and
+        // releases the fetch events of records sent without a copy); the records without a
+        // report count as not delivered and the batch is retried.
+        let limit = self.cfg.tuning.producer.delivery_timeout + Duration::from_secs(10);
+        if !d.s.group.complete_within(limit).await {
+            warn!(
+                ?limit,
+                "delivery reports missing for a batch; recreating the target producer"
+            );
+            self.drop_writer(table);
+        }
         d.s.collect();
         if self.writer.is_none() {
             return Ok(WriteOutcome::Retry);
