@@ -497,7 +497,7 @@ async fn replicates_records_and_topic_configs() {
         })
         .sum();
     assert_eq!(
-        w.metrics.bytes.with_label_values(&["orders"]).get(),
+        w.metrics.bytes.with_label_values(&[&topic]).get(),
         own as u64
     );
     w.stop().await.unwrap();
