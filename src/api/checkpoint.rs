@@ -131,11 +131,11 @@ pub struct OffsetCheckpointStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oldest_checkpoint_age_seconds: Option<i64>,
     /// Per-group summaries (bounded to 50; the stalest first).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 50))]
     pub groups: Vec<GroupSummary>,
     /// Groups that could not be checkpointed or synced (bounded to 50).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 50))]
     pub failures: Vec<GroupFailure>,
 }

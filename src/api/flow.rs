@@ -695,8 +695,9 @@ pub struct MirrorFlowStatus {
     /// Number of partitions stopped by a failure.
     #[serde(default)]
     pub failed_partitions: i32,
-    /// Partition failures (bounded to the first 100).
-    #[serde(default)]
+    /// Partition failures (bounded to the first 100), each explained here once; worker
+    /// entries name them in `stoppedPartitions`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 100))]
     pub failures: Vec<PartitionFailure>,
     /// The last reset request handled.
@@ -734,10 +735,16 @@ pub struct WorkerStatus {
     /// The flow generation the worker is running.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// Partition failures seen by this worker (bounded).
-    #[serde(default)]
+    /// Partition failures this worker detected that `status.failures` does not explain yet
+    /// (bounded); once it does, the worker names them in `stoppedPartitions` instead.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 100))]
     pub failures: Vec<PartitionFailure>,
+    /// Partitions this worker has stopped for a failure that `status.failures` explains, as
+    /// `topic/partition` (bounded).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 100))]
+    pub stopped_partitions: Vec<String>,
     /// Lag of this worker's partitions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replication_lag: Option<ReplicationLag>,
@@ -871,11 +878,11 @@ pub struct WorkerCheckpointReport {
     /// The OffsetCheckpoint's name.
     pub name: String,
     /// Per-group summaries (bounded to 50; the stalest first).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 50))]
     pub groups: Vec<super::GroupSummary>,
     /// Groups not checkpointed or not synced (bounded to 50).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 50))]
     pub failures: Vec<super::GroupFailure>,
     /// Why the checkpoint runner cannot run this OffsetCheckpoint: its start-up, or its last
@@ -960,7 +967,7 @@ pub struct AppliedReset {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
     /// Partitions that were reset.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub partitions: Vec<TopicPartitionRef>,
     /// Records skipped by `SkipRecord`: exactly one per partition, never replicated.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

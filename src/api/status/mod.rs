@@ -33,6 +33,13 @@ pub const PROGRESS_MISSING: &str = "ProgressMissing";
 /// True while a partition is stopped at a record the target refused for good.
 pub const RECORD_REJECTED: &str = "RecordRejected";
 pub const INVALID_SPEC: &str = "InvalidSpec";
+/// kstatus: True (and present) only while the flow gets to its desired state (workers
+/// starting, rolling, scaling, a reset applied); reason and message are Ready's.
+pub const RECONCILING: &str = "Reconciling";
+/// kstatus: True (and present) only while the flow cannot go on until someone acts (invalid
+/// spec, a child it cannot apply, stopped partitions, a connection or worker failing);
+/// reason and message are Ready's.
+pub const STALLED: &str = "Stalled";
 /// True while a worker cannot authenticate to a cluster or verify its TLS certificates.
 pub const CONNECTION_FAILED: &str = "ConnectionFailed";
 /// True while a cluster has `tls.insecureSkipVerify` (a warning: test clusters only).
