@@ -11,7 +11,8 @@
 //! the process kubelet needs a bare API server; `tests/e2e_kube_deploy.rs` runs anywhere).
 //!
 //! Scenarios, in order, on one server: the examples reach Ready (children owned, workers in
-//! `status.workers`, printer columns); an OffsetCheckpoint syncs a group; the controller's API
+//! `status.workers`, printer columns, `kubectl wait --for=condition=Ready`, Healthy by the
+//! chart's Argo CD health checks); an OffsetCheckpoint syncs a group; the controller's API
 //! calls for one flow over a minute of steady state with traffic (audit log); DataLoss →
 //! Event → `kubectl describe` (one screen, the detail once) → the `kubectl patch` it prints →
 //! the reset applied once; resize 1→2; a foreign StatefulSet not taken over; a child the API
@@ -300,6 +301,10 @@ async fn examples_become_ready(stack: &Stack) {
         "--timeout=60s",
     ]);
     stack.step("kubectl wait --for=condition=Ready mirrorflow/orders-dr");
+    assert_eq!(
+        argo_health(stack, EXAMPLES_NS, "mirrorflow", "orders-dr").0,
+        "Healthy"
+    );
 
     // Children exist, controlled by the flow.
     let uid = flow.uid().unwrap();
@@ -469,6 +474,10 @@ async fn checkpoint_syncs_a_group(stack: &Stack) {
         "{table}"
     );
     stack.step("OffsetCheckpoint orders-groups synced group orders-app to the target");
+    assert_eq!(
+        argo_health(stack, EXAMPLES_NS, "offsetcheckpoint", "orders-groups").0,
+        "Healthy"
+    );
 
     // The operator tools, through this API server: `translate --flow-ref` reads the flow (and
     // would read its target's Secrets) and finds the group's checkpoints on the target;
@@ -513,6 +522,15 @@ async fn checkpoint_syncs_a_group(stack: &Stack) {
         "{page}"
     );
     stack.step("translate --flow-ref and status read the flow through the API server");
+}
+
+/// The Argo CD health (status, message) of `kind/name` as the API server returns it, by the
+/// chart's Lua health check.
+fn argo_health(stack: &Stack, ns: &str, kind: &str, name: &str) -> (String, String) {
+    let json = stack
+        .cluster
+        .kubectl_ok(&["get", kind, name, "-n", ns, "-o", "json"]);
+    kube_support::argo::health(&serde_json::from_str(&json).unwrap())
 }
 
 /// Controller requests attributable to `ns` (its only flow), leases aside, over `[from, to)`:
@@ -614,6 +632,9 @@ async fn data_loss_describe_and_reset(stack: &Stack) {
             .skip_while(|l| !l.starts_with("Status:"))
             .count()
     );
+    let (health, said) = argo_health(stack, NS, "mirrorflow", "dc1-to-dc2");
+    assert_eq!(health, "Degraded", "{said}");
+    assert!(said.starts_with("PartitionsFailed"), "{said}");
     let command_start = format!("kubectl -n {NS} patch mirrorflow dc1-to-dc2 --type merge -p '");
     assert_eq!(
         describe.matches(&command_start).count(),

@@ -38,7 +38,7 @@ use super::defaults;
         name = "Workers",
         type_ = "string",
         json_path = ".status.workersSummary",
-        description = "ready/desired workers"
+        description = "workers replicating (paused, under spec.paused)/desired"
     ),
     printcolumn(
         name = "Failed",
@@ -689,7 +689,8 @@ pub struct MirrorFlowStatus {
     #[serde(default)]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["id".into()]))]
     pub workers: Vec<WorkerStatus>,
-    /// `ready/desired` workers, for `kubectl get`.
+    /// `up/desired` workers, for `kubectl get`: up is replicating (Running or Degraded), or
+    /// Paused under `spec.paused`; Ready's and Replicating's messages give the same count.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workers_summary: Option<String>,
     /// Number of partitions stopped by a failure.

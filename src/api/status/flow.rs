@@ -592,15 +592,6 @@ struct ReadyInputs<'a> {
     statefulset: Option<&'a StatefulSetView>,
 }
 
-/// Where the flow stands, as kstatus reads it: `Stalled` (it cannot go on until someone
-/// acts), `Reconciling` (it is getting there), or neither.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
-    Stalled,
-    Reconciling,
-    Current,
-}
-
 /// Ready reason while a reset request is applied (progress, not a stop).
 const RESET_IN_PROGRESS: &str = "ResetInProgress";
 
@@ -626,15 +617,6 @@ fn ready_verdict(i: &ReadyInputs<'_>) -> (Verdict, Phase) {
         Verdict::yes("AllWorkersRunning", phrase)
     };
     (v, Phase::Current)
-}
-
-/// kstatus's `Reconciling` and `Stalled`: present, True, with Ready's reason and message,
-/// only while the flow is in that phase (kstatus reads their absence as False).
-pub fn phase_conditions(phase: Phase) -> [(&'static str, bool); 2] {
-    [
-        (RECONCILING, phase == Phase::Reconciling),
-        (STALLED, phase == Phase::Stalled),
-    ]
 }
 
 /// What stops the flow until someone (or a reset in flight) acts, in this order: the spec, a
@@ -833,12 +815,7 @@ pub fn fold_flow_status(obs: &FlowObservation<'_>) -> MirrorFlowStatus {
         statefulset: obs.statefulset,
     });
     let mut conditions = vec![ready.clone().stamp(pc, READY, gen, now)];
-    for (type_, present) in phase_conditions(phase) {
-        if present {
-            let v = Verdict::yes(ready.reason, ready.message.clone());
-            conditions.push(v.stamp(pc, type_, gen, now));
-        }
-    }
+    conditions.extend(phase_stamps(&ready, phase, pc, gen, now));
     conditions.push(replicating_verdict(&rollup, failed_partitions).stamp(
         pc,
         REPLICATING,

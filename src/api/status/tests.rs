@@ -1147,9 +1147,29 @@ pub(crate) fn fold_cp(
     })
 }
 
+/// Ready and Stale; the kstatus conditions are checked against Ready on the way.
 fn cp_conds(st: &OffsetCheckpointStatus) -> Vec<(String, String, String)> {
+    let ready = st.conditions.iter().find(|c| c.type_ == READY).unwrap();
+    let phase = match (ready.status.as_str(), ready.reason.as_str()) {
+        ("True", _) => None,
+        (_, "AwaitingCheckpoints") => Some(RECONCILING),
+        _ => Some(STALLED),
+    };
+    let kstatus: Vec<(&str, &str, &str)> = st
+        .conditions
+        .iter()
+        .filter(|c| c.type_ == RECONCILING || c.type_ == STALLED)
+        .map(|c| (c.type_.as_str(), c.status.as_str(), c.reason.as_str()))
+        .collect();
+    assert_eq!(
+        kstatus,
+        phase
+            .map(|p| vec![(p, "True", ready.reason.as_str())])
+            .unwrap_or_default()
+    );
     st.conditions
         .iter()
+        .filter(|c| c.type_ != RECONCILING && c.type_ != STALLED)
         .map(|c| (c.type_.clone(), c.status.clone(), c.reason.clone()))
         .collect()
 }
