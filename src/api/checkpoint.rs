@@ -117,7 +117,8 @@ pub struct OffsetCheckpointStatus {
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// `Ready` and `Stale` (a group's checkpoint is older than 3 intervals).
+    /// `Ready` and `Stale` (a group's checkpoint is older than 3 intervals); kstatus's
+    /// `Reconciling` and `Stalled`, only while True.
     #[serde(default)]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,

@@ -677,11 +677,12 @@ pub struct MirrorFlowStatus {
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// `Ready` (summary), `Replicating`, `DataLoss`, `TopicReset`, `ProgressMissing`,
-    /// `RecordRejected`, `ConnectionFailed`
-    /// (authentication or TLS verification fails, naming the cluster), `InsecureTls` (a
-    /// cluster has `tls.insecureSkipVerify`), `TopicUnwritable` (a target topic cannot be created,
-    /// or its replication factor is below its `min.insync.replicas`), `InvalidSpec`.
+    /// `Ready` (summary) and `Replicating`, always; kstatus's `Reconciling` and `Stalled`,
+    /// only while True; and, from the first time they turn True, `DataLoss`, `TopicReset`,
+    /// `ProgressMissing`, `RecordRejected`, `ConnectionFailed` (authentication or TLS
+    /// verification fails, naming the cluster), `InsecureTls` (a cluster has
+    /// `tls.insecureSkipVerify`), `TopicUnwritable` (a target topic cannot be created, or its
+    /// replication factor is below its `min.insync.replicas`), `InvalidSpec`.
     #[serde(default)]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
