@@ -98,7 +98,7 @@ enum Inner {
     Process(ProcessBroker),
     Mock(MockBroker),
     Kafka {
-        cluster: KafkaCluster,
+        cluster: Box<KafkaCluster>,
         /// A proxy's port clients are told to use.
         advertised: Option<u16>,
     },
@@ -123,7 +123,7 @@ impl LocalBroker {
         let begin = Instant::now();
         let inner = match kind {
             BrokerKind::Kafka => Inner::Kafka {
-                cluster: KafkaCluster::start(KafkaConfig::default()).await?,
+                cluster: Box::new(KafkaCluster::start(KafkaConfig::default()).await?),
                 advertised: None,
             },
             BrokerKind::Mock => Inner::Mock(MockBroker::start().await?),
@@ -166,7 +166,7 @@ impl LocalBroker {
                 kind,
                 started_in: begin.elapsed(),
                 inner: Inner::Kafka {
-                    cluster,
+                    cluster: Box::new(cluster),
                     advertised: Some(port),
                 },
             };
@@ -189,7 +189,7 @@ impl LocalBroker {
             kind: BrokerKind::Kafka,
             started_in: begin.elapsed(),
             inner: Inner::Kafka {
-                cluster,
+                cluster: Box::new(cluster),
                 advertised: None,
             },
         })
@@ -217,7 +217,7 @@ impl LocalBroker {
     /// is another kind or shared.
     pub fn kafka(&self) -> Option<&KafkaCluster> {
         match &self.inner {
-            Inner::Kafka { cluster, .. } => Some(cluster),
+            Inner::Kafka { cluster, .. } => Some(cluster.as_ref()),
             _ => None,
         }
     }
@@ -225,7 +225,7 @@ impl LocalBroker {
     /// [`LocalBroker::kafka`], to stop and start its nodes.
     pub fn kafka_mut(&mut self) -> Option<&mut KafkaCluster> {
         match &mut self.inner {
-            Inner::Kafka { cluster, .. } => Some(cluster),
+            Inner::Kafka { cluster, .. } => Some(cluster.as_mut()),
             _ => None,
         }
     }
