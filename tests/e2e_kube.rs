@@ -183,8 +183,9 @@ fn ready_with(flow: &MirrorFlow, workers: usize) -> bool {
 }
 
 /// examples/*.yaml edited to point at the local brokers: bootstrap servers, no TLS/SASL
-/// (the local brokers run plaintext), 2 workers where the example sets a count. Their
-/// delivery stays as written (ExactlyOnce unless an example says otherwise).
+/// (the local brokers run plaintext), replication factor 1 where an example sets one (each
+/// local cluster is one Kafka node, which refuses more), 2 workers where the example sets a
+/// count. Their delivery stays as written (ExactlyOnce unless an example says otherwise).
 fn edited_examples(source: &str, target: &str) -> String {
     let mut out = String::new();
     for file in [
@@ -200,6 +201,15 @@ fn edited_examples(source: &str, target: &str) -> String {
                     c.insert("bootstrapServers".into(), bootstrap.into());
                     c.remove("tls");
                     c.remove("sasl");
+                    if c.contains_key("replicationFactor") {
+                        c.insert("replicationFactor".into(), 1.into());
+                    }
+                }
+                if spec["internalTopics"]["replicationFactor"]
+                    .as_i64()
+                    .is_some()
+                {
+                    spec["internalTopics"]["replicationFactor"] = 1.into();
                 }
                 if spec["workers"]["replicas"].as_i64().is_some() {
                     spec["workers"]["replicas"] = 2.into();
