@@ -4,7 +4,7 @@
 //! Deployment, authenticated as the chart's ServiceAccount (a `kubectl create token`); the
 //! workers as local processes run by the process kubelet (`kube_support::kubelet`) from the
 //! pod template of the StatefulSets the controller creates, authenticated as the per-flow
-//! ServiceAccount, against two real local brokers (nisshi).
+//! ServiceAccount, against two local Apache Kafka nodes.
 //!
 //! Runs when `../shared/k8s/start.sh` exists (it starts its own API server, ~5 s); otherwise
 //! prints SKIPPED with the reason (`KUBECONFIG` naming a cluster with kubelets: SKIPPED too,
@@ -184,8 +184,9 @@ fn ready_with(flow: &MirrorFlow, workers: usize) -> bool {
 }
 
 /// examples/*.yaml edited to point at the local brokers: bootstrap servers, no TLS/SASL
-/// (the local brokers run plaintext), AtLeastOnce (nisshi refuses transactions), 2 workers
-/// where the example sets a count.
+/// (the local brokers run plaintext), replication factor 1 where an example sets one (each
+/// local cluster is one Kafka node, which refuses more), 2 workers where the example sets a
+/// count. Their delivery stays as written (ExactlyOnce unless an example says otherwise).
 fn edited_examples(source: &str, target: &str) -> String {
     let mut out = String::new();
     for file in [
@@ -201,9 +202,16 @@ fn edited_examples(source: &str, target: &str) -> String {
                     c.insert("bootstrapServers".into(), bootstrap.into());
                     c.remove("tls");
                     c.remove("sasl");
+                    if c.contains_key("replicationFactor") {
+                        c.insert("replicationFactor".into(), 1.into());
+                    }
                 }
-                let s = spec.as_mapping_mut().unwrap();
-                s.insert("delivery".into(), "AtLeastOnce".into());
+                if spec["internalTopics"]["replicationFactor"]
+                    .as_i64()
+                    .is_some()
+                {
+                    spec["internalTopics"]["replicationFactor"] = 1.into();
+                }
                 if spec["workers"]["replicas"].as_i64().is_some() {
                     spec["workers"]["replicas"] = 2.into();
                 }
@@ -1119,10 +1127,11 @@ async fn chart_full_stack() {
         );
         return;
     }
-    let Some(source) = broker_or_skip(BrokerKind::Nisshi).await else {
-        return;
-    };
-    let Some(target) = broker_or_skip(BrokerKind::Nisshi).await else {
+    let (source, target) = tokio::join!(
+        broker_or_skip(BrokerKind::Kafka),
+        broker_or_skip(BrokerKind::Kafka)
+    );
+    let (Some(source), Some(target)) = (source, target) else {
         return;
     };
     let cluster = Arc::new(cluster);

@@ -1,8 +1,8 @@
 //! IncrementalAlterConfigs of topics (KIP-339) through librdkafka: rust-rdkafka 0.39 wraps
 //! only the legacy AlterConfigs, which replaces a topic's whole config set (it would drop
 //! what mirrorflow must leave alone, such as an excluded `min.insync.replicas`) and which
-//! newer brokers (and nisshi) no longer answer. The config sync's only caller; the call
-//! itself is `kafka::sys::topic_config`.
+//! newer brokers no longer answer. The config sync's only caller; the call itself is
+//! `kafka::sys::topic_config`.
 
 use std::time::Duration;
 

@@ -41,7 +41,7 @@ pub struct HeartbeatRunner {
     /// Group id of the replica reader: the worker's own (`EngineSettings::transactional_id`),
     /// suffixed. Never shared with another flow's reader on the same target: two live
     /// consumers of one group there kept the checkpoint runner from seeing any source group
-    /// (tests/e2e_kube.rs, nisshi), and a group per flow is what the other readers do too.
+    /// (tests/e2e_kube.rs), and a group per flow is what the other readers do too.
     pub reader_group: String,
     pub secrets_dir: PathBuf,
     pub spec: watch::Receiver<MirrorFlowSpec>,
