@@ -11,6 +11,8 @@
 //!   `docs/SECURITY.md` lists (parsed from the page), and replicates; without READ on the
 //!   source topic its status names the refused permission; without WRITE on the target
 //!   topics it retries, and once the binding is back the target holds every record once.
+//!   An AtLeastOnce flow runs as a second principal holding the page's bindings but the
+//!   ExactlyOnce line.
 //!   (A refused transactional id is `tests/exactly_once.rs`'.)
 //!
 //! Skipped with a `SKIPPED` line when the Kafka jars are not fetched, unless
@@ -457,8 +459,29 @@ fn documented_acls(ns: &str, flow: &str, src: &str) -> Vec<DocAcl> {
 
 const MIRROR: &str = "User:mirror";
 
-/// Adds (`add`) or removes `acl` for the worker's principal.
+/// Adds (`add`) or removes `acl` for the ExactlyOnce worker's principal.
 async fn apply(source: &LocalBroker, target: &LocalBroker, acl: &DocAcl, add: bool) {
+    apply_for(MIRROR, source, target, acl, add).await
+}
+
+/// Adds every binding of `acls` for `principal`, the source's and the target's side by side.
+async fn apply_all(principal: &str, source: &LocalBroker, target: &LocalBroker, acls: &[DocAcl]) {
+    let side = |side: Side| async move {
+        for a in acls.iter().filter(|a| a.side == side) {
+            apply_for(principal, source, target, a, true).await;
+        }
+    };
+    tokio::join!(side(Side::Source), side(Side::Target));
+}
+
+/// Adds (`add`) or removes `acl` for `principal`.
+async fn apply_for(
+    principal: &str,
+    source: &LocalBroker,
+    target: &LocalBroker,
+    acl: &DocAcl,
+    add: bool,
+) {
     let broker = match acl.side {
         Side::Source => source,
         Side::Target => target,
@@ -468,12 +491,13 @@ async fn apply(source: &LocalBroker, target: &LocalBroker, acl: &DocAcl, add: bo
     } else {
         vec!["--remove", "--force"]
     };
-    args.extend(["--allow-principal", MIRROR]);
+    args.extend(["--allow-principal", principal]);
     args.extend(acl.args.iter().map(String::as_str));
     kafka_acls(broker, &args).await;
 }
 
-/// A one-node cluster with a SASL_SSL SCRAM-SHA-512 listener where `mirror` logs in.
+/// A one-node cluster with a SASL_SSL SCRAM-SHA-512 listener where `mirror` and `alo` log
+/// in.
 fn scram_cluster(dir: &Path, ca: &Ca, name: &str) -> KafkaConfig {
     let server = ca.server(&["127.0.0.1", "localhost"], Validity::Current);
     let tls = KafkaTls {
@@ -487,19 +511,29 @@ fn scram_cluster(dir: &Path, ca: &Ca, name: &str) -> KafkaConfig {
     KafkaConfig {
         listeners: vec![Listener::Scram],
         tls: Some(tls),
-        scram_users: vec![("mirror".into(), "mirror-secret".into())],
+        scram_users: vec![
+            ("mirror".into(), "mirror-secret".into()),
+            ("alo".into(), "alo-secret".into()),
+        ],
         ..KafkaConfig::default()
     }
 }
 
-/// The flow `test/<name>` between the SCRAM listeners, logging in as `mirror` (Secrets
-/// `cluster-ca` and `mirror-user`), with an OffsetCheckpoint for group `billing`.
-fn least_flow_yaml(name: &str, source: &LocalBroker, target: &LocalBroker) -> String {
+/// The flow `test/<name>` from alias `alias` between the SCRAM listeners, logging in with
+/// the Secret `user` (CA: `cluster-ca`), with an OffsetCheckpoint for group `billing`.
+fn least_flow_yaml(
+    name: &str,
+    alias: &str,
+    user: &str,
+    delivery: &str,
+    source: &LocalBroker,
+    target: &LocalBroker,
+) -> String {
     let cluster = |alias: &str, b: &LocalBroker| {
         format!(
             "    alias: {alias}\n    bootstrapServers: '{}'\n    \
              tls: {{ca: {{secretName: cluster-ca, key: ca.crt}}}}\n    \
-             sasl: {{mechanism: SCRAM-SHA-512, credentials: {{secretName: mirror-user}}}}\n",
+             sasl: {{mechanism: SCRAM-SHA-512, credentials: {{secretName: {user}}}}}\n",
             b.kafka().unwrap().listener(Listener::Scram)
         )
     };
@@ -507,12 +541,12 @@ fn least_flow_yaml(name: &str, source: &LocalBroker, target: &LocalBroker) -> St
         "apiVersion: mirrorflow.io/v1alpha1\nkind: MirrorFlow\n\
          metadata: {{name: {name}, namespace: test}}\nspec:\n  source:\n{}  target:\n{}  \
          topics: {{include: [orders], refreshIntervalSeconds: 1}}\n  startFrom: Earliest\n  \
-         delivery: ExactlyOnce\n\
+         delivery: {delivery}\n\
          ---\napiVersion: mirrorflow.io/v1alpha1\nkind: OffsetCheckpoint\n\
          metadata: {{name: billing, namespace: test}}\n\
          spec:\n  flowRef: {{name: {name}}}\n  groups: {{include: [billing], refreshIntervalSeconds: 1}}\n  \
          intervalSeconds: 1\n  syncGroupOffsets: true\n",
-        cluster("dc1", source),
+        cluster(alias, source),
         cluster("dc2", target)
     )
 }
@@ -589,18 +623,7 @@ async fn least_privilege_flow_runs_with_the_documented_acls_kafka() {
     let (sb, tb) = (source.bootstrap_servers(), target.bootstrap_servers());
     let acls = documented_acls("test", "least", "dc1");
     let begin = Instant::now();
-    tokio::join!(
-        async {
-            for a in acls.iter().filter(|a| a.side == Side::Source) {
-                apply(&source, &target, a, true).await;
-            }
-        },
-        async {
-            for a in acls.iter().filter(|a| a.side == Side::Target) {
-                apply(&source, &target, a, true).await;
-            }
-        }
-    );
+    apply_all(MIRROR, &source, &target, &acls).await;
     eprintln!(
         "{} documented bindings applied in {:.1} s",
         acls.len(),
@@ -624,7 +647,15 @@ async fn least_privilege_flow_runs_with_the_documented_acls_kafka() {
     )
     .unwrap();
     let flow_file = dir.path().join("least.yaml");
-    std::fs::write(&flow_file, least_flow_yaml("least", &source, &target)).unwrap();
+    let yaml = least_flow_yaml(
+        "least",
+        "dc1",
+        "mirror-user",
+        "ExactlyOnce",
+        &source,
+        &target,
+    );
+    std::fs::write(&flow_file, yaml).unwrap();
     let (tx, mut rx) = watch::channel(WorkerSnapshot::starting(
         "test",
         "least",
@@ -743,6 +774,80 @@ async fn least_privilege_flow_runs_with_the_documented_acls_kafka() {
     let src = read_to_end(&sb, "orders", Isolation::Committed).await;
     let dst = read_to_end(&tb, "dc1.orders", Isolation::Committed).await;
     assert_same(&src, &dst, "after the refusals");
+
+    // AtLeastOnce: the page without its ExactlyOnce line, for a principal of its own (so
+    // that nothing granted to `mirror` helps), from alias `src`.
+    let alo: Vec<DocAcl> = documented_acls("test", "least-alo", "src")
+        .into_iter()
+        .filter(|a| !a.exactly_once_only())
+        .collect();
+    apply_all("User:alo", &source, &target, &alo).await;
+    write_secret(
+        &secrets,
+        "alo-user",
+        &[("username", b"alo"), ("password", b"alo-secret")],
+    )
+    .unwrap();
+    let flow_file = dir.path().join("least-alo.yaml");
+    let yaml = least_flow_yaml(
+        "least-alo",
+        "src",
+        "alo-user",
+        "AtLeastOnce",
+        &source,
+        &target,
+    );
+    std::fs::write(&flow_file, yaml).unwrap();
+    let (tx, mut rx) = watch::channel(WorkerSnapshot::starting(
+        "test",
+        "least-alo",
+        0,
+        1,
+        Delivery::AtLeastOnce,
+    ));
+    let began = Instant::now();
+    let worker = Standalone::start(
+        &standalone_args(&flow_file, &secrets),
+        vec![Arc::new(tx) as Arc<dyn WorkerSink>],
+    );
+    let s = wait_snapshot(&mut rx, "AtLeastOnce as User:alo", WAIT * 2, |s| {
+        positions_reach(s, "orders", &ends_at(total))
+            && s.replication_latency.is_some()
+            && s.topic_acls
+                .as_ref()
+                .is_some_and(|a| a.last_error.is_none() && a.synced > 0)
+    })
+    .await;
+    let alo_in = began.elapsed();
+    assert!(
+        s.connection_problems.is_empty() && !said(&s).to_lowercase().contains("authoriz"),
+        "nothing refused: {}",
+        said(&s)
+    );
+    let begin = Instant::now();
+    while group_committed(&tb, "billing", "src.orders", 2)
+        .await
+        .unwrap()
+        .len()
+        < 2
+    {
+        assert!(
+            begin.elapsed() < WAIT,
+            "group billing never synced for src.orders; status {}",
+            said(&rx.borrow())
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    worker.stop().await;
+    let dst = read_to_end(&tb, "src.orders", Isolation::Committed).await;
+    assert_same(&src, &dst, "AtLeastOnce as User:alo");
+    println!(
+        "least privilege, AtLeastOnce: {} documented bindings (no TransactionalId) for User:alo; \
+         {} records replicated in {:.1} s, group billing synced",
+        alo.len(),
+        dst.len(),
+        alo_in.as_secs_f64()
+    );
 }
 
 /// The documented line of `side` naming `words`, narrowed to its operation `op`.
