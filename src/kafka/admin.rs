@@ -264,3 +264,36 @@ fn merge<T, R>(
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdkafka::mocking::MockCluster;
+    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+
+    /// A coordinator that answers OffsetFetch with NOT_COORDINATOR (it moved, or is loading)
+    /// is an error of that group, on the path librdkafka serves (TLS and SASL clusters).
+    /// librdkafka 2.12.1 dereferenced the consumer group of the admin client, which has none,
+    /// and the process died of SIGSEGV (vendor/README.md).
+    #[test]
+    fn not_coordinator_on_the_one_group_path_is_an_error_not_a_crash() {
+        let mock = MockCluster::new(1).unwrap();
+        mock.request_errors(
+            RDKafkaApiKey::OffsetFetch,
+            &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_COORDINATOR; 8],
+        );
+        let mut config = ClientConfig::new();
+        config.set("bootstrap.servers", mock.bootstrap_servers());
+        let admin =
+            GroupAdmin::with_batching(&config, "test cluster", Duration::from_secs(10), false)
+                .unwrap();
+        assert!(!admin.batches_groups());
+        let got = admin.list_offsets(&["billing".to_string()]);
+        assert_eq!(got.len(), 1);
+        let e = got[0].as_ref().unwrap_err();
+        assert!(
+            e.contains("test cluster") && e.contains("oordinator"),
+            "{e}"
+        );
+    }
+}
