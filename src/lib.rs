@@ -6,6 +6,9 @@
 //! wire formats, naming), `telemetry` (metrics, logs, HTTP); with the `testkit` feature (on
 //! by default, off in the operator image) `testkit` (local brokers for the demo, tests and
 //! benches) and `demo`.
+// Unsafe code lives in `kafka::sys` only (its README says what it relies on).
+#![deny(unsafe_code)]
+
 pub mod api;
 pub mod cli;
 pub mod controller;

@@ -1,5 +1,8 @@
 //! The `mirrorflow` binary: controller, worker and operator tools in one executable.
 
+// Unsafe code lives in the library's `kafka::sys` only; here, only jemalloc's options below.
+#![deny(unsafe_code)]
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -61,20 +64,19 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// jemalloc's options, read at its first allocation; `MALLOC_CONF` in the environment is read
 /// after them and wins. One arena and small thread caches (a worker runs about 50 threads, most
 /// of them nearly idle), freed pages returned to the system after half a second.
+///
+/// jemalloc reads the symbol `malloc_conf` as a `const char *`: a reference to the first byte
+/// of a NUL-terminated static string has that layout and needs no `unsafe impl Sync`. Defining
+/// an exported symbol is what `unsafe_code` flags (two definitions of one name would be
+/// undefined behaviour): it is allowed here only. It stays in the binary: jemalloc has a weak
+/// default of its own, so the linker never looks for this one in the library's archive, where
+/// nothing else would pull it in. `jemalloc_runs_with_the_compiled_options` checks that
+/// jemalloc read it.
 #[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
 #[export_name = "malloc_conf"]
-static MALLOC_CONF: JemallocOptions = JemallocOptions(
-    c"narenas:1,tcache_max:1024,lg_tcache_nslots_mul:-2,tcache_nslots_small_max:32,\
-      dirty_decay_ms:500,muzzy_decay_ms:0"
-        .as_ptr(),
-);
-
-/// jemalloc reads `malloc_conf` as a `const char *`.
-#[repr(transparent)]
-struct JemallocOptions(*const std::ffi::c_char);
-
-// SAFETY: it points at a static string that nothing writes.
-unsafe impl Sync for JemallocOptions {}
+static MALLOC_CONF: &u8 = &b"narenas:1,tcache_max:1024,lg_tcache_nslots_mul:-2,\
+    tcache_nslots_small_max:32,dirty_decay_ms:500,muzzy_decay_ms:0\0"[0];
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -148,7 +150,9 @@ fn worker_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
+// Reads jemalloc's state through its C API (`mallctl`).
 #[cfg(all(test, target_os = "linux"))]
+#[allow(unsafe_code)]
 mod tests {
     use std::ffi::{c_char, c_int, c_void, CStr};
 

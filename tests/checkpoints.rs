@@ -1,4 +1,5 @@
-//! Consumer-group checkpoints on real brokers (two nisshi processes: source and target).
+//! Consumer-group checkpoints on Apache Kafka (two nodes of each test's own, source and
+//! target: the checkpoint runner lists every group of the source).
 //!
 //! The replication engine is simulated: the same records are produced to the source topic
 //! and to its replica on the target (so offsets match), and offset syncs are written to the
@@ -11,7 +12,7 @@
 //! (Kafka's `org.apache.kafka.connect.mirror.Checkpoint`: key group, topic, partition; value
 //! version 0, upstream, downstream, metadata), not by `kafka::wire`.
 //!
-//! Skipped (with a `SKIPPED` line) when nisshi is not installed, unless
+//! Skipped (with a `SKIPPED` line) when Kafka's jars are not fetched, unless
 //! `MIRRORFLOW_REQUIRE_BROKERS=1`.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -52,11 +53,13 @@ struct Clusters {
 
 impl Clusters {
     async fn start() -> Option<Clusters> {
-        let source = broker_or_skip(BrokerKind::Nisshi).await?;
-        let target = broker_or_skip(BrokerKind::Nisshi).await?;
+        let (source, target) = tokio::join!(
+            broker_or_skip(BrokerKind::Kafka),
+            broker_or_skip(BrokerKind::Kafka)
+        );
         Some(Clusters {
-            source,
-            target,
+            source: source?,
+            target: target?,
             dir: tempfile::tempdir().unwrap(),
         })
     }
@@ -813,9 +816,9 @@ async fn a_runner_that_cannot_start_says_why_until_its_checkpoint_goes() {
         return;
     };
     let mut file = c.flow("later-app", true);
-    // A replication factor the target refuses for the checkpoints topic (nisshi 0.8.1 takes
-    // 1..=64 on one broker; Kafka would refuse anything above its broker count).
-    file.flow.spec.internal_topics.replication_factor = Some(65);
+    // A replication factor the target refuses for the checkpoints topic (Kafka answers
+    // INVALID_REPLICATION_FACTOR above its broker count, here one).
+    file.flow.spec.internal_topics.replication_factor = Some(2);
     let running = Running::start(&c, &file);
     let error = wait_for("the start-up to fail", || {
         let e = running.state.borrow().startup_error.clone();
@@ -1127,7 +1130,7 @@ async fn restart_reloads_checkpoints_and_stays_monotonic() {
 /// a group that committed nothing.
 #[tokio::test]
 async fn batched_group_calls_agree_with_librdkafka() {
-    let Some(broker) = broker_or_skip(BrokerKind::Nisshi).await else {
+    let Some(broker) = broker_or_skip(BrokerKind::Kafka).await else {
         return;
     };
     let bootstrap = broker.bootstrap_servers();
@@ -1181,15 +1184,7 @@ async fn batched_group_calls_agree_with_librdkafka() {
         v.sort_by_key(|o| o.partition);
         v
     };
-    // nisshi 0.8.1 answers OffsetFetch v8+ (what both clients send) without the commit
-    // metadata (its groups branch sets it null; Kafka returns it), so the metadata cannot be
-    // checked here: offsets are compared to what was committed, and the two reads to each
-    // other in full.
-    let without_metadata = |v: Vec<GroupOffset>| -> Vec<(String, i32, i64)> {
-        v.into_iter()
-            .map(|o| (o.topic, o.partition, o.offset))
-            .collect()
-    };
+    // Offsets and their commit metadata, as committed.
     for (g, (x, y)) in read_batched.iter().zip(&read_single).enumerate() {
         let want = if g < 100 { offsets(g) } else { Vec::new() };
         assert_eq!(
@@ -1197,26 +1192,21 @@ async fn batched_group_calls_agree_with_librdkafka() {
             sorted(y),
             "batched and librdkafka reads of group {g}"
         );
-        assert_eq!(
-            without_metadata(sorted(x)),
-            without_metadata(want),
-            "group {g}"
-        );
+        assert_eq!(sorted(x), want, "group {g}");
     }
 }
 
 /// The offset-syncs reader fetches at most 256 KiB at a time (each fetched record costs
 /// librdkafka a few hundred bytes until it is taken). A record batch larger than that (a
 /// librdkafka writer's batches go up to 1 MB) is still read whole: the broker returns the
-/// first batch of a fetch even when it exceeds the limit (KIP-74). nisshi only: tansu's high
-/// watermark of a batched write is its base offset + 1, and the mock consumes ~500 records/s.
+/// first batch of a fetch even when it exceeds the limit (KIP-74).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sync_batch_larger_than_a_fetch_is_read_whole_nisshi() {
+async fn sync_batch_larger_than_a_fetch_is_read_whole() {
     use mirrorflow::kafka::tail::TopicTail;
     use mirrorflow::worker::checkpoint::store::SyncStore;
     use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 
-    let Some(broker) = broker_or_skip(BrokerKind::Nisshi).await else {
+    let Some(broker) = broker_or_skip(BrokerKind::Kafka).await else {
         return;
     };
     let bootstrap = broker.bootstrap_servers();

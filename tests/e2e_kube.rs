@@ -4,14 +4,15 @@
 //! Deployment, authenticated as the chart's ServiceAccount (a `kubectl create token`); the
 //! workers as local processes run by the process kubelet (`kube_support::kubelet`) from the
 //! pod template of the StatefulSets the controller creates, authenticated as the per-flow
-//! ServiceAccount, against two real local brokers (nisshi).
+//! ServiceAccount, against two local Apache Kafka nodes.
 //!
 //! Runs when `../shared/k8s/start.sh` exists (it starts its own API server, ~5 s); otherwise
 //! prints SKIPPED with the reason (`KUBECONFIG` naming a cluster with kubelets: SKIPPED too,
 //! the process kubelet needs a bare API server; `tests/e2e_kube_deploy.rs` runs anywhere).
 //!
 //! Scenarios, in order, on one server: the examples reach Ready (children owned, workers in
-//! `status.workers`, printer columns); an OffsetCheckpoint syncs a group; the controller's API
+//! `status.workers`, printer columns, `kubectl wait --for=condition=Ready`, Healthy by the
+//! chart's Argo CD health checks); an OffsetCheckpoint syncs a group; the controller's API
 //! calls for one flow over a minute of steady state with traffic (audit log); DataLoss →
 //! Event → `kubectl describe` (one screen, the detail once) → the `kubectl patch` it prints →
 //! the reset applied once; resize 1→2; a foreign StatefulSet not taken over; a child the API
@@ -183,8 +184,9 @@ fn ready_with(flow: &MirrorFlow, workers: usize) -> bool {
 }
 
 /// examples/*.yaml edited to point at the local brokers: bootstrap servers, no TLS/SASL
-/// (the local brokers run plaintext), AtLeastOnce (nisshi refuses transactions), 2 workers
-/// where the example sets a count.
+/// (the local brokers run plaintext), replication factor 1 where an example sets one (each
+/// local cluster is one Kafka node, which refuses more), 2 workers where the example sets a
+/// count. Their delivery stays as written (ExactlyOnce unless an example says otherwise).
 fn edited_examples(source: &str, target: &str) -> String {
     let mut out = String::new();
     for file in [
@@ -200,9 +202,16 @@ fn edited_examples(source: &str, target: &str) -> String {
                     c.insert("bootstrapServers".into(), bootstrap.into());
                     c.remove("tls");
                     c.remove("sasl");
+                    if c.contains_key("replicationFactor") {
+                        c.insert("replicationFactor".into(), 1.into());
+                    }
                 }
-                let s = spec.as_mapping_mut().unwrap();
-                s.insert("delivery".into(), "AtLeastOnce".into());
+                if spec["internalTopics"]["replicationFactor"]
+                    .as_i64()
+                    .is_some()
+                {
+                    spec["internalTopics"]["replicationFactor"] = 1.into();
+                }
                 if spec["workers"]["replicas"].as_i64().is_some() {
                     spec["workers"]["replicas"] = 2.into();
                 }
@@ -290,6 +299,20 @@ async fn examples_become_ready(stack: &Stack) {
         })
         .await;
     stack.step("the examples are Ready");
+    // GitOps tools and scripts wait on the Ready condition.
+    stack.cluster.kubectl_ok(&[
+        "wait",
+        "--for=condition=Ready",
+        "mirrorflow/orders-dr",
+        "-n",
+        EXAMPLES_NS,
+        "--timeout=60s",
+    ]);
+    stack.step("kubectl wait --for=condition=Ready mirrorflow/orders-dr");
+    assert_eq!(
+        argo_health(stack, EXAMPLES_NS, "mirrorflow", "orders-dr").0,
+        "Healthy"
+    );
 
     // Children exist, controlled by the flow.
     let uid = flow.uid().unwrap();
@@ -459,6 +482,10 @@ async fn checkpoint_syncs_a_group(stack: &Stack) {
         "{table}"
     );
     stack.step("OffsetCheckpoint orders-groups synced group orders-app to the target");
+    assert_eq!(
+        argo_health(stack, EXAMPLES_NS, "offsetcheckpoint", "orders-groups").0,
+        "Healthy"
+    );
 
     // The operator tools, through this API server: `translate --flow-ref` reads the flow (and
     // would read its target's Secrets) and finds the group's checkpoints on the target;
@@ -503,6 +530,15 @@ async fn checkpoint_syncs_a_group(stack: &Stack) {
         "{page}"
     );
     stack.step("translate --flow-ref and status read the flow through the API server");
+}
+
+/// The Argo CD health (status, message) of `kind/name` as the API server returns it, by the
+/// chart's Lua health check.
+fn argo_health(stack: &Stack, ns: &str, kind: &str, name: &str) -> (String, String) {
+    let json = stack
+        .cluster
+        .kubectl_ok(&["get", kind, name, "-n", ns, "-o", "json"]);
+    kube_support::argo::health(&serde_json::from_str(&json).unwrap())
 }
 
 /// Controller requests attributable to `ns` (its only flow), leases aside, over `[from, to)`:
@@ -580,8 +616,22 @@ async fn data_loss_describe_and_reset(stack: &Stack) {
     // The Event, as `kubectl describe` lists it.
     wait_event(stack, "dc1-to-dc2", "DataLoss").await;
 
+    // As the Event arrives the worker may not have seen the fold yet (then the explanation
+    // is in its entry too, for one watch round trip): said, not asserted.
+    let early = stack
+        .cluster
+        .kubectl_ok(&["describe", "mirrorflow", "dc1-to-dc2", "-n", NS]);
+    eprintln!(
+        "kubectl describe as the DataLoss Event arrives: {} lines from Status: to Events:, the loss explained {} time(s)",
+        early
+            .lines()
+            .skip_while(|l| !l.starts_with("Status:"))
+            .take_while(|l| !l.starts_with("Events:"))
+            .count(),
+        early.matches("records (offsets 10 to 19) are lost").count()
+    );
     // `kubectl describe`: one screen, the failure explained once, with its command (the
-    // worker drops the explanation from its entry once it sees it in status.failures).
+    // worker names the partition instead of explaining it once it sees it in status.failures).
     stack
         .until(
             "the worker entry without the explanation",
@@ -589,8 +639,7 @@ async fn data_loss_describe_and_reset(stack: &Stack) {
             "dc1-to-dc2",
             |f| {
                 let w = f.status.as_ref()?.workers.first()?;
-                (!w.failures.is_empty() && w.failures.iter().all(|f| f.message.is_none()))
-                    .then_some(())
+                (w.failures.is_empty() && !w.stopped_partitions.is_empty()).then_some(())
             },
         )
         .await;
@@ -605,6 +654,9 @@ async fn data_loss_describe_and_reset(stack: &Stack) {
             .skip_while(|l| !l.starts_with("Status:"))
             .count()
     );
+    let (health, said) = argo_health(stack, NS, "mirrorflow", "dc1-to-dc2");
+    assert_eq!(health, "Degraded", "{said}");
+    assert!(said.starts_with("PartitionsFailed"), "{said}");
     let command_start = format!("kubectl -n {NS} patch mirrorflow dc1-to-dc2 --type merge -p '");
     assert_eq!(
         describe.matches(&command_start).count(),
@@ -626,17 +678,17 @@ async fn data_loss_describe_and_reset(stack: &Stack) {
     ] {
         assert!(describe.contains(want), "{want:?} missing:\n{describe}");
     }
-    // What the flow does (its status and events), below its spec, fits one screen (seven
-    // conditions of 6 lines each, the failure once, the workers and events).
+    // The flow's status, below its spec, fits one screen: four conditions of 6 lines each
+    // (Ready, Stalled, Replicating, DataLoss), the failure once, the workers (the heartbeat
+    // latency adds 4 lines to the flow's status and 4 to worker 0's entry).
     let status_lines = describe
         .lines()
         .skip_while(|l| !l.starts_with("Status:"))
+        .take_while(|l| !l.starts_with("Events:"))
         .count();
-    // (88: the heartbeat latency adds 4 lines to the flow's status and 4 to worker 0's entry;
-    // the RecordRejected condition 6.)
     assert!(
-        status_lines <= 88,
-        "the status and events take {status_lines} lines:\n{describe}"
+        status_lines <= 60,
+        "the status takes {status_lines} lines:\n{describe}"
     );
 
     // Run the command it prints, as a user would.
@@ -1075,10 +1127,11 @@ async fn chart_full_stack() {
         );
         return;
     }
-    let Some(source) = broker_or_skip(BrokerKind::Nisshi).await else {
-        return;
-    };
-    let Some(target) = broker_or_skip(BrokerKind::Nisshi).await else {
+    let (source, target) = tokio::join!(
+        broker_or_skip(BrokerKind::Kafka),
+        broker_or_skip(BrokerKind::Kafka)
+    );
+    let (Some(source), Some(target)) = (source, target) else {
         return;
     };
     let cluster = Arc::new(cluster);

@@ -1,4 +1,5 @@
-//! MirrorMaker 2 heartbeats on real brokers (nisshi): where worker 0 writes them and in
+//! MirrorMaker 2 heartbeats on Apache Kafka (clusters of each test's own: the tests read the
+//! whole `heartbeats` topics): where worker 0 writes them and in
 //! which layout, which heartbeats topics the flow replicates (whatever `topics` selects,
 //! never back to where they came from), the replication latency they measure while no
 //! application record flows, and `spec.heartbeats.intervalSeconds: 0`.
@@ -8,16 +9,16 @@ mod replication_support;
 use std::time::Duration;
 
 use mirrorflow::kafka::wire::Heartbeat;
-use mirrorflow::testkit::brokers::{produce, topic_partitions, BrokerKind, ProduceRecord};
+use mirrorflow::testkit::brokers::{produce, topic_partitions, ProduceRecord};
 use replication_support::*;
 
-/// A standalone flow dc1 → dc2 replicating only `orders` (AtLeastOnce: nisshi refuses
-/// transactions), policy `policy`, heartbeats every `interval` seconds.
+/// A standalone flow dc1 → dc2 replicating only `orders` (ExactlyOnce, the default), policy
+/// `policy`, heartbeats every `interval` seconds.
 fn flow_doc(name: &str, sb: &str, tb: &str, policy: &str, interval: i32) -> String {
     format!(
         "apiVersion: mirrorflow.io/v1alpha1\nkind: MirrorFlow\nmetadata:\n  name: {name}\nspec:\n  \
          source: {{alias: dc1, bootstrapServers: '{sb}'}}\n  target: {{alias: dc2, bootstrapServers: '{tb}'}}\n  \
-         delivery: AtLeastOnce\n  replicationPolicy: {{type: {policy}}}\n  \
+         replicationPolicy: {{type: {policy}}}\n  \
          topics: {{include: [orders], refreshIntervalSeconds: 1}}\n  heartbeats: {{intervalSeconds: {interval}}}\n"
     )
 }
@@ -58,9 +59,9 @@ fn aliases(hbs: &[(Heartbeat, Option<i64>)]) -> Vec<(String, String)> {
 /// prefixed on the target (else they would land in the target's own `heartbeats`), and
 /// `dc2.heartbeats` on the source must still count as having come from the target.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn heartbeats_placement_replication_and_latency_nisshi() {
+async fn heartbeats_placement_replication_and_latency() {
     for policy in ["Prefix", "Identity"] {
-        let Some((source, target)) = broker_pair(BrokerKind::Nisshi).await else {
+        let Some((source, target)) = kafka_pair().await else {
             return;
         };
         let (sb, tb) = (source.bootstrap_servers(), target.bootstrap_servers());
@@ -180,8 +181,8 @@ async fn heartbeats_placement_replication_and_latency_nisshi() {
 /// `intervalSeconds: 0` writes nothing while the flow replicates; switching it on in the
 /// file starts the heartbeats (so their absence before was not a matter of waiting).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn heartbeats_off_write_nothing_nisshi() {
-    let Some((source, target)) = broker_pair(BrokerKind::Nisshi).await else {
+async fn heartbeats_off_write_nothing() {
+    let Some((source, target)) = kafka_pair().await else {
         return;
     };
     let (sb, tb) = (source.bootstrap_servers(), target.bootstrap_servers());

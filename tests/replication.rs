@@ -483,6 +483,23 @@ async fn replicates_records_and_topic_configs() {
         })
         .await;
     assert_eq!(s.replication_lag.records, 0);
+    // Bytes replicated are the records' own (key, value, header names and values), whether
+    // they went with a copy or without (every third record).
+    let own: usize = orders
+        .iter()
+        .map(|r| {
+            let headers: usize = r
+                .headers
+                .iter()
+                .map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len))
+                .sum();
+            r.key.as_ref().map_or(0, Vec::len) + r.value.as_ref().map_or(0, Vec::len) + headers
+        })
+        .sum();
+    assert_eq!(
+        w.metrics.bytes.with_label_values(&[&topic]).get(),
+        own as u64
+    );
     w.stop().await.unwrap();
     let src = read_n(&sb, &topic, orders.len()).await;
     let dst = read_n(&tb, &copy, orders.len()).await;

@@ -1,4 +1,5 @@
-//! Two flows at once, end to end on nisshi, each a standalone worker (`run_with`) following
+//! Two flows at once, end to end on Apache Kafka (clusters of each test's own: the flows
+//! select every topic), each a standalone worker (`run_with`) following
 //! its flow file as `mirrorflow worker --flow` does:
 //! - A→B and B→A with the default `Prefix` policy: each side gets the other's topics once
 //!   (`dc1.orders` on B, `dc2.payments` on A) and nothing comes back (`dc2.dc1.orders` on A
@@ -26,7 +27,7 @@ use rdkafka::{ClientConfig, Message};
 use tokio::sync::watch;
 
 use replication_support::{
-    assert_same, broker_pair, check_syncs, create, decode_syncs, read_n, records, standalone_args,
+    assert_same, check_syncs, create, decode_syncs, kafka_pair, read_n, records, standalone_args,
     Standalone, WAIT,
 };
 
@@ -183,7 +184,7 @@ async fn wait_owns(rx: &mut watch::Receiver<WorkerSnapshot>, topic: &str) -> Wor
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_to_b_and_b_to_a_do_not_loop_and_a_group_fails_over_while_both_run() {
-    let Some((a, b)) = broker_pair(BrokerKind::Nisshi).await else {
+    let Some((a, b)) = kafka_pair().await else {
         return;
     };
     let (sa, sb) = (a.bootstrap_servers(), b.bootstrap_servers());
@@ -323,10 +324,10 @@ async fn a_to_b_and_b_to_a_do_not_loop_and_a_group_fails_over_while_both_run() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fan_in_a_to_b_and_c_to_b_keep_their_topics_syncs_and_checkpoints_apart() {
-    let Some((a, b)) = broker_pair(BrokerKind::Nisshi).await else {
+    let Some((a, b)) = kafka_pair().await else {
         return;
     };
-    let Some(c) = brokers::broker_or_skip(BrokerKind::Nisshi).await else {
+    let Some(c) = brokers::broker_or_skip(BrokerKind::Kafka).await else {
         return;
     };
     let (sa, sb, sc) = (

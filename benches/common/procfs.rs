@@ -44,33 +44,6 @@ pub fn mib(kib: u64) -> f64 {
     kib as f64 / 1024.0
 }
 
-/// Child processes of this process, only those whose command name is `comm` if given
-/// (the brokers).
-pub fn children(comm: Option<&str>) -> Vec<u32> {
-    let me = std::process::id();
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
-            continue;
-        };
-        let name = &stat[open + 1..close];
-        let ppid = stat[close + 2..]
-            .split_whitespace()
-            .nth(1)
-            .and_then(|p| p.parse::<u32>().ok());
-        if ppid == Some(me) && comm.is_none_or(|c| c == name) {
-            out.push(pid);
-        }
-    }
-    out
-}
-
 /// User + system CPU seconds of the calling thread (`/proc/thread-self/stat`), to take a
 /// bench's own work out of its process's figure.
 pub fn thread_cpu() -> f64 {

@@ -120,7 +120,7 @@ pub fn produce_source(
 
 /// Writes `n` offset syncs (MM2 format) for `partitions` partitions of `topic` to the
 /// offset-syncs topic of source alias `alias` on `bootstrap`, as a worker would have written
-/// them over time (no compaction happens on nisshi).
+/// them over time (into a topic without compaction: the whole history stays).
 pub fn produce_sync_history(
     bootstrap: &str,
     alias: &str,

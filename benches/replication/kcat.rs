@@ -1,5 +1,6 @@
-//! The kcat pipe (`kcat -C … | kcat -P …`) as a contender, and the `librdkafka.so.1` it needs
-//! against nisshi, linked from the `librdkafka.a` rdkafka-sys built for this crate.
+//! The kcat pipe (`kcat -C … | kcat -P …`) as a contender, and the `librdkafka.so.1` it runs
+//! with (the contenders' librdkafka), linked from the `librdkafka.a` rdkafka-sys built for
+//! this crate.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -14,7 +15,7 @@ use crate::process::Proc;
 pub fn spawn_pipe(run: &Run<'_>, target_topic: &str) -> anyhow::Result<Vec<Proc>> {
     let lib = run
         .kcat_libdir
-        .context("no librdkafka usable by kcat against nisshi")?;
+        .context("no librdkafka usable by kcat against the brokers")?;
     let mut consume = Command::new("kcat");
     consume
         .env("LD_LIBRARY_PATH", lib)
@@ -74,7 +75,7 @@ fn find_librdkafka_a() -> Option<PathBuf> {
         .max_by_key(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
 }
 
-/// A directory holding a `librdkafka.so.1` kcat can use against nisshi, or why not.
+/// A directory holding a `librdkafka.so.1` kcat can use against the brokers, or why not.
 pub fn libdir(bootstrap: &str) -> Result<PathBuf, String> {
     if Command::new("kcat")
         .arg("-V")
@@ -91,7 +92,7 @@ pub fn libdir(bootstrap: &str) -> Result<PathBuf, String> {
             Ok(dir)
         } else {
             Err(format!(
-                "kcat with MIRRORFLOW_BENCH_KCAT_LIBDIR={} cannot reach nisshi",
+                "kcat with MIRRORFLOW_BENCH_KCAT_LIBDIR={} cannot reach the brokers",
                 dir.display()
             ))
         };
@@ -145,6 +146,9 @@ pub fn libdir(bootstrap: &str) -> Result<PathBuf, String> {
     if kcat_works(Some(&dir), bootstrap) {
         Ok(dir)
     } else {
-        Err(format!("kcat with {} cannot reach nisshi", so.display()))
+        Err(format!(
+            "kcat with {} cannot reach the brokers",
+            so.display()
+        ))
     }
 }

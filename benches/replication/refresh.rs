@@ -2,7 +2,7 @@
 //! topics, watermarks, topic ids, offset validation) costs at 1,000 partitions with 20 ms of
 //! added round trip to the source, and whether replication goes on while it runs.
 //!
-//! The source is a third nisshi broker behind the testkit's Kafka proxy; the proxy delays
+//! The source is a third Kafka node behind the testkit's Kafka proxy; the proxy delays
 //! client→broker bytes only, so the whole added round trip sits on the request direction
 //! (every request of the worker, its refreshes and the bench's producer waits it once). The
 //! bench produces a steady load (small records, round-robin over the partitions) through the
@@ -141,7 +141,7 @@ impl Bench<'_> {
             .enable_all()
             .build()?;
         let (broker, proxy) = proxy_rt
-            .block_on(LocalBroker::start_proxied(BrokerKind::Nisshi))
+            .block_on(LocalBroker::start_proxied(BrokerKind::Kafka))
             .context("starting the proxied source broker")?;
         proxy.set(Faults {
             latency: rc.rtt,

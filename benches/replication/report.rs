@@ -129,7 +129,7 @@ fn print_throughput(
 ) {
     println!();
     println!(
-        "Replication throughput — {} partitions, nisshi → nisshi on one host, {} round(s){}",
+        "Replication throughput — {} partitions, Apache Kafka → Apache Kafka on one host, {} round(s){}",
         cfg.partitions,
         cfg.rounds,
         if cfg.rounds > 1 {
@@ -139,7 +139,7 @@ fn print_throughput(
         }
     );
     println!(
-        "mirrorflow: delivery AtLeastOnce (nisshi refuses transactions), offset validation on, offset syncs every {} records, {} MiB in flight",
+        "mirrorflow: delivery AtLeastOnce (as the bare loop and kcat: no transactions), offset validation on, offset syncs every {} records, {} MiB in flight",
         lag_max(),
         in_flight_mib()
     );

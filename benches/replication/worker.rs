@@ -207,7 +207,7 @@ spec:
     bootstrapServers: \"{tgt}\"{target_config}
   topics:
     include: [\"{topic}\"]{refresh}
-  # nisshi refuses transactions.
+  # As the bare loop and kcat copy: without transactions.
   delivery: AtLeastOnce
   offsetValidation:
     enabled: true

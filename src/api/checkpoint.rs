@@ -117,7 +117,8 @@ pub struct OffsetCheckpointStatus {
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// `Ready` and `Stale` (a group's checkpoint is older than 3 intervals).
+    /// `Ready` and `Stale` (a group's checkpoint is older than 3 intervals); kstatus's
+    /// `Reconciling` and `Stalled`, only while True.
     #[serde(default)]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
@@ -131,11 +132,11 @@ pub struct OffsetCheckpointStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oldest_checkpoint_age_seconds: Option<i64>,
     /// Per-group summaries (bounded to 50; the stalest first).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 50))]
     pub groups: Vec<GroupSummary>,
     /// Groups that could not be checkpointed or synced (bounded to 50).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 50))]
     pub failures: Vec<GroupFailure>,
 }

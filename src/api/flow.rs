@@ -38,7 +38,7 @@ use super::defaults;
         name = "Workers",
         type_ = "string",
         json_path = ".status.workersSummary",
-        description = "ready/desired workers"
+        description = "workers replicating (paused, under spec.paused)/desired"
     ),
     printcolumn(
         name = "Failed",
@@ -680,13 +680,14 @@ pub struct MirrorFlowStatus {
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// `Ready` (summary), `Replicating`, `DataLoss`, `TopicReset`, `ProgressMissing`,
-    /// `RecordRejected`, `ConnectionFailed`
-    /// (authentication or TLS verification fails, naming the cluster), `InsecureTls` (a
-    /// cluster has `tls.insecureSkipVerify`), `TopicUnwritable` (a target topic cannot be created,
-    /// or its replication factor is below its `min.insync.replicas`), `InvalidSpec`, `Audited`
-    /// (`spec.audit`: False with reason `IntegrityMismatch` naming topic, partition, offsets and
-    /// kind of each mismatch).
+    /// `Ready` (summary) and `Replicating`, always; kstatus's `Reconciling` and `Stalled`,
+    /// only while True; and, from the first time they turn True, `DataLoss`, `TopicReset`,
+    /// `ProgressMissing`, `RecordRejected`, `ConnectionFailed` (authentication or TLS
+    /// verification fails, naming the cluster), `InsecureTls` (a cluster has
+    /// `tls.insecureSkipVerify`), `TopicUnwritable` (a target topic cannot be created, or its
+    /// replication factor is below its `min.insync.replicas`), `InvalidSpec`; `Audited` from
+    /// the first finished run of `spec.audit` (False with reason `IntegrityMismatch` naming
+    /// topic, partition, offsets and kind of each mismatch).
     #[serde(default)]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
@@ -694,14 +695,16 @@ pub struct MirrorFlowStatus {
     #[serde(default)]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["id".into()]))]
     pub workers: Vec<WorkerStatus>,
-    /// `ready/desired` workers, for `kubectl get`.
+    /// `up/desired` workers, for `kubectl get`: up is replicating (Running or Degraded), or
+    /// Paused under `spec.paused`; Ready's and Replicating's messages give the same count.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workers_summary: Option<String>,
     /// Number of partitions stopped by a failure.
     #[serde(default)]
     pub failed_partitions: i32,
-    /// Partition failures (bounded to the first 100).
-    #[serde(default)]
+    /// Partition failures (bounded to the first 100), each explained here once; worker
+    /// entries name them in `stoppedPartitions`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 100))]
     pub failures: Vec<PartitionFailure>,
     /// The last reset request handled.
@@ -742,10 +745,16 @@ pub struct WorkerStatus {
     /// The flow generation the worker is running.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// Partition failures seen by this worker (bounded).
-    #[serde(default)]
+    /// Partition failures this worker detected that `status.failures` does not explain yet
+    /// (bounded); once it does, the worker names them in `stoppedPartitions` instead.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 100))]
     pub failures: Vec<PartitionFailure>,
+    /// Partitions this worker has stopped for a failure that `status.failures` explains, as
+    /// `topic/partition` (bounded).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 100))]
+    pub stopped_partitions: Vec<String>,
     /// Lag of this worker's partitions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replication_lag: Option<ReplicationLag>,
@@ -882,11 +891,11 @@ pub struct WorkerCheckpointReport {
     /// The OffsetCheckpoint's name.
     pub name: String,
     /// Per-group summaries (bounded to 50; the stalest first).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 50))]
     pub groups: Vec<super::GroupSummary>,
     /// Groups not checkpointed or not synced (bounded to 50).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 50))]
     pub failures: Vec<super::GroupFailure>,
     /// Why the checkpoint runner cannot run this OffsetCheckpoint: its start-up, or its last
@@ -971,7 +980,7 @@ pub struct AppliedReset {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
     /// Partitions that were reset.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub partitions: Vec<TopicPartitionRef>,
     /// Records skipped by `SkipRecord`: exactly one per partition, never replicated.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

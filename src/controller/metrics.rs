@@ -5,6 +5,7 @@ use std::time::Instant;
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry};
 
 use super::error::ErrorCategory;
+use crate::api::status::{RECONCILING, STALLED};
 
 /// `resource` label values.
 pub const FLOW: &str = "mirrorflow";
@@ -89,11 +90,19 @@ impl Metrics {
         flow: &str,
         conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
     ) {
-        for c in conditions {
+        // kstatus's Reconciling and Stalled are present only while True: absent is False.
+        let absent_false = [RECONCILING, STALLED]
+            .into_iter()
+            .filter(|t| conditions.iter().all(|c| c.type_ != *t))
+            .map(|t| (t, "False"));
+        let present = conditions
+            .iter()
+            .map(|c| (c.type_.as_str(), c.status.as_str()));
+        for (type_, current) in present.chain(absent_false) {
             for status in ["True", "False", "Unknown"] {
                 self.flow_condition
-                    .with_label_values(&[namespace, flow, c.type_.as_str(), status])
-                    .set(i64::from(c.status == status));
+                    .with_label_values(&[namespace, flow, type_, status])
+                    .set(i64::from(current == status));
             }
         }
     }
@@ -184,5 +193,14 @@ mod flow_condition_tests {
         );
         m.set_flow_conditions("ns", "f", &[cond("DataLoss", "False")]);
         assert_eq!((get("DataLoss", "True"), get("DataLoss", "False")), (0, 1));
+        // Stalled goes away when it no longer holds: its gauge says False.
+        m.set_flow_conditions("ns", "f", &[cond("Stalled", "True")]);
+        assert_eq!((get("Stalled", "True"), get("Stalled", "False")), (1, 0));
+        m.set_flow_conditions("ns", "f", &[cond("Ready", "True")]);
+        assert_eq!((get("Stalled", "True"), get("Stalled", "False")), (0, 1));
+        assert_eq!(
+            (get("Reconciling", "True"), get("Reconciling", "False")),
+            (0, 1)
+        );
     }
 }

@@ -19,7 +19,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::producer::{DeliveryResult, ProducerContext};
 
-use crate::kafka::consume::HeldEvent;
+use crate::kafka::consume::{HeldEvent, Pins, HELD_EVENT_BYTES};
 use crate::kafka::context::LogContext;
 use crate::kafka::events::ProducerEvents;
 
@@ -92,6 +92,10 @@ impl Group {
 struct Groups {
     next_id: u32,
     open: OpenGroups,
+    /// Key and value bytes of the events held in open groups (their batches count them).
+    open_held_bytes: usize,
+    /// Events held in `orphans` (no batch counts them any more).
+    orphans_held: usize,
     /// Slot vectors of closed groups, kept for the next ones: a batch's worth of fresh
     /// memory is page faults every batch (perf: 4 % of the worker's CPU at 100 B records).
     spare: Vec<Vec<i64>>,
@@ -231,7 +235,8 @@ impl Tracker {
         let (id, index) = split_ticket(ticket);
         // Destroyed after the lock is released.
         let _released: Option<HeldEvent>;
-        let mut g = self.lock();
+        let mut guard = self.lock();
+        let g = &mut *guard;
         let Some(group) = g.open.get_mut(&id) else {
             let Some(at) = g.orphans.iter().position(|o| o.id == id) else {
                 return;
@@ -243,10 +248,14 @@ impl Tracker {
                 if o.left == 0 {
                     g.orphans.swap_remove(at);
                 }
+                g.orphans_held -= 1;
             }
             return;
         };
         _released = group.held.get_mut(index).and_then(Option::take);
+        if let Some(e) = &_released {
+            g.open_held_bytes -= e.record_bytes();
+        }
         if group.store(index, result) {
             group.done += 1;
         }
@@ -267,6 +276,7 @@ impl Tracker {
             for (_, group) in &mut g.open.0 {
                 released.extend(group.held.drain(..).flatten());
             }
+            (g.open_held_bytes, g.orphans_held) = (0, 0);
         }
         drop(released);
     }
@@ -280,6 +290,18 @@ impl Tracker {
                 .iter()
                 .map(|(_, group)| group.held.iter().flatten().count())
                 .sum::<usize>()
+    }
+
+    /// What of the memory `pins` counts no open group's batch counts: librdkafka's fetch
+    /// buffers beyond the key and value bytes of the records held in open groups (the rest
+    /// of each buffer), and whatever the events of closed groups hold (their batches were
+    /// dropped before the reports, which release them).
+    pub fn held_beyond_groups(&self, pins: &Pins) -> usize {
+        let (open, orphans) = {
+            let g = self.lock();
+            (g.open_held_bytes, g.orphans_held)
+        };
+        pins.bytes().saturating_sub(open) + orphans * HELD_EVENT_BYTES
     }
 
     /// Closed groups with events still held.
@@ -354,6 +376,11 @@ impl GroupHandle {
         std::future::poll_fn(|cx| self.poll_complete(cx)).await
     }
 
+    /// Waits until the expected reports are in, at most `limit`: whether they are.
+    pub async fn complete_within(&self, limit: std::time::Duration) -> bool {
+        tokio::time::timeout(limit, self.complete()).await.is_ok()
+    }
+
     /// Makes room for records `0..len` (a group filled while its records are being read
     /// starts empty and grows).
     pub fn reserve(&self, len: usize) {
@@ -403,16 +430,22 @@ impl GroupHandle {
             let len = group.slots.len().max(index + 1);
             group.held.resize_with(len, || None);
         }
-        group.held[index] = Some(event);
+        g.open_held_bytes += event.record_bytes();
+        if let Some(old) = group.held[index].replace(event) {
+            g.open_held_bytes -= old.record_bytes();
+        }
         Ok(())
     }
 
     /// Gives back the event held for record `index` (the producer refused the record).
     pub fn unhold(&self, index: usize) -> Option<HeldEvent> {
         let mut g = self.tracker.lock();
-        g.open
+        let event = g
+            .open
             .get_mut(&self.id)
-            .and_then(|group| group.held.get_mut(index)?.take())
+            .and_then(|group| group.held.get_mut(index)?.take())?;
+        g.open_held_bytes -= event.record_bytes();
+        Some(event)
     }
 }
 
@@ -426,6 +459,13 @@ impl Drop for GroupHandle {
             }
             // Records whose report has not come: librdkafka may still read their bytes.
             let left = group.held.iter().flatten().count();
+            g.open_held_bytes -= group
+                .held
+                .iter()
+                .flatten()
+                .map(HeldEvent::record_bytes)
+                .sum::<usize>();
+            g.orphans_held += left;
             if left > 0 {
                 g.orphans.push(Orphans {
                     id: self.id,
@@ -668,6 +708,20 @@ mod tests {
             assert_eq!(got, want, "{reports:?}, take {index}");
             assert!(g.take(index).is_none(), "{reports:?}: taken once");
         }
+    }
+
+    #[tokio::test]
+    async fn a_wait_for_reports_ends_at_its_limit() {
+        let t = Tracker::default();
+        let g = t.group(2);
+        g.expect(2);
+        t.report(g.ticket(0), Ok(0));
+        let limit = std::time::Duration::from_millis(50);
+        let started = std::time::Instant::now();
+        assert!(!g.complete_within(limit).await, "one report is missing");
+        assert!(started.elapsed() >= limit);
+        t.report(g.ticket(1), Ok(1));
+        assert!(g.complete_within(std::time::Duration::ZERO).await);
     }
 
     #[test]

@@ -652,12 +652,13 @@ mod tests {
         }
     }
 
-    /// Against a broker (testkit feature): lanes lowered so that few groups take the
-    /// several-connection path of commits and fetches.
+    /// Against Apache Kafka (testkit feature; a node the lib tests share, names of each
+    /// test's own): lanes lowered so that few groups take the several-connection path of
+    /// commits and fetches.
     #[cfg(feature = "testkit")]
     mod on_broker {
         use super::*;
-        use crate::testkit::brokers::{broker_or_skip, create_topic, BrokerKind, LocalBroker};
+        use crate::testkit::brokers::{create_topic, shared_kafka_or_skip, LocalBroker};
 
         /// 40 commits at 8 per lane: 4 connections; 40 groups at 5 per fetch: 8 fetches on
         /// 4 connections.
@@ -668,11 +669,29 @@ mod tests {
         };
         const GROUPS: usize = 40;
 
+        /// A test's topic and groups on the shared node: its name and the process id
+        /// (nextest runs each test, and each retry, in a process of its own).
+        struct Names(String);
+
+        impl Names {
+            fn new(test: &str) -> Self {
+                Self(format!("{test}-{}", std::process::id()))
+            }
+
+            fn topic(&self) -> String {
+                format!("{}-t", self.0)
+            }
+
+            fn group(&self, g: usize) -> String {
+                format!("{}-g{g:02}", self.0)
+            }
+        }
+
         /// Every group its own offsets, so that an answer given to the wrong group shows.
-        fn offsets(g: usize, bump: i64) -> Vec<GroupOffset> {
+        fn offsets(n: &Names, g: usize, bump: i64) -> Vec<GroupOffset> {
             (0..2)
                 .map(|p| GroupOffset {
-                    topic: "t".into(),
+                    topic: n.topic(),
                     partition: p,
                     offset: (g * 100) as i64 + i64::from(p) + bump,
                     metadata: String::new(),
@@ -680,15 +699,15 @@ mod tests {
                 .collect()
         }
 
-        fn commits(bump: i64) -> Vec<(String, Vec<GroupOffset>)> {
+        fn commits(n: &Names, bump: i64) -> Vec<(String, Vec<GroupOffset>)> {
             (0..GROUPS)
-                .map(|g| (format!("g{g:02}"), offsets(g, bump)))
+                .map(|g| (n.group(g), offsets(n, g, bump)))
                 .collect()
         }
 
-        async fn broker() -> Option<LocalBroker> {
-            let broker = broker_or_skip(BrokerKind::Nisshi).await?;
-            create_topic(&broker.bootstrap_servers(), "t", 2, &[])
+        async fn broker(n: &Names) -> Option<LocalBroker> {
+            let broker = shared_kafka_or_skip("group-client").await?;
+            create_topic(&broker.bootstrap_servers(), &n.topic(), 2, &[])
                 .await
                 .unwrap();
             Some(broker)
@@ -700,8 +719,7 @@ mod tests {
             GroupClient::for_config(&c, Duration::from_secs(30), LOW).unwrap()
         }
 
-        /// Each group's committed offsets by partition (nisshi answers OffsetFetch v8 without
-        /// the commit metadata, so only offsets are compared).
+        /// Each group's committed offsets by partition.
         fn read(client: &GroupClient, groups: &[String]) -> Vec<Vec<(i32, i64)>> {
             client
                 .list_offsets(groups)
@@ -720,8 +738,8 @@ mod tests {
                 .collect()
         }
 
-        fn want(g: usize, bump: i64) -> Vec<(i32, i64)> {
-            offsets(g, bump)
+        fn want(n: &Names, g: usize, bump: i64) -> Vec<(i32, i64)> {
+            offsets(n, g, bump)
                 .into_iter()
                 .map(|o| (o.partition, o.offset))
                 .collect()
@@ -739,9 +757,10 @@ mod tests {
                 .collect()
         }
 
-        /// Shuts down connection `lane` to the coordinator of the groups (all on one broker).
-        fn break_lane(st: &State, lane: usize) {
-            let c = &st.coordinators["g00"];
+        /// Shuts down connection `lane` to the coordinator of the groups (all on one broker),
+        /// known as `group`'s.
+        fn break_lane(st: &State, group: &str, lane: usize) {
+            let c = &st.coordinators[group];
             let addr = format!("{}:{}", c.host, c.port);
             st.conns[&(addr, lane)]
                 .stream
@@ -751,23 +770,31 @@ mod tests {
 
         #[tokio::test(flavor = "multi_thread")]
         async fn many_groups_over_several_connections_keep_their_own_answers() {
-            let Some(broker) = broker().await else {
+            let n = Names::new("answers");
+            let Some(broker) = broker(&n).await else {
                 return;
             };
             let client = client_of(&broker);
             // One group's commit is refused (a topic the broker does not know); it sits in
             // the third lane's share, so its answer must come back to it and only to it.
             let refused = 25;
-            let mut commits = commits(0);
+            let mut commits = commits(&n, 0);
             commits[refused].1[0].topic = "missing".into();
             let mut names: Vec<String> = commits.iter().map(|(g, _)| g.clone()).collect();
             tokio::task::block_in_place(|| {
                 let results = client.commit_offsets(&commits).unwrap();
-                assert_eq!(lanes_open(&client, "g00"), BTreeSet::from([0, 1, 2, 3]));
+                assert_eq!(
+                    lanes_open(&client, &n.group(0)),
+                    BTreeSet::from([0, 1, 2, 3])
+                );
                 for (g, r) in results.iter().enumerate() {
                     if g == refused {
                         let e = r.as_ref().expect_err("commit to an unknown topic");
-                        assert!(e.contains("\"g25\"") && e.contains("missing/0"), "{e}");
+                        assert!(
+                            e.contains(&format!("\"{}\"", n.group(refused)))
+                                && e.contains("missing/0"),
+                            "{e}"
+                        );
                     } else {
                         assert!(r.is_ok(), "group {g}: {r:?}");
                     }
@@ -776,13 +803,16 @@ mod tests {
                 // A client of its own, so that the connections it opens are the fetches'.
                 let reader = client_of(&broker);
                 let got = read(&reader, &names);
-                assert_eq!(lanes_open(&reader, "g00"), BTreeSet::from([0, 1, 2, 3]));
+                assert_eq!(
+                    lanes_open(&reader, &n.group(0)),
+                    BTreeSet::from([0, 1, 2, 3])
+                );
                 for (g, got) in got.iter().enumerate() {
                     let want = match g {
                         // Partitions are committed one by one: its other one stands.
-                        _ if g == refused => vec![want(g, 0)[1]],
+                        _ if g == refused => vec![want(&n, g, 0)[1]],
                         GROUPS => vec![],
-                        _ => want(g, 0),
+                        _ => want(&n, g, 0),
                     };
                     assert_eq!(got, &want, "group {}", names[g]);
                 }
@@ -791,23 +821,27 @@ mod tests {
 
         #[tokio::test(flavor = "multi_thread")]
         async fn a_failed_connection_fails_only_its_own_groups() {
-            let Some(broker) = broker().await else {
+            let n = Names::new("lanes");
+            let Some(broker) = broker(&n).await else {
                 return;
             };
             let client = client_of(&broker);
-            let names: Vec<String> = commits(0).into_iter().map(|(g, _)| g).collect();
+            let names: Vec<String> = commits(&n, 0).into_iter().map(|(g, _)| g).collect();
             tokio::task::block_in_place(|| {
                 assert!(client
-                    .commit_offsets(&commits(0))
+                    .commit_offsets(&commits(&n, 0))
                     .unwrap()
                     .iter()
                     .all(Result::is_ok));
-                assert_eq!(lanes_open(&client, "g00"), BTreeSet::from([0, 1, 2, 3]));
+                assert_eq!(
+                    lanes_open(&client, &n.group(0)),
+                    BTreeSet::from([0, 1, 2, 3])
+                );
                 // Lane 2 (groups 20-29, a contiguous quarter) loses its connection.
                 let mut st = client.lock();
-                break_lane(&st, 2);
-                let coord = st.coordinators["g00"].clone();
-                let bodies: Vec<Vec<u8>> = commits(1)
+                break_lane(&st, &n.group(0), 2);
+                let coord = st.coordinators[&n.group(0)].clone();
+                let bodies: Vec<Vec<u8>> = commits(&n, 1)
                     .iter()
                     .map(|(g, o)| p::offset_commit_body(g, o))
                     .collect();
@@ -835,18 +869,18 @@ mod tests {
                 }
                 let bumped = |g: usize| if (20..30).contains(&g) { 0 } else { 1 };
                 for (g, got) in read(&client, &names).iter().enumerate() {
-                    assert_eq!(got, &want(g, bumped(g)), "group {g}");
+                    assert_eq!(got, &want(&n, g, bumped(g)), "group {g}");
                 }
                 // Through `commit_offsets`, the groups of a failed connection are looked up
                 // again and retried: nothing is lost. (The read above reopened lane 2.)
-                break_lane(&client.lock(), 2);
+                break_lane(&client.lock(), &n.group(0), 2);
                 assert!(client
-                    .commit_offsets(&commits(2))
+                    .commit_offsets(&commits(&n, 2))
                     .unwrap()
                     .iter()
                     .all(Result::is_ok));
                 for (g, got) in read(&client, &names).iter().enumerate() {
-                    assert_eq!(got, &want(g, 2), "group {g}");
+                    assert_eq!(got, &want(&n, g, 2), "group {g}");
                 }
             });
         }

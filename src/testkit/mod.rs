@@ -1,4 +1,4 @@
-//! Local brokers (Apache Kafka, nisshi, tansu, librdkafka mock) for the demo, tests and
+//! Local brokers (Apache Kafka, tansu, librdkafka mock) for the demo, tests and
 //! benches, MirrorMaker 2 beside them, a Java program runner, a Kafka-aware fault proxy, and
 //! the benches' statistics.
 pub mod brokers;

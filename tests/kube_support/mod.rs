@@ -5,6 +5,7 @@
 
 #![allow(dead_code)]
 
+pub mod argo;
 pub mod audit;
 pub mod chart;
 pub mod cluster;

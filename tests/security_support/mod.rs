@@ -1,10 +1,8 @@
-//! Helpers for `tests/security.rs`: certificates made by the test (rcgen; never committed),
-//! a TLS proxy that requires client certificates (nisshi does not ask for one, so mutual
-//! TLS is checked in front of it), and a local OIDC token endpoint that records its calls.
+//! Helpers for `tests/security.rs` and `tests/kafka_testkit.rs`: certificates made by the
+//! test (rcgen; never committed) and a local OIDC token endpoint that records its calls.
 
 #![allow(dead_code)]
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -12,9 +10,7 @@ use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose,
 };
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 /// A test CA.
@@ -118,9 +114,9 @@ pub fn write_tls_files(
     name: &str,
     leaf: &Leaf,
     ca: &str,
-) -> mirrorflow::testkit::brokers::TlsFiles {
+) -> mirrorflow::testkit::kafka::KafkaTls {
     std::fs::create_dir_all(dir).unwrap();
-    let files = mirrorflow::testkit::brokers::TlsFiles {
+    let files = mirrorflow::testkit::kafka::KafkaTls {
         cert: dir.join(format!("{name}.crt")),
         key: dir.join(format!("{name}.key")),
         ca: dir.join(format!("{name}-ca.crt")),
@@ -131,94 +127,6 @@ pub fn write_tls_files(
     files
 }
 
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
-}
-
-/// A TLS listener that requires a client certificate signed by `client_ca` and forwards
-/// the decrypted bytes to `upstream` (a plaintext broker advertising this proxy).
-pub struct MtlsProxy {
-    pub addr: SocketAddr,
-    /// Handshakes refused (no or untrusted client certificate).
-    pub refused: Arc<Mutex<Vec<String>>>,
-    /// Handshakes accepted.
-    pub accepted: Arc<Mutex<usize>>,
-    task: JoinHandle<()>,
-}
-
-impl Drop for MtlsProxy {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-impl MtlsProxy {
-    /// Listens on `listener` (bound beforehand, so the broker can advertise its port).
-    pub fn start(
-        listener: std::net::TcpListener,
-        upstream: SocketAddr,
-        server: &Leaf,
-        client_ca: &str,
-    ) -> Self {
-        let mut roots = rustls::RootCertStore::empty();
-        for c in CertificateDer::pem_slice_iter(client_ca.as_bytes()) {
-            roots.add(c.unwrap()).unwrap();
-        }
-        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
-            Arc::new(roots),
-            provider(),
-        )
-        .build()
-        .unwrap();
-        let certs: Vec<CertificateDer<'static>> =
-            CertificateDer::pem_slice_iter(server.cert.as_bytes())
-                .map(|c| c.unwrap())
-                .collect();
-        let key = PrivateKeyDer::from_pem_slice(server.key.as_bytes()).unwrap();
-        let config = rustls::ServerConfig::builder_with_provider(provider())
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_client_cert_verifier(verifier)
-            .with_single_cert(certs, key)
-            .unwrap();
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-        listener.set_nonblocking(true).unwrap();
-        let listener = TcpListener::from_std(listener).unwrap();
-        let addr = listener.local_addr().unwrap();
-        let refused = Arc::new(Mutex::new(Vec::new()));
-        let accepted = Arc::new(Mutex::new(0usize));
-        let (r, a) = (refused.clone(), accepted.clone());
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((tcp, _)) = listener.accept().await else {
-                    return;
-                };
-                let (acceptor, r, a) = (acceptor.clone(), r.clone(), a.clone());
-                tokio::spawn(async move {
-                    let mut tls = match acceptor.accept(tcp).await {
-                        Ok(t) => t,
-                        Err(e) => {
-                            r.lock().unwrap().push(e.to_string());
-                            return;
-                        }
-                    };
-                    *a.lock().unwrap() += 1;
-                    let Ok(mut up) = TcpStream::connect(upstream).await else {
-                        return;
-                    };
-                    let _ = tokio::io::copy_bidirectional(&mut tls, &mut up).await;
-                });
-            }
-        });
-        Self {
-            addr,
-            refused,
-            accepted,
-            task,
-        }
-    }
-}
-
 /// One call the token endpoint received.
 #[derive(Debug, Clone)]
 pub struct TokenCall {
@@ -226,8 +134,9 @@ pub struct TokenCall {
     pub body: String,
 }
 
-/// A local OIDC token endpoint (client credentials grant) answering with an unsigned JWT
-/// for `sub`, recording every call.
+/// A local OIDC token endpoint (client credentials grant) answering with an unsecured JWT
+/// (`alg: none`, no signature: what Kafka's default OAUTHBEARER validator checks) for `sub`
+/// with `scope`, recording every call.
 pub struct TokenEndpoint {
     pub url: String,
     pub calls: Arc<Mutex<Vec<TokenCall>>>,
@@ -246,7 +155,7 @@ fn b64url(bytes: &[u8]) -> String {
 }
 
 impl TokenEndpoint {
-    pub async fn start(sub: &str) -> Self {
+    pub async fn start(sub: &str, scope: &str) -> Self {
         use axum::routing::post;
         let calls: Arc<Mutex<Vec<TokenCall>>> = Arc::default();
         let now = std::time::SystemTime::now()
@@ -254,14 +163,13 @@ impl TokenEndpoint {
             .unwrap()
             .as_secs();
         let jwt = format!(
-            "{}.{}.{}",
-            b64url(br#"{"alg":"RS256","typ":"JWT"}"#),
+            "{}.{}.",
+            b64url(br#"{"alg":"none"}"#),
             b64url(
-                serde_json::json!({"sub": sub, "iat": now, "exp": now + 3600, "scope": "kafka"})
+                serde_json::json!({"sub": sub, "iat": now, "exp": now + 3600, "scope": scope})
                     .to_string()
                     .as_bytes()
             ),
-            b64url(b"not-a-real-signature"),
         );
         let c = calls.clone();
         let app = axum::Router::new().route(

@@ -8,6 +8,9 @@ use crate::api::{
     GroupFailure, GroupSummary, OffsetCheckpoint, OffsetCheckpointStatus, ValidationErrors,
 };
 
+/// Ready reason until a worker reports (progress, not a stop).
+const AWAITING_CHECKPOINTS: &str = "AwaitingCheckpoints";
+
 /// Checkpoint data the workers report for one OffsetCheckpoint (`status.workers[].checkpoints`).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct CheckpointReports {
@@ -49,12 +52,19 @@ pub fn fold_checkpoint_status(obs: &CheckpointObservation<'_>) -> OffsetCheckpoi
 
     if let Some(ready) = blocked(obs) {
         let stale = Verdict::unknown(ready.reason);
+        let phase = if ready.reason == AWAITING_CHECKPOINTS {
+            Phase::Reconciling
+        } else {
+            Phase::Stalled
+        };
+        let mut conditions = vec![
+            ready.clone().stamp(pc, READY, gen, now),
+            stale.stamp(pc, STALE, gen, now),
+        ];
+        conditions.extend(phase_stamps(&ready, phase, pc, gen, now));
         return OffsetCheckpointStatus {
             observed_generation: gen,
-            conditions: vec![
-                ready.stamp(pc, READY, gen, now),
-                stale.stamp(pc, STALE, gen, now),
-            ],
+            conditions,
             ..Default::default()
         };
     }
@@ -65,10 +75,18 @@ pub fn fold_checkpoint_status(obs: &CheckpointObservation<'_>) -> OffsetCheckpoi
         .filter_map(|g| g.last_checkpoint_time.as_ref().map(|t| t.0))
         .collect();
     let stale = stale_groups(&reports.groups, now, stale_after);
-    let conditions = vec![
-        checkpoint_ready(reports, stale.len(), times.len()).stamp(pc, READY, gen, now),
+    let ready = checkpoint_ready(reports, stale.len(), times.len());
+    // A failing runner or a stale group needs someone to look: Stalled.
+    let phase = if ready.status == "True" {
+        Phase::Current
+    } else {
+        Phase::Stalled
+    };
+    let mut conditions = vec![
+        ready.clone().stamp(pc, READY, gen, now),
         checkpoint_stale(&stale, stale_after).stamp(pc, STALE, gen, now),
     ];
+    conditions.extend(phase_stamps(&ready, phase, pc, gen, now));
     let mut failures = reports.failures.clone();
     failures.sort_by(|a, b| a.group.cmp(&b.group));
     failures.truncate(MAX_GROUPS);
@@ -117,7 +135,7 @@ fn blocked(obs: &CheckpointObservation<'_>) -> Option<Verdict> {
     }
     match obs.reports {
         None => Some(Verdict::no(
-            "AwaitingCheckpoints",
+            AWAITING_CHECKPOINTS,
             "no worker has reported checkpoints for this OffsetCheckpoint yet",
         )),
         // Nothing checkpointed yet to judge staleness on: the error is all there is.

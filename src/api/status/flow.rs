@@ -386,22 +386,47 @@ fn fresh_entries<'a>(
 }
 
 /// The workers' failures, one per partition (the first worker's), with explanations filled
-/// in from `known`. Failures persist until reset, so a stale entry's failures still count.
+/// in from `known`; a partition an entry names in `stoppedPartitions` is the failure `known`
+/// holds for it. Failures persist until reset, so a stale entry's failures still count.
+/// Returns the failures and how many partitions are stopped (those `known` no longer explains
+/// count too).
 fn fold_failures(
     workers: &[(String, Option<&WorkerStatus>)],
     known: &[PartitionFailure],
-) -> Vec<PartitionFailure> {
-    let mut by_partition: BTreeMap<(String, i32), PartitionFailure> = BTreeMap::new();
-    for f in workers
-        .iter()
-        .filter_map(|(_, e)| *e)
-        .flat_map(|e| e.failures.iter())
-    {
-        by_partition
-            .entry((f.topic.clone(), f.partition))
-            .or_insert_with(|| complete_failure(f, known));
+) -> (Vec<PartitionFailure>, i32) {
+    let mut by_partition: BTreeMap<(String, i32), Option<PartitionFailure>> = BTreeMap::new();
+    for e in workers.iter().filter_map(|(_, e)| *e) {
+        for f in &e.failures {
+            by_partition
+                .entry((f.topic.clone(), f.partition))
+                .or_insert_with(|| Some(complete_failure(f, known)));
+        }
+        for (topic, partition) in e
+            .stopped_partitions
+            .iter()
+            .filter_map(|r| parse_partition_ref(r))
+        {
+            let explained = known
+                .iter()
+                .find(|k| k.topic == topic && k.partition == partition)
+                .cloned();
+            by_partition.entry((topic, partition)).or_insert(explained);
+        }
     }
-    by_partition.into_values().collect()
+    let stopped = i32::try_from(by_partition.len()).unwrap_or(i32::MAX);
+    (by_partition.into_values().flatten().collect(), stopped)
+}
+
+/// `topic/partition`: how a worker entry names a failure `status.failures` explains.
+pub fn partition_ref(topic: &str, partition: i32) -> String {
+    format!("{topic}/{partition}")
+}
+
+/// The topic and partition of a [`partition_ref`] (topic names hold no `/`).
+pub fn parse_partition_ref(r: &str) -> Option<(String, i32)> {
+    let (topic, partition) = r.rsplit_once('/')?;
+    let partition = partition.parse().ok()?;
+    (!topic.is_empty()).then(|| (topic.to_string(), partition))
 }
 
 /// The flow's lag: the records behind summed over workers, the seconds behind of the worst.
@@ -429,56 +454,76 @@ fn last_applied_reset(
     }
 }
 
-/// The desired workers as Ready and Replicating count them.
+/// The desired workers as Ready, Replicating and `workersSummary` count them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct WorkerRollup {
     desired: i32,
-    /// Fresh, in the state the spec asks for (Running, or Paused when paused).
-    ready: usize,
+    /// Fresh and doing what the spec asks: replicating (Running, or Degraded: its other
+    /// partitions go on), or Paused when paused.
+    up: usize,
     /// Fresh, and Running or Degraded.
     replicating: usize,
+    /// The spec asks for a pause.
+    paused: bool,
     /// Each fresh Failed worker, with its message.
     failed: Vec<String>,
-    /// Each worker that is not ready, and why.
+    /// Each fresh Degraded worker, with its message.
+    degraded: Vec<String>,
+    /// Each worker that is not up, and why.
     not_ready: Vec<String>,
-    /// Every worker that is not ready simply has not come up yet.
+    /// Every worker that is not up simply has not come up yet.
     only_starting: bool,
 }
 
 impl WorkerRollup {
+    /// `up/desired`: `workersSummary`, and the count every message about the workers gives.
     fn summary(&self) -> String {
-        format!("{}/{} workers ready", self.ready, self.desired)
+        format!("{}/{}", self.up, self.desired)
+    }
+
+    /// `2/2 workers replicating` (`paused` when paused): the phrase of Ready and Replicating.
+    fn phrase(&self) -> String {
+        let doing = if self.paused { "paused" } else { "replicating" };
+        format!("{} workers {doing}", self.summary())
     }
 }
 
 fn roll_up_workers(
     workers: &[(String, Option<&WorkerStatus>)],
     health: &[WorkerHealth],
-    expected: WorkerState,
+    paused: bool,
     stale_after: SignedDuration,
 ) -> WorkerRollup {
-    let ready = health
+    let is_up = |s: WorkerState| match s {
+        WorkerState::Running | WorkerState::Degraded => !paused,
+        WorkerState::Paused => paused,
+        _ => false,
+    };
+    let fresh = |h: &WorkerHealth| match h {
+        WorkerHealth::Fresh(s) => Some(*s),
+        _ => None,
+    };
+    let up = health
         .iter()
-        .filter(|h| **h == WorkerHealth::Fresh(expected))
+        .filter_map(fresh)
+        .filter(|s| is_up(*s))
         .count();
     let replicating = health
         .iter()
-        .filter(|h| {
-            matches!(
-                h,
-                WorkerHealth::Fresh(WorkerState::Running | WorkerState::Degraded)
-            )
-        })
+        .filter_map(fresh)
+        .filter(|s| matches!(s, WorkerState::Running | WorkerState::Degraded))
         .count();
-    let failed = workers
-        .iter()
-        .zip(health)
-        .filter(|(_, h)| **h == WorkerHealth::Fresh(WorkerState::Failed))
-        .map(|((id, e), _)| match e.and_then(|e| e.message.as_deref()) {
-            Some(m) => format!("{id}: {m}"),
-            None => id.clone(),
-        })
-        .collect();
+    let with_message = |state: WorkerState| -> Vec<String> {
+        workers
+            .iter()
+            .zip(health)
+            .filter(|(_, h)| **h == WorkerHealth::Fresh(state))
+            .map(|((id, e), _)| match e.and_then(|e| e.message.as_deref()) {
+                Some(m) => format!("{id}: {m}"),
+                None => id.clone(),
+            })
+            .collect()
+    };
     let not_ready = workers
         .iter()
         .zip(health)
@@ -488,20 +533,22 @@ fn roll_up_workers(
                 "{id}: no heartbeat for more than {}s",
                 stale_after.as_secs()
             )),
-            WorkerHealth::Fresh(s) if *s != expected => Some(format!("{id}: {s:?}")),
+            WorkerHealth::Fresh(s) if !is_up(*s) => Some(format!("{id}: {s:?}")),
             WorkerHealth::Fresh(_) => None,
         })
         .collect();
     let only_starting = health.iter().all(|h| match h {
         WorkerHealth::Missing | WorkerHealth::Fresh(WorkerState::Starting) => true,
-        WorkerHealth::Fresh(s) => *s == expected,
+        WorkerHealth::Fresh(s) => is_up(*s),
         WorkerHealth::Stale => false,
     });
     WorkerRollup {
         desired: i32::try_from(workers.len()).unwrap_or(i32::MAX),
-        ready,
+        up,
         replicating,
-        failed,
+        paused,
+        failed: with_message(WorkerState::Failed),
+        degraded: with_message(WorkerState::Degraded),
         not_ready,
         only_starting,
     }
@@ -544,29 +591,37 @@ struct ReadyInputs<'a> {
     workers: &'a WorkerRollup,
     draining: Option<(i32, i32)>,
     statefulset: Option<&'a StatefulSetView>,
-    paused: bool,
 }
 
-/// `Ready`: False for the first thing that stops the flow, else for the first thing it still
-/// waits for; True (`AllWorkersRunning`, or `Paused`) otherwise.
-fn ready_verdict(i: &ReadyInputs<'_>) -> Verdict {
-    ready_blocked(i)
-        .or_else(|| ready_waiting(i))
-        .unwrap_or_else(|| {
-            let summary = i.workers.summary();
-            if i.paused {
-                Verdict::yes(
-                    "Paused",
-                    format!("{summary}; replication paused by spec.paused"),
-                )
-            } else {
-                Verdict::yes("AllWorkersRunning", summary)
-            }
-        })
+/// Ready reason while a reset request is applied (progress, not a stop).
+const RESET_IN_PROGRESS: &str = "ResetInProgress";
+
+/// `Ready` and the phase it implies: False for the first thing that stops the flow
+/// (Stalled), else for the first thing it still waits for (Reconciling); True
+/// (`AllWorkersRunning`, or `Paused`) otherwise.
+fn ready_verdict(i: &ReadyInputs<'_>) -> (Verdict, Phase) {
+    if let Some(v) = ready_blocked(i) {
+        let phase = if v.reason == RESET_IN_PROGRESS {
+            Phase::Reconciling
+        } else {
+            Phase::Stalled
+        };
+        return (v, phase);
+    }
+    if let Some(v) = ready_waiting(i) {
+        return (v, Phase::Reconciling);
+    }
+    let phrase = i.workers.phrase();
+    let v = if i.workers.paused {
+        Verdict::yes("Paused", format!("{phrase}; paused by spec.paused"))
+    } else {
+        Verdict::yes("AllWorkersRunning", phrase)
+    };
+    (v, Phase::Current)
 }
 
 /// What stops the flow until someone (or a reset in flight) acts, in this order: the spec, a
-/// child, a reset, stopped partitions, a connection, a failed worker.
+/// child, a reset, stopped partitions, a connection, a failed worker, a degraded one.
 fn ready_blocked(i: &ReadyInputs<'_>) -> Option<Verdict> {
     if let Some(errs) = i.invalid {
         return Some(Verdict::no("InvalidSpec", errs.to_string()));
@@ -581,7 +636,7 @@ fn ready_blocked(i: &ReadyInputs<'_>) -> Option<Verdict> {
     } = i.reset
     {
         return Some(Verdict::no(
-            "ResetInProgress",
+            RESET_IN_PROGRESS,
             format!("reset {id:?}: {applied}/{desired} workers applied it"),
         ));
     }
@@ -589,7 +644,7 @@ fn ready_blocked(i: &ReadyInputs<'_>) -> Option<Verdict> {
         return Some(Verdict::no(
             "PartitionsFailed",
             format!(
-                "{} partition(s) stopped by DataLoss or TopicReset; see status.failures and patch spec.reset to clear them",
+                "{} partition(s) stopped; see status.failures and patch spec.reset to clear them",
                 i.failed_partitions
             ),
         ));
@@ -599,6 +654,12 @@ fn ready_blocked(i: &ReadyInputs<'_>) -> Option<Verdict> {
     }
     if !i.workers.failed.is_empty() {
         return Some(Verdict::no("WorkerFailed", list_some(&i.workers.failed)));
+    }
+    if !i.workers.degraded.is_empty() && !i.workers.paused {
+        return Some(Verdict::no(
+            "WorkersDegraded",
+            list_some(&i.workers.degraded),
+        ));
     }
     None
 }
@@ -632,7 +693,7 @@ fn ready_waiting(i: &ReadyInputs<'_>) -> Option<Verdict> {
         };
         return Some(Verdict::no(
             reason,
-            format!("{}; {}", w.summary(), list_some(&w.not_ready)),
+            format!("{}; {}", w.phrase(), list_some(&w.not_ready)),
         ));
     }
     if let Some(s) = i.statefulset.filter(|s| s.ready_replicas < w.desired) {
@@ -655,32 +716,27 @@ fn ready_waiting(i: &ReadyInputs<'_>) -> Option<Verdict> {
 
 /// `Replicating`: True while some worker replicates (`Pausing` when the spec asks to pause,
 /// `PartiallyReplicating` unless all do and no partition is stopped).
-fn replicating_verdict(w: &WorkerRollup, paused: bool, failed_partitions: i32) -> Verdict {
+fn replicating_verdict(w: &WorkerRollup, failed_partitions: i32) -> Verdict {
     let (replicating, desired) = (w.replicating, w.desired);
     if replicating == 0 {
-        if paused {
+        if w.paused {
             Verdict::no("Paused", "replication paused by spec.paused")
         } else {
-            Verdict::no(
-                "NoWorkerReplicating",
-                format!("0/{desired} workers replicating"),
-            )
+            Verdict::no("NoWorkerReplicating", w.phrase())
         }
-    } else if paused {
+    } else if w.paused {
         Verdict::yes(
             "Pausing",
             format!("{replicating}/{desired} workers still replicating; pause requested"),
         )
     } else if replicating as i32 == desired && failed_partitions == 0 {
-        Verdict::yes(
-            "Replicating",
-            format!("{replicating}/{desired} workers replicating"),
-        )
+        Verdict::yes("Replicating", w.phrase())
     } else {
-        Verdict::yes(
-            "PartiallyReplicating",
-            format!("{replicating}/{desired} workers replicating; {failed_partitions} partition(s) stopped"),
-        )
+        let mut message = w.phrase();
+        if failed_partitions > 0 {
+            message.push_str(&format!("; {failed_partitions} partition(s) stopped"));
+        }
+        Verdict::yes("PartiallyReplicating", message)
     }
 }
 
@@ -718,9 +774,9 @@ fn topic_unwritable_verdict(topics: &[String]) -> Verdict {
     }
 }
 
-/// `ConnectionFailed`, `InsecureTls` and `TopicUnwritable` appear when they first turn True
-/// and stay (False) after: a flow that never had one keeps its `kubectl describe` to one
-/// screen.
+/// The conditions of trouble (`DataLoss` and the other failure types, `InvalidSpec`,
+/// `ConnectionFailed`, `InsecureTls`, `TopicUnwritable`) appear when they first turn True and
+/// stay (False) after: a flow that never had one keeps its `kubectl describe` to one screen.
 fn shown_once(v: Verdict, had: bool) -> Option<Verdict> {
     (v.status == "True" || had).then_some(v)
 }
@@ -733,21 +789,15 @@ pub fn fold_flow_status(obs: &FlowObservation<'_>) -> MirrorFlowStatus {
     let pc = &prev.conditions;
     let (gen, now) = (flow.metadata.generation, obs.now);
     let paused = flow.spec.paused;
-    let expected = if paused {
-        WorkerState::Paused
-    } else {
-        WorkerState::Running
-    };
 
     let workers = desired_workers(flow, &prev.workers);
     let health: Vec<WorkerHealth> = workers
         .iter()
         .map(|(_, e)| classify_worker(*e, now, obs.stale_after))
         .collect();
-    let rollup = roll_up_workers(&workers, &health, expected, obs.stale_after);
+    let rollup = roll_up_workers(&workers, &health, paused, obs.stale_after);
     let fresh = fresh_entries(&workers, &health);
-    let mut failures = fold_failures(&workers, &prev.failures);
-    let failed_partitions = failures.len() as i32;
+    let (mut failures, failed_partitions) = fold_failures(&workers, &prev.failures);
     let reset = fold_reset(
         flow.spec.reset.as_ref(),
         prev.last_applied_reset.as_ref(),
@@ -755,7 +805,7 @@ pub fn fold_flow_status(obs: &FlowObservation<'_>) -> MirrorFlowStatus {
     );
     let connection = connection_trouble(&fresh);
 
-    let ready = ready_verdict(&ReadyInputs {
+    let (ready, phase) = ready_verdict(&ReadyInputs {
         invalid: obs.invalid,
         children: obs.children,
         reset: &reset,
@@ -764,18 +814,21 @@ pub fn fold_flow_status(obs: &FlowObservation<'_>) -> MirrorFlowStatus {
         workers: &rollup,
         draining: obs.draining,
         statefulset: obs.statefulset,
-        paused,
     });
-    let mut conditions = vec![
-        ready.stamp(pc, READY, gen, now),
-        replicating_verdict(&rollup, paused, failed_partitions).stamp(pc, REPLICATING, gen, now),
-    ];
-    for type_ in FAILURE_TYPES {
-        let condition = failure_texts(type_).condition;
-        conditions.push(failure_verdict(&failures, type_).stamp(pc, condition, gen, now));
-    }
-    conditions.push(invalid_spec_verdict(obs.invalid).stamp(pc, INVALID_SPEC, gen, now));
-    let once = [
+    let mut conditions = vec![ready.clone().stamp(pc, READY, gen, now)];
+    conditions.extend(phase_stamps(&ready, phase, pc, gen, now));
+    conditions.push(replicating_verdict(&rollup, failed_partitions).stamp(
+        pc,
+        REPLICATING,
+        gen,
+        now,
+    ));
+    let mut once: Vec<(&str, Verdict)> = FAILURE_TYPES
+        .iter()
+        .map(|t| (failure_texts(*t).condition, failure_verdict(&failures, *t)))
+        .collect();
+    once.extend([
+        (INVALID_SPEC, invalid_spec_verdict(obs.invalid)),
         (
             CONNECTION_FAILED,
             connection_failed_verdict(connection.as_ref()),
@@ -785,7 +838,7 @@ pub fn fold_flow_status(obs: &FlowObservation<'_>) -> MirrorFlowStatus {
             TOPIC_UNWRITABLE,
             topic_unwritable_verdict(&unwritable_topics(&fresh)),
         ),
-    ];
+    ]);
     for (type_, v) in once {
         if let Some(v) = shown_once(v, pc.iter().any(|c| c.type_ == type_)) {
             conditions.push(v.stamp(pc, type_, gen, now));
@@ -807,7 +860,7 @@ pub fn fold_flow_status(obs: &FlowObservation<'_>) -> MirrorFlowStatus {
     MirrorFlowStatus {
         observed_generation: gen,
         conditions,
-        workers_summary: Some(format!("{}/{}", rollup.ready, rollup.desired)),
+        workers_summary: Some(rollup.summary()),
         failed_partitions,
         failures,
         last_applied_reset,

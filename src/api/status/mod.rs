@@ -35,6 +35,13 @@ pub const PROGRESS_MISSING: &str = "ProgressMissing";
 /// True while a partition is stopped at a record the target refused for good.
 pub const RECORD_REJECTED: &str = "RecordRejected";
 pub const INVALID_SPEC: &str = "InvalidSpec";
+/// kstatus: True (and present) only while the resource gets to its desired state (workers
+/// starting, rolling, scaling, a reset applied); reason and message are Ready's.
+pub const RECONCILING: &str = "Reconciling";
+/// kstatus: True (and present) only while the resource cannot go on until someone acts (an
+/// invalid spec, a child it cannot apply, stopped partitions, a connection or worker failing;
+/// a failing or stale checkpoint); reason and message are Ready's.
+pub const STALLED: &str = "Stalled";
 /// True while a worker cannot authenticate to a cluster or verify its TLS certificates.
 pub const CONNECTION_FAILED: &str = "ConnectionFailed";
 /// True while a cluster has `tls.insecureSkipVerify` (a warning: test clusters only).
@@ -151,6 +158,33 @@ impl Verdict {
             now,
         )
     }
+}
+
+/// Where a resource stands, as kstatus reads it: `Stalled` (it cannot go on until someone
+/// acts), `Reconciling` (it is getting there), or neither.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    Stalled,
+    Reconciling,
+    Current,
+}
+
+/// kstatus's `Reconciling` or `Stalled` for `phase`: present, True, with Ready's reason and
+/// message, only while the resource is in that phase (kstatus reads their absence as False).
+fn phase_stamps(
+    ready: &Verdict,
+    phase: Phase,
+    previous: &[Condition],
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Option<Condition> {
+    let type_ = match phase {
+        Phase::Reconciling => RECONCILING,
+        Phase::Stalled => STALLED,
+        Phase::Current => return None,
+    };
+    let v = Verdict::yes(ready.reason, ready.message.clone());
+    Some(v.stamp(previous, type_, generation, now))
 }
 
 /// The first few of `items` joined for a condition message, with how many more there are.

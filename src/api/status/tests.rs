@@ -34,6 +34,7 @@ fn worker(i: i32, state: WorkerState, heartbeat: i64) -> WorkerStatus {
         message: None,
         observed_generation: Some(2),
         failures: vec![],
+        stopped_partitions: vec![],
         replication_lag: None,
         last_applied_reset: None,
         checkpoints: vec![],
@@ -275,7 +276,7 @@ pub(crate) fn cases() -> Vec<Case> {
                 OK_REST[1],
                 OK_REST[2],
             ],
-            summary: "1/2",
+            summary: "2/2",
             failed: 1,
         },
         Case {
@@ -294,7 +295,7 @@ pub(crate) fn cases() -> Vec<Case> {
                 ("True", "TopicRecreated"),
                 OK_REST[2],
             ],
-            summary: "1/2",
+            summary: "2/2",
             failed: 1,
         },
         Case {
@@ -308,7 +309,7 @@ pub(crate) fn cases() -> Vec<Case> {
                 ("False", "PartitionsFailed"),
                 ("True", "PartiallyReplicating"),
             ),
-            summary: "1/2",
+            summary: "2/2",
             failed: 1,
         },
         Case {
@@ -324,7 +325,7 @@ pub(crate) fn cases() -> Vec<Case> {
                 OK_REST[1],
                 OK_REST[2],
             ],
-            summary: "1/2",
+            summary: "2/2",
             failed: 1,
         },
         Case {
@@ -350,7 +351,7 @@ pub(crate) fn cases() -> Vec<Case> {
                 OK_REST[1],
                 OK_REST[2],
             ],
-            summary: "1/2",
+            summary: "2/2",
             failed: 1,
         },
         Case {
@@ -466,30 +467,48 @@ fn condition_table() {
             .filter(|k| types.contains(&k.type_.as_str()))
             .map(|k| (k.type_.clone(), k.status.clone(), k.reason.clone()))
             .collect();
+        // Conditions of trouble appear once they turn True (a first fold: only then).
         let pm = st.conditions.iter().find(|k| k.type_ == PROGRESS_MISSING);
-        assert_eq!(
-            pm.map(|k| (k.status.as_str(), k.reason.as_str())),
-            Some(("False", "ProgressKnown")),
-            "{}",
-            c.name
-        );
+        assert_eq!(pm, None, "{}", c.name);
         let rr = st.conditions.iter().find(|k| k.type_ == RECORD_REJECTED);
-        let want_rr = if c.name == "RecordRejected on a partition" {
-            ("True", "TargetRefusedRecord")
-        } else {
-            ("False", "NoRecordRejected")
-        };
+        let want_rr =
+            (c.name == "RecordRejected on a partition").then_some(("True", "TargetRefusedRecord"));
         assert_eq!(
             rr.map(|k| (k.status.as_str(), k.reason.as_str())),
-            Some(want_rr),
+            want_rr,
             "{}",
             c.name
         );
         let want: Vec<(String, String, String)> = types
             .iter()
             .zip(c.want)
-            .map(|(ty, (s, r))| (ty.to_string(), s.to_string(), r.to_string()))
+            .enumerate()
+            .filter(|(i, (_, (s, _)))| *i < 2 || *s == "True")
+            .map(|(_, (ty, (s, r)))| (ty.to_string(), s.to_string(), r.to_string()))
             .collect();
+        // kstatus: Stalled while something stops the flow, Reconciling while it gets there,
+        // with Ready's reason; neither otherwise.
+        let ready = cond(&st, READY);
+        let phase = match ready.reason.as_str() {
+            "AllWorkersRunning" | "Paused" => None,
+            "ResetInProgress" | "Scaling" | "RollingUpdate" | "WorkersStarting"
+            | "WorkersNotReady" => Some(RECONCILING),
+            _ => Some(STALLED),
+        };
+        let kstatus: Vec<(&str, &str, &str)> = st
+            .conditions
+            .iter()
+            .filter(|k| k.type_ == RECONCILING || k.type_ == STALLED)
+            .map(|k| (k.type_.as_str(), k.status.as_str(), k.reason.as_str()))
+            .collect();
+        assert_eq!(
+            kstatus,
+            phase
+                .map(|p| vec![(p, "True", ready.reason.as_str())])
+                .unwrap_or_default(),
+            "{}",
+            c.name
+        );
         assert_eq!(got, want, "{}", c.name);
         assert_eq!(st.workers_summary.as_deref(), Some(c.summary), "{}", c.name);
         assert_eq!(st.failed_partitions, c.failed, "{}", c.name);
@@ -851,7 +870,57 @@ fn last_transition_time_moves_only_on_status_change() {
     assert_eq!(cond(&third, READY).last_transition_time, Time(t(160)));
     assert_eq!(cond(&third, REPLICATING).reason, "PartiallyReplicating");
     assert_eq!(cond(&third, REPLICATING).last_transition_time, Time(t(100)));
-    assert_eq!(cond(&third, DATA_LOSS).last_transition_time, Time(t(100)));
+    assert_eq!(cond(&third, STALLED).last_transition_time, Time(t(160)));
+
+    // A DataLoss appears, then is reset: the condition stays, False, and Stalled goes.
+    let mut lost = again.clone();
+    let mut st = lost.status.take().unwrap();
+    st.workers[1].state = Degraded;
+    st.workers[1].failures = vec![failure(FailureType::DataLoss, "orders", 0)];
+    lost.status = Some(st);
+    let fourth = fold(
+        &Case {
+            flow: lost.clone(),
+            ..c3
+        },
+        t(170),
+    );
+    assert_eq!(cond(&fourth, DATA_LOSS).status, "True");
+    assert_eq!(cond(&fourth, STALLED).reason, "PartitionsFailed");
+    let mut cleared = lost;
+    let mut st = fourth.clone();
+    st.workers = vec![worker(0, Running, 175), worker(1, Running, 175)];
+    cleared.status = Some(st);
+    let fifth = fold(
+        &Case {
+            flow: cleared,
+            ..first_case_again()
+        },
+        t(180),
+    );
+    assert_eq!(cond(&fifth, DATA_LOSS).status, "False");
+    assert_eq!(cond(&fifth, DATA_LOSS).last_transition_time, Time(t(180)));
+    assert!(fifth
+        .conditions
+        .iter()
+        .all(|c| c.type_ != STALLED && c.type_ != RECONCILING));
+    assert!(
+        fifth.conditions.iter().all(|c| c.type_ != TOPIC_RESET),
+        "never True, never shown"
+    );
+}
+
+fn first_case_again() -> Case {
+    Case {
+        name: "running",
+        flow: with_workers(flow(2), vec![]),
+        invalid: None,
+        sts: Some(sts(2, 2)),
+        draining: None,
+        want: want(("True", "AllWorkersRunning"), ("True", "Replicating")),
+        summary: "2/2",
+        failed: 0,
+    }
 }
 
 #[test]
@@ -880,7 +949,7 @@ fn failures_are_bounded_and_counted() {
         sts: Some(sts(2, 2)),
         draining: None,
         want: want(("", ""), ("", "")),
-        summary: "0/2",
+        summary: "2/2",
         failed: 151,
     };
     let st = fold(&c, t(100));
@@ -1079,9 +1148,29 @@ pub(crate) fn fold_cp(
     })
 }
 
+/// Ready and Stale; the kstatus conditions are checked against Ready on the way.
 fn cp_conds(st: &OffsetCheckpointStatus) -> Vec<(String, String, String)> {
+    let ready = st.conditions.iter().find(|c| c.type_ == READY).unwrap();
+    let phase = match (ready.status.as_str(), ready.reason.as_str()) {
+        ("True", _) => None,
+        (_, "AwaitingCheckpoints") => Some(RECONCILING),
+        _ => Some(STALLED),
+    };
+    let kstatus: Vec<(&str, &str, &str)> = st
+        .conditions
+        .iter()
+        .filter(|c| c.type_ == RECONCILING || c.type_ == STALLED)
+        .map(|c| (c.type_.as_str(), c.status.as_str(), c.reason.as_str()))
+        .collect();
+    assert_eq!(
+        kstatus,
+        phase
+            .map(|p| vec![(p, "True", ready.reason.as_str())])
+            .unwrap_or_default()
+    );
     st.conditions
         .iter()
+        .filter(|c| c.type_ != RECONCILING && c.type_ != STALLED)
         .map(|c| (c.type_.clone(), c.status.clone(), c.reason.clone()))
         .collect()
 }

@@ -204,9 +204,9 @@ pub async fn delete_topic(bootstrap: &str, topic: &str) -> Result<(), BrokerErro
 }
 
 /// DeleteRecords: deletes the records of `topic`/`partition` below `offset` and returns
-/// the partition's new log start offset (low watermark). Works on nisshi only: tansu drops
+/// the partition's new log start offset (low watermark). Works on Apache Kafka: tansu drops
 /// the connection (`BrokerTransportFailure`), the mock answers `UnsupportedFeature`.
-/// `offset` must be ≥ 0 (librdkafka rejects -1) and ≤ the high watermark (nisshi answers
+/// `offset` must be ≥ 0 (librdkafka rejects -1) and ≤ the high watermark (Kafka answers
 /// `OffsetOutOfRange` beyond it).
 pub async fn delete_records_before(
     bootstrap: &str,

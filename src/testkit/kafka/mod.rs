@@ -177,6 +177,23 @@ impl KafkaCluster {
                 controller: free_port()?,
             });
         }
+        write(&self.dir.join("log4j2.properties"), LOG4J)?;
+        for ports in &all {
+            let dir = self.dir.join(format!("node-{}", ports.node_id));
+            fs::create_dir_all(&dir)
+                .map_err(BrokerError::io(format!("create {}", dir.display())))?;
+            self.nodes.push(Node {
+                log: dir.join("kafka.log"),
+                dir,
+                ports: ports.clone(),
+                child: None,
+            });
+        }
+        self.write_node_files()
+    }
+
+    /// The key store (from the config's TLS files) and every node's `server.properties`.
+    fn write_node_files(&self) -> Result<(), BrokerError> {
         let keystore = self.dir.join("keystore.pem");
         if let Some(tls) = &self.config.tls {
             // Kafka's PEM key store: the private key and the certificate chain in one file.
@@ -187,21 +204,28 @@ impl KafkaCluster {
                 &format!("{}\n{}\n", key.trim_end(), cert.trim_end()),
             )?;
         }
-        write(&self.dir.join("log4j2.properties"), LOG4J)?;
-        for ports in &all {
-            let dir = self.dir.join(format!("node-{}", ports.node_id));
-            fs::create_dir_all(&dir)
-                .map_err(BrokerError::io(format!("create {}", dir.display())))?;
-            let props = config::server_properties(&self.config, ports, &all, &dir, &keystore);
-            write(&dir.join("server.properties"), &props)?;
-            self.nodes.push(Node {
-                log: dir.join("kafka.log"),
-                dir,
-                ports: ports.clone(),
-                child: None,
-            });
+        let all: Vec<NodePorts> = self.nodes.iter().map(|n| n.ports.clone()).collect();
+        for node in &self.nodes {
+            let props =
+                config::server_properties(&self.config, &node.ports, &all, &node.dir, &keystore);
+            write(&node.dir.join("server.properties"), &props)?;
         }
         Ok(())
+    }
+
+    /// Serves `tls` (another certificate, key or CA) from now on: every node is killed and
+    /// started again with it, on the same ports and with the same data. A certificate
+    /// Kafka would refuse to reload in place (another host name) is served all the same.
+    pub async fn replace_tls(&mut self, tls: KafkaTls) -> Result<(), BrokerError> {
+        for id in self.node_ids() {
+            self.kill(id)?;
+        }
+        self.config.tls = Some(tls);
+        self.write_node_files()?;
+        for i in 0..self.nodes.len() {
+            self.spawn(i)?;
+        }
+        self.wait_ready(None).await
     }
 
     /// Formats every node's storage (one JVM each, at the same time), with the SCRAM users.
@@ -529,7 +553,7 @@ impl KafkaCluster {
     }
 
     /// Runs one of Kafka's command-line tools (`org.apache.kafka.tools.AclCommand`,
-    /// `kafka.admin.ConfigCommand`, ...) on the cluster's jars, returning its stdout; a
+    /// `org.apache.kafka.tools.ConfigCommand`, ...) on the cluster's jars, returning its stdout; a
     /// non-zero exit is an error carrying its output.
     pub async fn tool(&self, class: &str, args: &[&str]) -> Result<String, BrokerError> {
         let mut command = tokio::process::Command::new(&self.java);

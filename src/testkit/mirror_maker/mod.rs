@@ -253,9 +253,10 @@ impl MirrorMaker {
                 detail: "not running".to_owned(),
             });
         };
-        let pid = libc::pid_t::try_from(child.id()).expect("a pid fits pid_t");
-        // SAFETY: signals our own child, which is not reaped yet, so the pid is still its.
-        unsafe { libc::kill(pid, libc::SIGTERM) };
+        // Our own child, not reaped yet, so the pid is still its.
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
         let begin = Instant::now();
         loop {
             match child.try_wait() {

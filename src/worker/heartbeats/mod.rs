@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::error::KafkaError;
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Message, Offset, TopicPartitionList};
 use tokio::sync::watch;
 use tracing::{info, warn};
@@ -41,7 +43,7 @@ pub struct HeartbeatRunner {
     /// Group id of the replica reader: the worker's own (`EngineSettings::transactional_id`),
     /// suffixed. Never shared with another flow's reader on the same target: two live
     /// consumers of one group there kept the checkpoint runner from seeing any source group
-    /// (tests/e2e_kube.rs, nisshi), and a group per flow is what the other readers do too.
+    /// (tests/e2e_kube.rs), and a group per flow is what the other readers do too.
     pub reader_group: String,
     pub secrets_dir: PathBuf,
     pub spec: watch::Receiver<MirrorFlowSpec>,
@@ -308,12 +310,21 @@ async fn write(producer: &EventProducer, hb: &Heartbeat) -> Result<(), String> {
 /// The next replica read on the target, as `(key, value)`; pending while nothing is read.
 async fn next_replica(session: &Option<Session>) -> Result<(Vec<u8>, Vec<u8>), String> {
     match session {
-        Some(s) if s.assigned => match s.reader.recv().await {
-            Ok(m) => Ok((
-                m.key().unwrap_or_default().to_vec(),
-                m.payload().unwrap_or_default().to_vec(),
-            )),
-            Err(e) => Err(format!("reading {}: {e}", s.replica_topic)),
+        Some(s) if s.assigned => loop {
+            match s.reader.recv().await {
+                Ok(m) => {
+                    return Ok((
+                        m.key().unwrap_or_default().to_vec(),
+                        m.payload().unwrap_or_default().to_vec(),
+                    ))
+                }
+                // librdkafka looks up the coordinator of the reader's group.id, which a
+                // principal without Describe on that group is refused; the reader is
+                // assigned, never in the group, and reads on (docs/SECURITY.md).
+                Err(KafkaError::MessageConsumption(RDKafkaErrorCode::GroupAuthorizationFailed)) => {
+                }
+                Err(e) => return Err(format!("reading {}: {e}", s.replica_topic)),
+            }
         },
         _ => std::future::pending().await,
     }

@@ -28,7 +28,7 @@ use std::path::PathBuf;
 use super::args::{FlowInput, WorkerArgs};
 use super::sinks::{checkpoint_reports, CheckpointReportSource, WorkerSink};
 use super::wiring::{run_with, shutdown_signal};
-use crate::api::status::{material, same_failure};
+use crate::api::status::{material, partition_ref, same_failure};
 use crate::api::{
     load_flow_file, validate_flow, MirrorFlow, MirrorFlowSpec, OffsetCheckpoint, PartitionFailure,
     WorkerState, WorkerStatus, GROUP, VERSION,
@@ -191,55 +191,59 @@ fn folded_failures(flow: &MirrorFlow) -> Vec<PartitionFailure> {
         .unwrap_or_default()
 }
 
-/// The entry as it is applied: the message of a Degraded worker names its failed partitions
-/// (the explanation of a DataLoss or TopicReset is in `status.failures`), and failures the
-/// controller has already folded into `status.failures` (`folded`) are sent without their
-/// explanation. Pure.
+/// The entry as it is applied: a failure the controller has already folded into
+/// `status.failures` with its explanation (`folded`) is named in `stoppedPartitions` instead,
+/// so each explanation is shown once; a Degraded worker's message names only the failed
+/// partitions no failure entry explains (a persisted failure this build cannot read). Pure.
 pub fn compact_entry(
     mut entry: WorkerStatus,
     snapshot: &WorkerSnapshot,
     folded: &[PartitionFailure],
 ) -> WorkerStatus {
-    for f in &mut entry.failures {
-        let known = folded
-            .iter()
-            .any(|k| same_failure(k, f) && k.message.is_some());
-        if known {
-            f.message = None;
-            f.log_start_offset = None;
-            f.records_lost = None;
-        }
-    }
+    let (explained, open): (Vec<PartitionFailure>, Vec<PartitionFailure>) =
+        std::mem::take(&mut entry.failures)
+            .into_iter()
+            .partition(|f| {
+                folded
+                    .iter()
+                    .any(|k| same_failure(k, f) && k.message.is_some())
+            });
+    entry.failures = open;
+    entry.stopped_partitions = explained
+        .iter()
+        .map(|f| partition_ref(&f.topic, f.partition))
+        .collect();
     if entry.state == WorkerState::Degraded {
-        let failed: Vec<String> = snapshot
+        let unexplained: Vec<String> = snapshot
             .partitions
             .iter()
             .filter_map(|p| match &p.state {
-                PartitionState::Failed(f) => Some(match &f.failure {
-                    Some(v) => format!("{}/{} ({:?})", p.topic, p.partition, v.type_),
-                    None => format!("{}/{}: {}", p.topic, p.partition, shorten(&f.message, 160)),
-                }),
+                PartitionState::Failed(f) if f.failure.is_none() => Some(format!(
+                    "{}/{}: {}",
+                    p.topic,
+                    p.partition,
+                    shorten(&f.message, 160)
+                )),
                 _ => None,
             })
             .collect();
-        let mut msg = format!(
-            "{} of {} partitions failed: {}",
-            failed.len(),
-            snapshot.partitions.len(),
-            failed
-                .iter()
-                .take(3)
-                .cloned()
-                .collect::<Vec<_>>()
-                .join("; ")
-        );
-        if failed.len() > 3 {
-            msg.push_str(&format!("; and {} more", failed.len() - 3));
-        }
-        if !entry.failures.is_empty() {
-            msg.push_str("; see status.failures");
-        }
-        entry.message = Some(msg);
+        entry.message = (!unexplained.is_empty()).then(|| {
+            let mut msg = format!(
+                "{} of {} partitions failed: {}",
+                unexplained.len(),
+                snapshot.partitions.len(),
+                unexplained
+                    .iter()
+                    .take(3)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            );
+            if unexplained.len() > 3 {
+                msg.push_str(&format!("; and {} more", unexplained.len() - 3));
+            }
+            msg
+        });
     }
     entry
 }
@@ -345,7 +349,7 @@ impl KubeStatusSink {
         name: String,
         index: u32,
         generation: watch::Receiver<Option<i64>>,
-        folded: watch::Receiver<Vec<PartitionFailure>>,
+        mut folded: watch::Receiver<Vec<PartitionFailure>>,
     ) -> Self {
         let (latest, mut rx) = watch::channel::<Option<WorkerSnapshot>>(None);
         let flush = Arc::new(tokio::sync::Notify::new());
@@ -357,13 +361,20 @@ impl KubeStatusSink {
             let params = PatchParams::apply(&field_manager(index)).force();
             let mut last_sent: Option<WorkerStatus> = None;
             let mut last_time = tokio::time::Instant::now() - HEARTBEAT;
+            let mut folded_closed = false;
             loop {
-                let flushing = tokio::select! {
-                    r = rx.changed() => { if r.is_err() { break; } false }
-                    _ = tokio::time::sleep_until(last_time + HEARTBEAT) => false,
-                    _ = flush_c.notified() => true,
+                // A failure newly folded into status.failures leaves the entry at once, so
+                // its explanation is shown twice as briefly as possible.
+                let (flushing, now_folded) = tokio::select! {
+                    r = rx.changed() => { if r.is_err() { break; } (false, false) }
+                    _ = tokio::time::sleep_until(last_time + HEARTBEAT) => (false, false),
+                    _ = flush_c.notified() => (true, false),
+                    r = folded.changed(), if !folded_closed => {
+                        folded_closed = r.is_err();
+                        (false, r.is_ok())
+                    }
                 };
-                if !flushing {
+                if !flushing && !now_folded {
                     // Debounce: bursts of snapshots become one apply.
                     tokio::time::sleep_until(last_time + MIN_INTERVAL).await;
                 }
@@ -486,6 +497,7 @@ mod tests {
             message: None,
             observed_generation: Some(1),
             failures: vec![],
+            stopped_partitions: vec![],
             replication_lag: None,
             last_applied_reset: None,
             checkpoints: vec![],
@@ -576,30 +588,75 @@ mod tests {
         snap.message = Some("1 of 2 partitions failed: events/0: DataLoss on ... long".into());
         let entry = snap.to_worker_status(Some(1));
 
-        // Not folded yet: the explanation travels, the message is a summary.
+        // Not folded yet: the explanation travels; no message repeats it.
         let first = compact_entry(entry.clone(), &snap, &[]);
         assert_eq!(first.failures, vec![failure.clone()]);
-        assert_eq!(
-            first.message.as_deref(),
-            Some("1 of 2 partitions failed: events/0 (DataLoss); see status.failures")
-        );
-        // Folded (the API server keeps whole seconds): only the failure's identity.
+        assert_eq!(first.stopped_partitions, Vec::<String>::new());
+        assert_eq!(first.message, None);
+        // Folded (the API server keeps whole seconds): the entry names the partition.
         let mut stored = failure.clone();
         stored.detected_at.0 = jiff::Timestamp::from_second(7).unwrap();
-        let later = compact_entry(entry, &snap, std::slice::from_ref(&stored));
-        let f = &later.failures[0];
-        assert_eq!(
-            (
-                f.message.as_deref(),
-                f.log_start_offset,
-                f.records_lost,
-                f.requested_offset
-            ),
-            (None, None, None, 10)
+        let later = compact_entry(entry.clone(), &snap, std::slice::from_ref(&stored));
+        assert_eq!(later.failures, vec![]);
+        assert_eq!(later.stopped_partitions, vec!["events/0".to_string()]);
+        // Folded without its explanation (an older controller still completing it): kept.
+        stored.message = None;
+        let kept = compact_entry(entry, &snap, std::slice::from_ref(&stored));
+        assert_eq!(kept.failures, vec![failure.clone()]);
+        // The controller completes the reference from what it folded before.
+        let mut flow = MirrorFlow::new(
+            "f",
+            serde_json::from_value(json!({
+                "source": {"alias": "a", "bootstrapServers": "a:1"},
+                "target": {"alias": "b", "bootstrapServers": "b:1"}
+            }))
+            .unwrap(),
         );
-        // The controller completes it from what it folded before.
-        let completed = crate::api::status::complete_failure(f, std::slice::from_ref(&failure));
-        assert_eq!(completed, failure);
+        flow.status = Some(crate::api::MirrorFlowStatus {
+            failures: vec![failure.clone()],
+            workers: vec![later],
+            ..Default::default()
+        });
+        let folded = crate::api::status::fold_flow_status(&crate::api::status::FlowObservation {
+            flow: &flow,
+            invalid: None,
+            statefulset: None,
+            draining: None,
+            children: None,
+            now: jiff::Timestamp::from_second(8).unwrap(),
+            stale_after: crate::api::status::DEFAULT_STALE_AFTER,
+        });
+        assert_eq!(
+            (folded.failures, folded.failed_partitions),
+            (vec![failure], 1)
+        );
+    }
+
+    #[test]
+    fn a_failure_without_an_entry_is_named_in_the_message() {
+        use crate::worker::replicate::status::{FailureKind, PartitionFailed, PartitionSnapshot};
+        let mut snap = WorkerSnapshot::starting("ns", "f", 0, 1, crate::api::Delivery::AtLeastOnce);
+        snap.state = WorkerState::Degraded;
+        snap.partitions = vec![PartitionSnapshot {
+            topic: "events".into(),
+            partition: 2,
+            target_topic: "dc1.events".into(),
+            position: Some(10),
+            high_watermark: Some(30),
+            lag_records: Some(20),
+            lag_seconds: None,
+            state: PartitionState::Failed(PartitionFailed {
+                kind: FailureKind::RecordRejected,
+                offset: 10,
+                message: "the target refused the record".into(),
+                failure: None,
+            }),
+        }];
+        let entry = compact_entry(snap.to_worker_status(Some(1)), &snap, &[]);
+        assert_eq!(
+            entry.message.as_deref(),
+            Some("1 of 1 partitions failed: events/2: the target refused the record")
+        );
     }
 
     #[test]

@@ -22,11 +22,10 @@ pub const RECORD_OVERHEAD_BYTES: usize =
     PRODUCER_MESSAGE_BYTES + std::mem::size_of::<BatchRecord>() + std::mem::size_of::<i64>();
 
 /// What a record sent without a copy holds beyond [`RECORD_OVERHEAD_BYTES`] until its
-/// delivery report: the consumer's fetch event (`rd_kafka_op_t` with the message, 304 bytes
-/// in librdkafka 2.12, a 320-byte allocation) and its slot in the delivery group. Its key
-/// and value stay in the consumer's fetch buffer instead of librdkafka's copy.
-pub const HELD_OVERHEAD_BYTES: usize =
-    320 + std::mem::size_of::<crate::kafka::consume::HeldEvent>();
+/// delivery report: the consumer's fetch event and its slot in the delivery group. Its key
+/// and value stay in the consumer's fetch buffer instead of librdkafka's copy (the rest of
+/// that buffer is counted apart, `kafka::delivery::Tracker::held_beyond_groups`).
+pub const HELD_OVERHEAD_BYTES: usize = crate::kafka::consume::HELD_EVENT_BYTES;
 
 /// When a batch is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,12 +83,15 @@ pub struct BatchRecord {
     pub offset: i64,
     /// Source timestamp (create or log-append time), ms.
     pub timestamp: Option<i64>,
-    /// Bytes counted for this record.
+    /// The record's bytes (key, value, headers) plus [`RECORD_OVERHEAD_BYTES`]
+    /// ([`record_size`]); the window counts [`BatchRecord::window_size`].
     pub size: usize,
     /// Key, value and headers while they are kept; `None` once released or never kept.
     payload: Option<Box<Payload>>,
     /// Handed to the producer as it was read: no payload was ever kept.
     sent: bool,
+    /// Sent without a copy: its fetch event is held until its report.
+    held: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -130,6 +132,7 @@ impl BatchRecord {
                 headers,
             })),
             sent: false,
+            held: false,
         }
     }
 
@@ -143,7 +146,19 @@ impl BatchRecord {
             size,
             payload: None,
             sent: true,
+            held: false,
         }
+    }
+
+    /// This record, sent without a copy when `held` (see [`HELD_OVERHEAD_BYTES`]).
+    pub fn with_held(self, held: bool) -> Self {
+        Self { held, ..self }
+    }
+
+    /// Bytes the window counts for this record: [`BatchRecord::size`], and
+    /// [`HELD_OVERHEAD_BYTES`] more for a record sent without a copy.
+    pub fn window_size(&self) -> usize {
+        self.size + if self.held { HELD_OVERHEAD_BYTES } else { 0 }
     }
 
     /// Whether this is the bookkeeping of a record sent as it was read ([`Self::sent`]): a
@@ -252,7 +267,7 @@ impl Batch {
         part.last = record.offset;
         part.count += 1;
         record.slot = slot;
-        self.bytes += record.size;
+        self.bytes += record.window_size();
         self.held += usize::from(!record.sent);
         self.opened_at.get_or_insert(now);
         self.records.push(record);
@@ -264,7 +279,7 @@ impl Batch {
         if let Some(last) = self.records.last_mut() {
             debug_assert_eq!(last.offset, record.offset);
             let slot = last.slot;
-            self.bytes = self.bytes - last.size + record.size;
+            self.bytes = self.bytes - last.window_size() + record.window_size();
             self.held = self.held + usize::from(!record.sent) - usize::from(!last.sent);
             *last = BatchRecord { slot, ..record };
         }

@@ -91,6 +91,10 @@ pub struct Engine {
     stalled: Option<String>,
     /// Target topics that cannot take a write (from the last refresh that could check).
     unwritable: Vec<String>,
+    /// A read the source refused, and whether the worker shows it
+    /// ([`report::refusal_now`]: Degraded while a partition with records waiting is stuck).
+    refused: Option<report::Refusal>,
+    refused_shown: bool,
     /// Rotation versions of the clusters' mounted Secrets (see [`Engine::watch_secrets`]).
     secrets: Option<FlowSecrets>,
 }
@@ -150,6 +154,8 @@ impl Engine {
             waiting: None,
             stalled: None,
             unwritable: Vec::new(),
+            refused: None,
+            refused_shown: false,
             secrets: None,
             settings,
         })
@@ -675,6 +681,14 @@ impl Engine {
                 self.out.metrics.error(ErrorKind::OffsetValidation);
                 // librdkafka does not say which partition: check them all after this batch.
                 self.out_of_range_seen = true;
+            }
+            ConsumerError::Refused => {
+                self.out.metrics.error(ErrorKind::Source);
+                let why = report::refusal_reason(&self.spec.source.alias, &e);
+                if self.refused.is_none() {
+                    warn!("{why}");
+                }
+                self.refused = Some(report::Refusal::new(why, &self.table));
             }
             ConsumerError::Other => {
                 self.out.metrics.error(ErrorKind::Source);

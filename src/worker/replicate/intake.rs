@@ -86,16 +86,24 @@ pub fn consumer_defaults(t: &Tuning, props: &ClientProperties) -> Vec<(&'static 
 pub enum ConsumerError {
     /// librdkafka refused a position (offset validation): it does not say which partition.
     OutOfRange,
+    /// The source's authorizer refuses the worker's principal READ on a topic: fetching goes
+    /// on being refused until an ACL changes, so it is reported, not only counted.
+    Refused,
     /// Anything else (librdkafka retries by itself).
     Other,
 }
 
 /// Classifies a consumer error.
 pub fn classify_consumer_error(e: &KafkaError) -> ConsumerError {
+    use RDKafkaErrorCode as C;
     match e {
-        KafkaError::MessageConsumption(
-            RDKafkaErrorCode::AutoOffsetReset | RDKafkaErrorCode::LogTruncation,
-        ) => ConsumerError::OutOfRange,
+        KafkaError::MessageConsumption(C::AutoOffsetReset | C::LogTruncation) => {
+            ConsumerError::OutOfRange
+        }
+        KafkaError::MessageConsumption(C::TopicAuthorizationFailed) => ConsumerError::Refused,
+        // Not GROUP_AUTHORIZATION_FAILED: librdkafka looks up the coordinator of any
+        // `group.id`, and a principal without Describe on the group is refused that lookup;
+        // the consumer is assigned, never in the group, and reads on.
         _ => ConsumerError::Other,
     }
 }
@@ -240,6 +248,27 @@ mod tests {
             let got = got.iter().find(|(k, _)| *k == key).map(|(_, v)| v.as_str());
             assert_eq!(got, want, "{source_config:?} {key}");
         }
+    }
+
+    #[test]
+    fn consumer_error_table() {
+        use RDKafkaErrorCode as C;
+        let cases = [
+            (C::AutoOffsetReset, ConsumerError::OutOfRange),
+            (C::LogTruncation, ConsumerError::OutOfRange),
+            (C::TopicAuthorizationFailed, ConsumerError::Refused),
+            (C::GroupAuthorizationFailed, ConsumerError::Other),
+            (C::NotLeaderForPartition, ConsumerError::Other),
+            (C::UnknownTopicOrPartition, ConsumerError::Other),
+        ];
+        for (code, want) in cases {
+            let e = KafkaError::MessageConsumption(code);
+            assert_eq!(classify_consumer_error(&e), want, "{code:?}");
+        }
+        assert_eq!(
+            classify_consumer_error(&KafkaError::Canceled),
+            ConsumerError::Other
+        );
     }
 
     #[test]

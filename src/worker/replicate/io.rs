@@ -7,7 +7,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rdkafka::client::{Client, ClientContext};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::{Message, Offset, TopicPartitionList};
@@ -92,31 +91,7 @@ pub async fn watermarks(
         .collect())
 }
 
-/// `(log start, high watermark)` from the last fetch response `client` received for
-/// `topic`/`partition` (librdkafka's cache, updated before the response's error is handled,
-/// so also after an out-of-range answer); `None` before any fetch response. A broker that
-/// answered a fetch with an error may report `-1` as its high watermark.
-pub fn cached_watermarks<C: ClientContext>(
-    client: &Client<C>,
-    topic: &str,
-    partition: i32,
-) -> Option<(i64, i64)> {
-    let name = std::ffi::CString::new(topic).ok()?;
-    let (mut low, mut high) = (0i64, 0i64);
-    // SAFETY: `client` is alive for the call; librdkafka copies the values under its lock.
-    let err = unsafe {
-        rdkafka::bindings::rd_kafka_get_watermark_offsets(
-            client.native_ptr(),
-            name.as_ptr(),
-            partition,
-            &mut low,
-            &mut high,
-        )
-    };
-    let invalid = i64::from(rdkafka::bindings::RD_KAFKA_OFFSET_INVALID);
-    (err == rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR && high != invalid)
-        .then_some((low, high))
-}
+pub use crate::kafka::consume::cached_watermarks;
 
 /// The high watermark a Fetch reports for each `(topic, partition, position)`: a throw-away
 /// consumer (no group, `auto.offset.reset=error`, read_committed) fetches every partition at

@@ -1,11 +1,13 @@
 //! What the engine reports: the status snapshot (pure), lag gauges and readiness.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use super::partitions::PartitionTable;
 use super::status::{
     total_lag, validation_failures, worker_state, PartitionSnapshot, WorkerSnapshot,
 };
+use crate::api::TopicPartitionRef;
 use crate::api::{AppliedReset, Delivery, WorkerState};
 use crate::telemetry::http::Readiness;
 use crate::telemetry::metrics::WorkerMetrics;
@@ -126,6 +128,62 @@ pub fn stall_reason(
         })
 }
 
+/// Why the source refuses the worker's reads, from a consumer's authorization error `e`
+/// on the source `alias`: what to grant. Pure.
+pub fn refusal_reason(alias: &str, e: &dyn std::fmt::Display) -> String {
+    format!(
+        "source cluster {alias} refuses to let this worker read ({e}): its principal needs \
+         Read and Describe on every replicated topic (kafka-acls --add --allow-principal \
+         <principal> --operation Read --operation Describe --topic <topic>; docs/SECURITY.md)"
+    )
+}
+
+/// A read the source refused (a consumer's authorization error; librdkafka reports it once
+/// per partition, then retries quietly, and does not say which partition here).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub why: String,
+    /// Each owned partition's position when it came.
+    pub at: BTreeMap<TopicPartitionRef, i64>,
+    /// A partition with records waiting has been seen stuck since.
+    pub seen_stuck: bool,
+}
+
+impl Refusal {
+    pub fn new(why: String, table: &PartitionTable) -> Self {
+        let at = table
+            .owned()
+            .filter_map(|(tp, p)| Some((tp.clone(), p.position?)))
+            .collect();
+        Self {
+            why,
+            at,
+            seen_stuck: false,
+        }
+    }
+}
+
+/// A refusal after a look at `table`, and whether the worker shows it (Degraded): shown
+/// while a partition with records waiting (position below its high watermark) has not moved
+/// since the refusal; forgotten once, after that was seen, none is stuck any more. Before
+/// the high watermarks show waiting records it is kept but not shown. Pure.
+pub fn refusal_now(refused: Option<Refusal>, table: &PartitionTable) -> (Option<Refusal>, bool) {
+    let Some(mut r) = refused else {
+        return (None, false);
+    };
+    let stuck = table.owned().any(|(tp, p)| {
+        matches!((p.position, p.high, r.at.get(tp)), (Some(pos), Some(high), Some(at)) if pos < high && pos <= *at)
+    });
+    if stuck {
+        r.seen_stuck = true;
+        (Some(r), true)
+    } else if r.seen_stuck {
+        (None, false)
+    } else {
+        (Some(r), false)
+    }
+}
+
 /// Since when the worker has waited for the target without an acknowledgement: `None`
 /// while nothing is pending; every acknowledgement starts the wait again. Pure.
 pub fn waiting_since(
@@ -172,10 +230,79 @@ pub fn update_readiness(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::TopicPartitionRef;
     use crate::worker::replicate::partitions::Start;
     use crate::worker::replicate::status::{FailureKind, PartitionFailed, PartitionState};
     use pretty_assertions::assert_eq;
+
+    #[test]
+    fn a_refusal_shows_while_a_waiting_partition_is_stuck() {
+        let why = refusal_reason(
+            "dc1",
+            &"Message consumption error: TopicAuthorizationFailed",
+        );
+        for want in [
+            "source cluster dc1",
+            "TopicAuthorizationFailed",
+            "--operation Read",
+        ] {
+            assert!(why.contains(want), "{want}: {why}");
+        }
+        let tp = |topic: &str| TopicPartitionRef {
+            topic: topic.into(),
+            partition: 0,
+        };
+        // (position, high) of `orders` (refused) and `heartbeats` (read on).
+        let table = |orders: (i64, Option<i64>), beats: (i64, Option<i64>)| {
+            let mut t = PartitionTable::default();
+            for (name, (pos, high)) in [("orders", orders), ("heartbeats", beats)] {
+                t.take(&tp(name), &format!("dc1.{name}"), 1, false);
+                t.start(&tp(name), &Start::Fresh(pos), false);
+                t.get_mut(&tp(name)).unwrap().high = high;
+            }
+            t
+        };
+        let refused = Refusal::new(why.clone(), &table((50, Some(50)), (7, Some(7))));
+        assert_eq!(refused.at.len(), 2);
+        let seen = Refusal {
+            seen_stuck: true,
+            ..refused.clone()
+        };
+        let cases = [
+            (
+                "nothing refused",
+                None,
+                table((50, Some(70)), (7, Some(7))),
+                (None, false),
+            ),
+            (
+                "high watermarks not known to have moved: kept, not shown",
+                Some(refused.clone()),
+                table((50, Some(50)), (9, Some(9))),
+                (Some(refused.clone()), false),
+            ),
+            (
+                "records wait on a stuck partition, another moves: shown",
+                Some(refused.clone()),
+                table((50, Some(70)), (9, Some(10))),
+                (Some(seen.clone()), true),
+            ),
+            (
+                "the stuck partition moved (READ given back): forgotten",
+                Some(seen.clone()),
+                table((60, Some(70)), (9, Some(10))),
+                (None, false),
+            ),
+            (
+                "still stuck",
+                Some(seen.clone()),
+                table((50, Some(90)), (12, Some(12))),
+                (Some(seen.clone()), true),
+            ),
+        ];
+        for (name, refused, table, want) in cases {
+            assert_eq!(refusal_now(refused, &table), want, "{name}");
+        }
+    }
 
     fn life<'a>(
         fatal: Option<&'a str>,

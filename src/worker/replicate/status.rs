@@ -193,6 +193,7 @@ impl WorkerSnapshot {
             message: self.message.clone(),
             observed_generation,
             failures: self.failures.iter().take(MAX_FAILURES).cloned().collect(),
+            stopped_partitions: Vec::new(),
             replication_lag: Some(self.replication_lag.clone()),
             last_applied_reset: self.last_applied_reset.clone(),
             // Filled in by the checkpoint side, which owns those reports.

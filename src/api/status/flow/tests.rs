@@ -20,6 +20,7 @@ fn entry(i: u32, state: WorkerState) -> WorkerStatus {
         message: None,
         observed_generation: Some(1),
         failures: vec![],
+        stopped_partitions: vec![],
         replication_lag: None,
         last_applied_reset: None,
         checkpoints: vec![],
@@ -62,12 +63,14 @@ fn ids<'a>(entries: &[Option<&'a WorkerStatus>]) -> Vec<(String, Option<&'a Work
         .collect()
 }
 
-fn rollup(desired: i32, ready: usize) -> WorkerRollup {
+fn rollup(desired: i32, up: usize) -> WorkerRollup {
     WorkerRollup {
         desired,
-        ready,
-        replicating: ready,
+        up,
+        replicating: up,
+        paused: false,
         failed: vec![],
+        degraded: vec![],
         not_ready: vec![],
         only_starting: true,
     }
@@ -249,10 +252,41 @@ fn failures_are_one_per_partition_and_completed_from_the_status() {
     let got = fold_failures(&ids(&[Some(&a), Some(&b)]), std::slice::from_ref(&known));
     assert_eq!(
         got,
-        vec![known, failure(FailureType::TopicReset, "u", 1, 0)],
+        (
+            vec![known.clone(), failure(FailureType::TopicReset, "u", 1, 0)],
+            2
+        ),
         "sorted by partition, explanation filled in"
     );
-    assert_eq!(fold_failures(&ids(&[None, None]), &[]), vec![]);
+    assert_eq!(fold_failures(&ids(&[None, None]), &[]), (vec![], 0));
+
+    // A partition an entry names is the failure the status explains; one the status no
+    // longer holds (beyond its bound) still counts as stopped.
+    let mut c = entry(0, WorkerState::Degraded);
+    c.stopped_partitions = strings(&["t/0", "v/3", "no-partition", "w/x"]);
+    assert_eq!(
+        fold_failures(&ids(&[Some(&c)]), std::slice::from_ref(&known)),
+        (vec![known], 2)
+    );
+}
+
+#[test]
+fn partition_refs_round_trip() {
+    assert_eq!(partition_ref("orders.eu", 12), "orders.eu/12");
+    let rows = [
+        ("orders.eu/12", Some(("orders.eu", 12))),
+        ("a/b/3", Some(("a/b", 3))),
+        ("/3", None),
+        ("orders", None),
+        ("orders/x", None),
+    ];
+    for (r, want) in rows {
+        assert_eq!(
+            parse_partition_ref(r),
+            want.map(|(t, p)| (t.to_string(), p)),
+            "{r}"
+        );
+    }
 }
 
 #[test]
@@ -312,22 +346,22 @@ fn roll_up_workers_table() {
     struct Case {
         name: &'static str,
         health: [WorkerHealth; 3],
-        expected: WorkerState,
+        paused: bool,
         want: WorkerRollup,
     }
     let cases = [
         Case {
             name: "all running",
             health: [Fresh(Running); 3],
-            expected: Running,
+            paused: false,
             want: rollup(3, 3),
         },
         Case {
             name: "missing and starting workers are only starting",
             health: [Missing, Fresh(Starting), Fresh(Running)],
-            expected: Running,
+            paused: false,
             want: WorkerRollup {
-                ready: 1,
+                up: 1,
                 replicating: 1,
                 not_ready: strings(&[
                     "orders-worker-0: no status yet",
@@ -337,16 +371,14 @@ fn roll_up_workers_table() {
             },
         },
         Case {
-            name: "a stale worker is not ready and not just starting",
+            name: "a stale worker is not ready and not just starting; a degraded one replicates",
             health: [Stale, Fresh(Degraded), Fresh(Running)],
-            expected: Running,
+            paused: false,
             want: WorkerRollup {
-                ready: 1,
+                up: 2,
                 replicating: 2,
-                not_ready: strings(&[
-                    "orders-worker-0: no heartbeat for more than 30s",
-                    "orders-worker-1: Degraded",
-                ]),
+                degraded: strings(&["orders-worker-1: target refuses transactions"]),
+                not_ready: strings(&["orders-worker-0: no heartbeat for more than 30s"]),
                 only_starting: false,
                 ..rollup(3, 0)
             },
@@ -354,9 +386,9 @@ fn roll_up_workers_table() {
         Case {
             name: "a failed worker is named with its message",
             health: [Fresh(Running), Fresh(Failed), Fresh(Running)],
-            expected: Running,
+            paused: false,
             want: WorkerRollup {
-                ready: 2,
+                up: 2,
                 replicating: 2,
                 failed: strings(&["orders-worker-1: target refuses transactions"]),
                 not_ready: strings(&["orders-worker-1: Failed"]),
@@ -367,10 +399,11 @@ fn roll_up_workers_table() {
         Case {
             name: "paused: paused workers are ready, running ones still replicate",
             health: [Fresh(Paused), Fresh(Running), Fresh(Paused)],
-            expected: Paused,
+            paused: true,
             want: WorkerRollup {
-                ready: 2,
+                up: 2,
                 replicating: 1,
+                paused: true,
                 not_ready: strings(&["orders-worker-1: Running"]),
                 only_starting: false,
                 ..rollup(3, 0)
@@ -379,15 +412,21 @@ fn roll_up_workers_table() {
     ];
     for c in cases {
         assert_eq!(
-            roll_up_workers(&workers, &c.health, c.expected, stale_after),
+            roll_up_workers(&workers, &c.health, c.paused, stale_after),
             c.want,
             "{}",
             c.name
         );
     }
-    let none = roll_up_workers(&[], &[], Running, stale_after);
+    let none = roll_up_workers(&[], &[], false, stale_after);
     assert_eq!(none, rollup(0, 0), "no worker desired");
-    assert_eq!(rollup(3, 2).summary(), "2/3 workers ready");
+    assert_eq!(rollup(3, 2).summary(), "2/3");
+    assert_eq!(rollup(3, 2).phrase(), "2/3 workers replicating");
+    let paused = WorkerRollup {
+        paused: true,
+        ..rollup(3, 2)
+    };
+    assert_eq!(paused.phrase(), "2/3 workers paused");
 }
 
 #[test]
@@ -476,24 +515,31 @@ fn ready_verdict_table() {
         workers: &all,
         draining: None,
         statefulset: Some(&settled),
-        paused: false,
     };
-    let cases: Vec<(&str, ReadyInputs, Verdict)> = vec![
+    let paused = WorkerRollup {
+        paused: true,
+        ..all.clone()
+    };
+    let degraded = WorkerRollup {
+        degraded: strings(&["orders-worker-1"]),
+        ..all.clone()
+    };
+    use Phase::*;
+    let cases: Vec<(&str, ReadyInputs, Verdict, Phase)> = vec![
         (
             "all running",
             base,
-            Verdict::yes("AllWorkersRunning", "3/3 workers ready"),
+            Verdict::yes("AllWorkersRunning", "3/3 workers replicating"),
+            Current,
         ),
         (
             "paused",
             ReadyInputs {
-                paused: true,
+                workers: &paused,
                 ..base
             },
-            Verdict::yes(
-                "Paused",
-                "3/3 workers ready; replication paused by spec.paused",
-            ),
+            Verdict::yes("Paused", "3/3 workers paused; paused by spec.paused"),
+            Current,
         ),
         (
             "an invalid spec comes before everything",
@@ -505,6 +551,7 @@ fn ready_verdict_table() {
                 ..base
             },
             Verdict::no("InvalidSpec", "spec.topics: not a regex (got \"[\")"),
+            Stalled,
         ),
         (
             "a child that cannot be applied",
@@ -514,6 +561,7 @@ fn ready_verdict_table() {
                 ..base
             },
             Verdict::no("ChildConflict", "ConfigMap orders-worker is not ours"),
+            Stalled,
         ),
         (
             "a reset in progress comes before the failures it clears",
@@ -523,6 +571,7 @@ fn ready_verdict_table() {
                 ..base
             },
             Verdict::no("ResetInProgress", "reset \"r1\": 1/3 workers applied it"),
+            Reconciling,
         ),
         (
             "stopped partitions",
@@ -533,9 +582,9 @@ fn ready_verdict_table() {
             },
             Verdict::no(
                 "PartitionsFailed",
-                "2 partition(s) stopped by DataLoss or TopicReset; see status.failures and \
-                 patch spec.reset to clear them",
+                "2 partition(s) stopped; see status.failures and patch spec.reset to clear them",
             ),
+            Stalled,
         ),
         (
             "a connection problem",
@@ -545,6 +594,7 @@ fn ready_verdict_table() {
                 ..base
             },
             Verdict::no("AuthenticationFailed", "w0: source dc1: bad password"),
+            Stalled,
         ),
         (
             "a failed worker",
@@ -554,6 +604,16 @@ fn ready_verdict_table() {
                 ..base
             },
             Verdict::no("WorkerFailed", "orders-worker-1: boom"),
+            Stalled,
+        ),
+        (
+            "a degraded worker without stopped partitions",
+            ReadyInputs {
+                workers: &degraded,
+                ..base
+            },
+            Verdict::no("WorkersDegraded", "orders-worker-1"),
+            Stalled,
         ),
         (
             "draining before a resize",
@@ -566,6 +626,7 @@ fn ready_verdict_table() {
                 "Scaling",
                 "scaling from 3 to 2 workers: waiting until every old worker has stopped",
             ),
+            Reconciling,
         ),
         (
             "a rolling update",
@@ -578,6 +639,7 @@ fn ready_verdict_table() {
                 "RollingUpdate",
                 "1/3 worker pods updated to the current spec",
             ),
+            Reconciling,
         ),
         (
             "workers starting",
@@ -588,8 +650,9 @@ fn ready_verdict_table() {
             },
             Verdict::no(
                 "WorkersStarting",
-                "2/3 workers ready; orders-worker-2: no status yet",
+                "2/3 workers replicating; orders-worker-2: no status yet",
             ),
+            Reconciling,
         ),
         (
             "workers not ready",
@@ -599,8 +662,9 @@ fn ready_verdict_table() {
             },
             Verdict::no(
                 "WorkersNotReady",
-                "2/3 workers ready; orders-worker-2: no status yet",
+                "2/3 workers replicating; orders-worker-2: no status yet",
             ),
+            Reconciling,
         ),
         (
             "pods failing their readiness probe",
@@ -612,6 +676,7 @@ fn ready_verdict_table() {
                 "WorkersNotReady",
                 "1/3 worker pods pass their readiness probe",
             ),
+            Reconciling,
         ),
         (
             "no StatefulSet yet",
@@ -623,6 +688,7 @@ fn ready_verdict_table() {
                 "WorkersStarting",
                 "the worker StatefulSet does not exist yet",
             ),
+            Reconciling,
         ),
         (
             "no StatefulSet and no worker desired",
@@ -631,48 +697,46 @@ fn ready_verdict_table() {
                 workers: &nobody,
                 ..base
             },
-            Verdict::yes("AllWorkersRunning", "0/0 workers ready"),
+            Verdict::yes("AllWorkersRunning", "0/0 workers replicating"),
+            Current,
         ),
     ];
-    for (name, inputs, want) in cases {
-        assert_eq!(ready_verdict(&inputs), want, "{name}");
+    for (name, inputs, want, phase) in cases {
+        assert_eq!(ready_verdict(&inputs), (want, phase), "{name}");
     }
 }
 
 #[test]
 fn replicating_verdict_table() {
-    let some = |replicating| WorkerRollup {
+    let some = |replicating, paused| WorkerRollup {
         replicating,
+        up: if paused { 0 } else { replicating },
+        paused,
         ..rollup(3, 0)
     };
     let cases = [
         (
-            some(0),
-            false,
+            some(0, false),
             0,
             Verdict::no("NoWorkerReplicating", "0/3 workers replicating"),
         ),
         (
-            some(0),
-            true,
+            some(0, true),
             0,
             Verdict::no("Paused", "replication paused by spec.paused"),
         ),
         (
-            some(1),
-            true,
+            some(1, true),
             0,
             Verdict::yes("Pausing", "1/3 workers still replicating; pause requested"),
         ),
         (
-            some(3),
-            false,
+            some(3, false),
             0,
             Verdict::yes("Replicating", "3/3 workers replicating"),
         ),
         (
-            some(3),
-            false,
+            some(3, false),
             2,
             Verdict::yes(
                 "PartiallyReplicating",
@@ -680,20 +744,16 @@ fn replicating_verdict_table() {
             ),
         ),
         (
-            some(2),
-            false,
+            some(2, false),
             0,
-            Verdict::yes(
-                "PartiallyReplicating",
-                "2/3 workers replicating; 0 partition(s) stopped",
-            ),
+            Verdict::yes("PartiallyReplicating", "2/3 workers replicating"),
         ),
     ];
-    for (workers, paused, failed, want) in cases {
+    for (workers, failed, want) in cases {
         assert_eq!(
-            replicating_verdict(&workers, paused, failed),
+            replicating_verdict(&workers, failed),
             want,
-            "{workers:?} paused={paused} failed={failed}"
+            "{workers:?} failed={failed}"
         );
     }
 }

@@ -21,6 +21,7 @@ impl Engine {
             self.settings.tuning.stall_after,
             &self.spec.target.alias,
         );
+        (self.refused, self.refused_shown) = report::refusal_now(self.refused.take(), &self.table);
         let problem = self.out.health.problems().into_iter().next();
         report::update_readiness(
             &self.out.readiness,
@@ -41,7 +42,7 @@ impl Engine {
     /// The status snapshot.
     pub(super) fn snapshot(&self) -> WorkerSnapshot {
         let not_ready = self.out.readiness.not_ready_reason();
-        report::snapshot(
+        let mut snap = report::snapshot(
             &self.table,
             &Lifecycle {
                 namespace: &self.settings.namespace,
@@ -57,7 +58,10 @@ impl Engine {
                 last_applied_reset: self.resets.last_applied.as_ref(),
                 unwritable: &self.unwritable,
             },
-        )
+        );
+        let refused = self.refused.as_ref().filter(|_| self.refused_shown);
+        report::degrade_if_stalled(&mut snap, refused.map(|r| r.why.as_str()));
+        snap
     }
 }
 

@@ -151,9 +151,7 @@ impl Pipeline {
         d: &mut Dispatched,
         table: &mut PartitionTable,
     ) -> Result<WriteOutcome, EngineError> {
-        d.s.group.complete().await;
-        d.s.collect();
-        if self.writer.is_none() {
+        if !self.await_reports(d, table).await {
             return Ok(WriteOutcome::Retry);
         }
         // A fenced producer only reports "purged": ask it first.
@@ -212,14 +210,7 @@ impl Pipeline {
         } else {
             meta_group
         };
-        self.metrics.offset_syncs.inc_by(plan.syncs.len() as u64);
-        for (topic, (n, bytes)) in &plan.counts {
-            self.metrics.records.with_label_values(&[topic]).inc_by(*n);
-            self.metrics
-                .bytes
-                .with_label_values(&[topic])
-                .inc_by(*bytes);
-        }
+        self.count_committed(&plan);
         let CommitPlan {
             emitters,
             last_timestamps,
@@ -263,6 +254,36 @@ impl Pipeline {
             self.request_reassign();
         }
         Ok(WriteOutcome::Committed)
+    }
+
+    /// Waits for the batch's delivery reports and collects them; false when the producer is
+    /// gone and the batch must be retried. librdkafka reports every record within its
+    /// delivery timeout. A producer that has not (and a margin) is recreated: its destruction
+    /// purges what it still holds (and releases the fetch events of records sent without a
+    /// copy); the records without a report count as not delivered.
+    async fn await_reports(&mut self, d: &mut Dispatched, table: &mut PartitionTable) -> bool {
+        let limit = self.cfg.tuning.producer.delivery_timeout + Duration::from_secs(10);
+        if !d.s.group.complete_within(limit).await {
+            warn!(
+                ?limit,
+                "delivery reports missing for a batch; recreating the target producer"
+            );
+            self.drop_writer(table);
+        }
+        d.s.collect();
+        self.writer.is_some()
+    }
+
+    /// The committed batch's records, bytes and offset syncs in the worker's metrics.
+    fn count_committed(&self, plan: &CommitPlan) {
+        self.metrics.offset_syncs.inc_by(plan.syncs.len() as u64);
+        for (topic, (n, bytes)) in &plan.counts {
+            self.metrics.records.with_label_values(&[topic]).inc_by(*n);
+            self.metrics
+                .bytes
+                .with_label_values(&[topic])
+                .inc_by(*bytes);
+        }
     }
 
     /// Partitions whose record the target refused stop (both modes); a size refusal that may

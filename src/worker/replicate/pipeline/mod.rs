@@ -22,14 +22,14 @@ use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
 use tracing::{info, warn};
 
-use super::batch::{Batch, BatchLimits, BatchRecord, HELD_OVERHEAD_BYTES};
+use super::batch::{Batch, BatchLimits, BatchRecord};
 use super::intake::{detach_record, headers_and_size};
 use super::partitions::PartitionTable;
 use super::settings::{EngineError, EngineSettings, Tuning};
 use super::writer::{classify_error, describe_error, ErrorClass, TargetWriter};
 use crate::api::{Delivery, MirrorFlowSpec};
 use crate::kafka::config::ClientProperties;
-use crate::kafka::consume::{MessageEvent, SourceMessage};
+use crate::kafka::consume::{MessageEvent, Pins, SourceMessage};
 use crate::kafka::context::LogContext;
 use crate::kafka::events::ProducerEvents;
 use crate::kafka::health::ClusterHealth;
@@ -249,6 +249,8 @@ pub struct Pipeline {
     failures_total: IntCounterVec,
     /// When the target last acknowledged a batch, or syncs and progress.
     last_ack: Instant,
+    /// The fetch buffers that records sent without a copy keep allocated.
+    pins: Pins,
 }
 
 impl Pipeline {
@@ -273,6 +275,7 @@ impl Pipeline {
             metrics,
             failures_total,
             last_ack: Instant::now(),
+            pins: Pins::default(),
         }
     }
 
@@ -526,6 +529,13 @@ impl Pipeline {
             used.0 += m.window.0;
             used.1 += m.window.1;
         }
+        // What records sent without a copy keep beyond their batches' count: the rest of
+        // their fetch buffers, and everything of those whose batch was dropped before their
+        // reports.
+        used.1 += match &self.writer {
+            Some(w) => w.tracker().held_beyond_groups(&self.pins),
+            None => self.pins.bytes(),
+        };
         window.room(self.cfg.tuning.pipeline_depth.max(1) + 1, used)
     }
 
@@ -580,12 +590,11 @@ impl Pipeline {
         let (headers, size) = headers_and_size(m);
         let bytes = m.key().map_or(0, <[u8]>::len) + m.payload().map_or(0, <[u8]>::len);
         let held = matches!(c, Consumed::Event(..)) && bytes >= HELD_MIN_BYTES;
-        let size = size + if held { HELD_OVERHEAD_BYTES } else { 0 };
         let now = self.batch.opened_at().unwrap_or_else(Instant::now);
         self.batch.push(
             topic,
             partition,
-            BatchRecord::sent(offset, timestamp, size),
+            BatchRecord::sent(offset, timestamp, size).with_held(held),
             now,
         );
         let s = self
@@ -602,8 +611,7 @@ impl Pipeline {
         };
         let sent = match c {
             Consumed::Event(ev, consumer) if held => {
-                // SAFETY: `consumer` is the client the event was taken from (`Consumed`).
-                let ev = unsafe { ev.hold(consumer.clone()) };
+                let ev = ev.hold(consumer, &self.pins);
                 writer
                     .send_held(
                         target.id,

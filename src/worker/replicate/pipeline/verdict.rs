@@ -487,6 +487,26 @@ mod tests {
         assert_eq!(plan.counts.len(), 2);
     }
 
+    // A record sent without a copy counts its held fetch event in the window, not in the
+    // bytes replicated.
+    #[test]
+    fn bytes_counted_are_the_records_own_with_or_without_a_copy() {
+        let t = table(&[("a", 0, 0)]);
+        let mut b = Batch::new();
+        let size = record_size(Some(b"k"), Some(&[0; 1000]), 5);
+        for (o, held) in [(0, false), (1, true)] {
+            let r = BatchRecord::sent(o, None, size).with_held(held);
+            b.push("a", 0, r, Instant::now());
+        }
+        assert_eq!(
+            b.bytes(),
+            2 * size + crate::worker::replicate::batch::HELD_OVERHEAD_BYTES
+        );
+        let j = judge(&b, &[ok(0), ok(1)], &[false], false);
+        let plan = commit_plan(&b, &j.outcomes, &t, 100, (0, 1));
+        assert_eq!(plan.counts["a"], (2, 2 * (1 + 1000 + 5)));
+    }
+
     #[test]
     fn commit_plan_progress_order_and_counts() {
         let mut t = table(&[("a", 0, 10), ("b", 0, 5), ("c", 0, 0), ("d", 0, 3)]);

@@ -5850,6 +5850,24 @@ RD_EXPORT rd_kafka_topic_partition_t *
 rd_kafka_event_topic_partition(rd_kafka_event_t *rkev);
 
 
+/**
+ * @returns the buffer a fetched record's key and value point into, as an
+ *          identity only (never to be dereferenced): the fetch response, or
+ *          the decompressed batch the record came in. Every record of that
+ *          buffer keeps it allocated until the record's event is destroyed.
+ *          \p sizep is set to the bytes the buffer keeps allocated (its
+ *          segments and its struct). NULL (and 0) for any other event.
+ *
+ * Event types:
+ *   RD_KAFKA_EVENT_FETCH
+ *
+ * @remark mirrorflow patch: the window of records sent without a copy counts
+ *         the buffers they keep alive.
+ */
+RD_EXPORT const void *rd_kafka_event_fetch_buffer(rd_kafka_event_t *rkev,
+                                                  size_t *sizep);
+
+
 /*! CreateTopics result type */
 typedef rd_kafka_event_t rd_kafka_CreateTopics_result_t;
 /*! DeleteTopics result type */

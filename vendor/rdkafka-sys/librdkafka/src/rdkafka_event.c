@@ -284,6 +284,22 @@ rd_kafka_event_topic_partition_list(rd_kafka_event_t *rkev) {
 }
 
 
+/* mirrorflow patch: see rdkafka.h. */
+const void *rd_kafka_event_fetch_buffer(rd_kafka_event_t *rkev,
+                                        size_t *sizep) {
+        rd_kafka_buf_t *rkbuf;
+
+        *sizep = 0;
+        if (!rkev ||
+            (rkev->rko_type & ~RD_KAFKA_OP_FLAGMASK) != RD_KAFKA_OP_FETCH ||
+            !(rkbuf = rkev->rko_u.fetch.rkbuf))
+                return NULL;
+
+        *sizep = sizeof(*rkbuf) + rkbuf->rkbuf_buf.rbuf_size;
+        return rkbuf;
+}
+
+
 rd_kafka_topic_partition_t *
 rd_kafka_event_topic_partition(rd_kafka_event_t *rkev) {
         rd_kafka_topic_partition_t *rktpar;

@@ -7,14 +7,14 @@
 //! calls it; every librdkafka handle is owned by a guard that destroys it.
 
 use std::collections::BTreeMap;
-use std::ffi::{c_char, c_int, CStr, CString};
+use std::ffi::{c_char, CStr, CString};
 use std::time::Duration;
 
 use rdkafka::admin::AdminClient;
 use rdkafka::bindings as rd;
 use rdkafka::client::ClientContext;
 
-use super::ffi::{admin_options, queue, Handle};
+use super::handle::{admin_options, array, error_text, queue, text, timeout_ms, Handle};
 
 /// The id of one described topic: `Ok(Some(base64))`, `Ok(None)` when the broker reports the
 /// all-zero id (no id support), or the broker's error for that topic (e.g. unknown topic).
@@ -48,64 +48,59 @@ pub fn describe_topic_ids<C: ClientContext>(
         .collect::<Result<_, _>>()?;
     let mut name_ptrs: Vec<*const c_char> = names.iter().map(|n| n.as_ptr()).collect();
     let rk = admin.inner().native_ptr();
-    let timeout_ms = c_int::try_from(timeout.as_millis()).unwrap_or(c_int::MAX);
-
-    // SAFETY: all handles are created from the live client `rk` (borrowed from `admin` for
-    // the whole call), destroyed by guards in reverse order, and result pointers (names,
-    // ids, errors) are only read while `event` is alive.
-    unsafe {
-        let queue = queue(rk);
-        let options = admin_options(
-            rk,
-            rd::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_DESCRIBETOPICS,
-            timeout_ms,
-        );
-        let collection = Handle {
-            ptr: rd::rd_kafka_TopicCollection_of_topic_names(
-                name_ptrs.as_mut_ptr(),
-                name_ptrs.len(),
+    let timeout_ms = timeout_ms(timeout);
+    // SAFETY: the live client `rk` (borrowed from `admin` for the call); queue and options
+    // are ours, destroyed by their guards after the answer was read.
+    let (queue, options) = unsafe {
+        (
+            queue(rk),
+            admin_options(
+                rk,
+                rd::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_DESCRIBETOPICS,
+                timeout_ms,
             ),
-            destroy: rd::rd_kafka_TopicCollection_destroy,
-        };
-        rd::rd_kafka_DescribeTopics(rk, collection.ptr, options.ptr, queue.ptr);
+        )
+    };
+    // SAFETY: the names live across the call (librdkafka copies them into the collection,
+    // and the request copies the collection); the collection and the answer event are ours.
+    let event = unsafe {
+        let collection = Handle::new(
+            rd::rd_kafka_TopicCollection_of_topic_names(name_ptrs.as_mut_ptr(), name_ptrs.len()),
+            rd::rd_kafka_TopicCollection_destroy,
+        );
+        rd::rd_kafka_DescribeTopics(rk, collection.ptr(), options.ptr(), queue.ptr());
         // A little slack over the request timeout so the request's own timeout reports first.
-        let event = Handle {
-            ptr: rd::rd_kafka_queue_poll(queue.ptr, timeout_ms.saturating_add(1000)),
-            destroy: rd::rd_kafka_event_destroy,
-        };
-        if event.ptr.is_null() {
-            return Err(format!("{}: no answer within {timeout:?}", what()));
-        }
-        if rd::rd_kafka_event_error(event.ptr)
+        Handle::new(
+            rd::rd_kafka_queue_poll(queue.ptr(), timeout_ms.saturating_add(1000)),
+            rd::rd_kafka_event_destroy,
+        )
+    };
+    if event.is_null() {
+        return Err(format!("{}: no answer within {timeout:?}", what()));
+    }
+    // SAFETY: the event's result, descriptions, names, ids and errors belong to `event`,
+    // alive until the end of this block; everything is copied out.
+    unsafe {
+        if rd::rd_kafka_event_error(event.ptr())
             != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
         {
-            let msg = CStr::from_ptr(rd::rd_kafka_event_error_string(event.ptr));
-            return Err(format!("{}: {}", what(), msg.to_string_lossy()));
+            let msg = text(rd::rd_kafka_event_error_string(event.ptr()));
+            return Err(format!("{}: {msg}", what()));
         }
-        let result = rd::rd_kafka_event_DescribeTopics_result(event.ptr);
+        let result = rd::rd_kafka_event_DescribeTopics_result(event.ptr());
         if result.is_null() {
             return Err(format!("{}: unexpected event type", what()));
         }
         let mut count = 0usize;
-        let descs = rd::rd_kafka_DescribeTopics_result_topics(result, &mut count);
-        let descs: &[*const rd::rd_kafka_TopicDescription_t] = if descs.is_null() || count == 0 {
-            &[]
-        } else {
-            std::slice::from_raw_parts(descs, count)
-        };
+        let descs = array(
+            rd::rd_kafka_DescribeTopics_result_topics(result, &mut count),
+            count,
+        );
         for desc in descs.iter().copied() {
-            let name = CStr::from_ptr(rd::rd_kafka_TopicDescription_name(desc))
-                .to_string_lossy()
-                .into_owned();
-            let err = rd::rd_kafka_TopicDescription_error(desc);
-            let id = if !err.is_null()
-                && rd::rd_kafka_error_code(err)
-                    != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
-            {
-                let msg = CStr::from_ptr(rd::rd_kafka_error_string(err));
-                Err(format!("describe topic {name}: {}", msg.to_string_lossy()))
-            } else {
-                Ok(uuid_text(rd::rd_kafka_TopicDescription_topic_id(desc)))
+            let name = text(rd::rd_kafka_TopicDescription_name(desc));
+            let id = match error_text(rd::rd_kafka_TopicDescription_error(desc)) {
+                Some(msg) => Err(format!("describe topic {name}: {msg}")),
+                None => Ok(uuid_text(rd::rd_kafka_TopicDescription_topic_id(desc))),
             };
             out.insert(name, id);
         }
@@ -122,17 +117,19 @@ pub fn describe_topic_ids<C: ClientContext>(
 /// # Safety
 /// `id` is null or points to a live `rd_kafka_Uuid_t`.
 unsafe fn uuid_text(id: *const rd::rd_kafka_Uuid_t) -> Option<String> {
-    if id.is_null()
-        || (rd::rd_kafka_Uuid_most_significant_bits(id) == 0
-            && rd::rd_kafka_Uuid_least_significant_bits(id) == 0)
-    {
+    if id.is_null() {
         return None;
     }
-    let text = rd::rd_kafka_Uuid_base64str(id);
-    if text.is_null() {
-        return None;
+    // SAFETY: a live id (the caller's contract); its base64 text is cached in it and copied.
+    unsafe {
+        if rd::rd_kafka_Uuid_most_significant_bits(id) == 0
+            && rd::rd_kafka_Uuid_least_significant_bits(id) == 0
+        {
+            return None;
+        }
+        let text = rd::rd_kafka_Uuid_base64str(id);
+        (!text.is_null()).then(|| CStr::from_ptr(text).to_string_lossy().into_owned())
     }
-    Some(CStr::from_ptr(text).to_string_lossy().into_owned())
 }
 
 #[cfg(test)]

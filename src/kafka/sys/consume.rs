@@ -5,19 +5,24 @@
 //! logs.
 
 use std::any::Any;
+use std::collections::HashMap;
 use std::ffi::CStr;
 use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
 use std::os::raw::c_char;
 use std::ptr::NonNull;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 
 use rdkafka::bindings as rd;
+use rdkafka::client::{Client, ClientContext};
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedHeaders, BorrowedMessage, OwnedHeaders};
 use rdkafka::types::RDKafkaErrorCode;
+
+use super::handle::text;
 
 /// A consumed record, borrowed from librdkafka for `'a`.
 #[derive(Clone, Copy)]
@@ -133,9 +138,11 @@ impl<'a> SourceHeaders<'a> {
         if err != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR || name.is_null() {
             return None;
         }
-        // SAFETY: librdkafka's name and value, valid with the headers.
+        // SAFETY: librdkafka's NUL-terminated name, valid with the headers (for 'a).
         let name = unsafe { CStr::from_ptr(name) }.to_bytes();
-        Some((name, unsafe { bytes(value, size) }))
+        // SAFETY: librdkafka's value and its size, valid with the headers (for 'a).
+        let value = unsafe { bytes(value, size) };
+        Some((name, value))
     }
 
     /// An owned copy for the producer, byte for byte (`rd_kafka_headers_copy`).
@@ -159,6 +166,8 @@ pub enum Polled<'c> {
 pub struct MessageEvent<'c> {
     event: NonNull<rd::rd_kafka_event_t>,
     message: NonNull<rd::rd_kafka_message_t>,
+    /// The client it was taken from (compared, never dereferenced).
+    client: *mut rd::rd_kafka_t,
     _consumer: PhantomData<&'c ()>,
 }
 
@@ -178,34 +187,148 @@ impl Drop for MessageEvent<'_> {
     }
 }
 
+extern "C" {
+    /// The buffer a fetched record's bytes live in (an identity) and the bytes it keeps
+    /// allocated; null and 0 for any other event. A mirrorflow patch of the vendored
+    /// librdkafka (vendor/README.md).
+    fn rd_kafka_event_fetch_buffer(
+        rkev: *mut rd::rd_kafka_event_t,
+        sizep: *mut usize,
+    ) -> *const std::ffi::c_void;
+}
+
 impl MessageEvent<'_> {
     /// The event, kept beyond the drain with a reference to its consumer (librdkafka's
-    /// consumer must outlive the records it handed out).
+    /// consumer must outlive the records it handed out); the fetch buffer its record lives
+    /// in is counted in `pins` until the last event held from it goes.
     ///
-    /// # Safety
-    /// `consumer` must be the client this event was taken from.
-    pub unsafe fn hold(self, consumer: Arc<dyn Any + Send + Sync>) -> HeldEvent {
+    /// # Panics
+    /// If `consumer` is not the consumer this event was taken from.
+    pub fn hold<C, T>(self, consumer: &Arc<T>, pins: &Pins) -> HeldEvent
+    where
+        C: ConsumerContext,
+        T: Consumer<C> + Send + Sync + 'static,
+    {
+        assert!(
+            std::ptr::eq(consumer.client().native_ptr(), self.client),
+            "a fetch event held with a consumer it was not taken from"
+        );
+        let mut size = 0usize;
+        // SAFETY: a live fetch event of ours; librdkafka writes the size and returns the
+        // buffer's address, used only as an identity.
+        let buffer = unsafe { rd_kafka_event_fetch_buffer(self.event.as_ptr(), &mut size) };
         let me = ManuallyDrop::new(self);
         HeldEvent {
             event: me.event,
             message: me.message,
-            _consumer: consumer,
+            pin: Some(pins.pin(buffer as usize, size)),
+            _consumer: consumer.clone(),
         }
     }
 }
 
+/// librdkafka's memory an event held beyond the drain keeps besides its record's bytes: the
+/// fetch op (`rd_kafka_op_t` with the message, 304 bytes in librdkafka 2.12, a 320-byte
+/// allocation), and its slot in the delivery group (`kafka::delivery`).
+pub const HELD_EVENT_BYTES: usize = 320 + std::mem::size_of::<Option<HeldEvent>>();
+
+/// The fetch buffers (responses, or decompressed batches) that held events keep allocated,
+/// each counted once while any of its records is held: a record sent without a copy keeps
+/// its whole buffer, not only its own bytes.
+#[derive(Clone, Default)]
+pub struct Pins(Arc<PinsInner>);
+
+#[derive(Default)]
+struct PinsInner {
+    bytes: AtomicUsize,
+    /// The buffers held now by address (their identity while held: a buffer is freed only
+    /// after the last event holding it).
+    held: Mutex<HashMap<usize, Weak<Pin>>>,
+}
+
+/// One buffer while events hold it.
+struct Pin {
+    pins: Arc<PinsInner>,
+    /// Its address (0: none, not registered).
+    buffer: usize,
+    bytes: usize,
+}
+
+impl Pins {
+    /// Bytes of the buffers held now.
+    pub fn bytes(&self) -> usize {
+        self.0.bytes.load(Ordering::Relaxed)
+    }
+
+    /// The pin of `buffer` (`size` bytes), found or new.
+    fn pin(&self, buffer: usize, size: usize) -> Arc<Pin> {
+        let inner = &self.0;
+        if buffer == 0 {
+            return Arc::new(Pin {
+                pins: Arc::clone(inner),
+                buffer,
+                bytes: 0,
+            });
+        }
+        let mut held = inner.held.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(pin) = held.get(&buffer).and_then(Weak::upgrade) {
+            return pin;
+        }
+        let pin = Arc::new(Pin {
+            pins: Arc::clone(inner),
+            buffer,
+            bytes: size,
+        });
+        inner.bytes.fetch_add(size, Ordering::Relaxed);
+        held.insert(buffer, Arc::downgrade(&pin));
+        pin
+    }
+}
+
+impl Drop for Pin {
+    fn drop(&mut self) {
+        if self.buffer == 0 {
+            return;
+        }
+        let mut held = self.pins.held.lock().unwrap_or_else(|p| p.into_inner());
+        // A new pin may have taken the address already (the buffer is still alive when its
+        // last pin goes, see `HeldEvent`'s `Drop`, so a record of it pins it again).
+        if held
+            .get(&self.buffer)
+            .is_some_and(|w| w.strong_count() == 0)
+        {
+            held.remove(&self.buffer);
+        }
+        self.pins.bytes.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
+}
+
 /// A fetch event holding one record, held beyond the drain (see [`MessageEvent::hold`]);
-/// destroyed on drop, before its consumer reference is released.
+/// destroyed on drop, after its pin and before its consumer reference are released.
 pub struct HeldEvent {
     event: NonNull<rd::rd_kafka_event_t>,
     message: NonNull<rd::rd_kafka_message_t>,
+    /// Its buffer in [`Pins`]: `Option` only to be released first in `drop`.
+    pin: Option<Arc<Pin>>,
     _consumer: Arc<dyn Any + Send + Sync>,
 }
 
-// SAFETY: librdkafka's messages may be read and destroyed from any thread; the record is
-// only read through it.
+// SAFETY: librdkafka's fetch ops may be destroyed on any thread (their buffer and partition
+// references are atomic reference counts), and a record's fields do not change after the
+// fetch; the one lazy write, the headers' parse on first read, happens on whichever single
+// thread owns the event: it is not `Sync`, so no two threads read it at once.
 unsafe impl Send for HeldEvent {}
-unsafe impl Sync for HeldEvent {}
+
+// `HeldEvent` must not be `Sync` (see above): this fails to compile if it is, the two impls
+// then being equally applicable (the `static_assertions` crate's `assert_not_impl_any`).
+const _: fn() = || {
+    trait NotSync<A> {
+        fn check() {}
+    }
+    impl<T: ?Sized> NotSync<()> for T {}
+    impl<T: ?Sized + Sync> NotSync<u8> for T {}
+    let _ = <HeldEvent as NotSync<_>>::check;
+};
 
 impl std::fmt::Debug for HeldEvent {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -224,10 +347,19 @@ impl HeldEvent {
             _life: PhantomData,
         }
     }
+
+    /// Its record's key and value bytes (in its fetch buffer).
+    pub fn record_bytes(&self) -> usize {
+        let m = self.message();
+        m.key().map_or(0, <[u8]>::len) + m.payload().map_or(0, <[u8]>::len)
+    }
 }
 
 impl Drop for HeldEvent {
     fn drop(&mut self) {
+        // The pin goes while the buffer is still alive: its address cannot be a new
+        // buffer's yet, so no record of another buffer finds this pin.
+        drop(self.pin.take());
         // SAFETY: the event is ours, destroyed once, while `_consumer` (dropped after this)
         // keeps its client alive.
         unsafe { rd::rd_kafka_event_destroy(self.event.as_ptr()) }
@@ -237,6 +369,7 @@ impl Drop for HeldEvent {
 /// A consumer's queue (a reference librdkafka counts), for one drain.
 pub struct ReadyQueue<'c, C: ConsumerContext> {
     queue: NonNull<rd::rd_kafka_queue_t>,
+    client: *mut rd::rd_kafka_t,
     context: &'c C,
 }
 
@@ -255,6 +388,7 @@ impl<'c, C: ConsumerContext> ReadyQueue<'c, C> {
         let queue = unsafe { rd::rd_kafka_queue_get_consumer(client.native_ptr()) };
         Some(Self {
             queue: NonNull::new(queue)?,
+            client: client.native_ptr(),
             context: consumer.context().as_ref(),
         })
     }
@@ -288,6 +422,7 @@ impl<'c, C: ConsumerContext> ReadyQueue<'c, C> {
                             return Some(Polled::Message(MessageEvent {
                                 event,
                                 message,
+                                client: self.client,
                                 _consumer: PhantomData,
                             }))
                         }
@@ -299,9 +434,13 @@ impl<'c, C: ConsumerContext> ReadyQueue<'c, C> {
                 }
                 rd::RD_KAFKA_EVENT_ERROR => self.error(ev),
                 rd::RD_KAFKA_EVENT_STATS => {
-                    // SAFETY: a stats event's JSON, valid with the event.
-                    let json = unsafe { CStr::from_ptr(rd::rd_kafka_event_stats(ev)) };
-                    self.context.stats_raw(json.to_bytes());
+                    // SAFETY: a live stats event; its JSON is valid with the event.
+                    let json = unsafe { rd::rd_kafka_event_stats(ev) };
+                    if !json.is_null() {
+                        // SAFETY: non-null, NUL-terminated, valid until the event goes below.
+                        let json = unsafe { CStr::from_ptr(json) };
+                        self.context.stats_raw(json.to_bytes());
+                    }
                     None
                 }
                 rd::RD_KAFKA_EVENT_LOG => {
@@ -313,11 +452,8 @@ impl<'c, C: ConsumerContext> ReadyQueue<'c, C> {
                 // in `of`. Said, as rdkafka says it.
                 _ => {
                     // SAFETY: a live event; its name is a static string.
-                    let name = unsafe { CStr::from_ptr(rd::rd_kafka_event_name(ev)) };
-                    tracing::warn!(
-                        "ignored event '{}' on consumer poll",
-                        name.to_string_lossy()
-                    );
+                    let name = unsafe { text(rd::rd_kafka_event_name(ev)) };
+                    tracing::warn!("ignored event '{name}' on consumer poll");
                     None
                 }
             };
@@ -332,11 +468,11 @@ impl<'c, C: ConsumerContext> ReadyQueue<'c, C> {
     /// rdkafka's handling of an error event: the context sees it, and the consumer returns
     /// it (a partition end, a fatal or another consumption error).
     fn error(&self, ev: *mut rd::rd_kafka_event_t) -> Option<KafkaError> {
-        // SAFETY: a live error event.
+        // SAFETY: a live error event; its string is copied.
         let (code, reason, fatal) = unsafe {
             (
                 rd::rd_kafka_event_error(ev),
-                CStr::from_ptr(rd::rd_kafka_event_error_string(ev)).to_string_lossy(),
+                text(rd::rd_kafka_event_error_string(ev)),
                 rd::rd_kafka_event_error_is_fatal(ev) != 0,
             )
         };
@@ -348,14 +484,11 @@ impl<'c, C: ConsumerContext> ReadyQueue<'c, C> {
         }
         Some(
             if code == rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR__PARTITION_EOF {
-                // SAFETY: a partition-end event names its partition; the copy is ours.
-                let partition = unsafe {
-                    let tp = rd::rd_kafka_event_topic_partition(ev);
-                    let p = (*tp).partition;
-                    rd::rd_kafka_topic_partition_destroy(tp);
-                    p
-                };
-                KafkaError::PartitionEOF(partition)
+                // SAFETY: a live event; the partition it names (null if none) is a copy that
+                // is ours.
+                KafkaError::PartitionEOF(unsafe {
+                    take_partition(rd::rd_kafka_event_topic_partition(ev))
+                })
             } else if fatal {
                 KafkaError::MessageConsumptionFatal(code_of)
             } else {
@@ -366,18 +499,16 @@ impl<'c, C: ConsumerContext> ReadyQueue<'c, C> {
 
     fn log(&self, ev: *mut rd::rd_kafka_event_t) {
         let mut fac: *const c_char = std::ptr::null();
-        let mut text: *const c_char = std::ptr::null();
+        let mut message: *const c_char = std::ptr::null();
         let mut level = 0;
-        // SAFETY: a live log event; the strings are valid with it.
-        if unsafe { rd::rd_kafka_event_log(ev, &mut fac, &mut text, &mut level) } != 0 {
+        // SAFETY: a live event; the out pointers are written when it is a log event.
+        if unsafe { rd::rd_kafka_event_log(ev, &mut fac, &mut message, &mut level) } != 0 {
             return;
         }
-        let (fac, text) = unsafe { (CStr::from_ptr(fac), CStr::from_ptr(text)) };
-        self.context.log(
-            log_level(level),
-            fac.to_string_lossy().trim(),
-            text.to_string_lossy().trim(),
-        );
+        // SAFETY: the facility and message, NUL-terminated and valid with the event; copied.
+        let (fac, message) = unsafe { (text(fac), text(message)) };
+        self.context
+            .log(log_level(level), fac.trim(), message.trim());
     }
 }
 
@@ -385,6 +516,51 @@ impl<C: ConsumerContext> Drop for ReadyQueue<'_, C> {
     fn drop(&mut self) {
         // SAFETY: our reference, released once.
         unsafe { rd::rd_kafka_queue_destroy(self.queue.as_ptr()) }
+    }
+}
+
+/// `(log start, high watermark)` from the last fetch response `client` received for
+/// `topic`/`partition` (librdkafka's cache, updated before the response's error is handled,
+/// so also after an out-of-range answer); `None` before any fetch response. A broker that
+/// answered a fetch with an error may report `-1` as its high watermark.
+pub fn cached_watermarks<C: ClientContext>(
+    client: &Client<C>,
+    topic: &str,
+    partition: i32,
+) -> Option<(i64, i64)> {
+    let name = std::ffi::CString::new(topic).ok()?;
+    let (mut low, mut high) = (0i64, 0i64);
+    // SAFETY: `client` is alive for the call, `name` is NUL-terminated, and librdkafka writes
+    // the two values (under its lock) into our locals.
+    let err = unsafe {
+        rd::rd_kafka_get_watermark_offsets(
+            client.native_ptr(),
+            name.as_ptr(),
+            partition,
+            &mut low,
+            &mut high,
+        )
+    };
+    let invalid = i64::from(rd::RD_KAFKA_OFFSET_INVALID);
+    (err == rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR && high != invalid)
+        .then_some((low, high))
+}
+
+/// The partition of a partition-end error event's copy of its partition, which is destroyed;
+/// `-1` when the event names none (`rd_kafka_event_topic_partition` returns null for an event
+/// without a partition).
+///
+/// # Safety
+/// `tp` is null or a partition librdkafka allocated for the caller (nothing else frees it).
+unsafe fn take_partition(tp: *mut rd::rd_kafka_topic_partition_t) -> i32 {
+    if tp.is_null() {
+        return -1;
+    }
+    // SAFETY: non-null and ours (the caller's contract): read, then destroyed once.
+    unsafe {
+        let p = (*tp).partition;
+        rd::rd_kafka_topic_partition_destroy(tp);
+        p
     }
 }
 
@@ -672,6 +848,39 @@ mod tests {
         assert!(!errors.is_empty(), "the out-of-range position is reported");
         let reported = seen.0.lock().unwrap().1.clone();
         assert!(!reported.is_empty(), "the context saw the error too");
+    }
+
+    // The consumer an event is held with is the one that must outlive it.
+    #[tokio::test]
+    #[should_panic(expected = "not taken from")]
+    async fn an_event_is_held_only_with_its_own_consumer() {
+        let mock = MockCluster::new(1).expect("mock cluster");
+        mock.create_topic("t", 2, 1).expect("topic");
+        produce(&mock);
+        let (c, _) = consumer(&mock, &[]);
+        assign(&c, 0);
+        let (other, _) = consumer(&mock, &[]);
+        let (c, other) = (Arc::new(c), Arc::new(other));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            match ReadyQueue::of(c.as_ref()).expect("a group's queue").poll() {
+                Some(Polled::Message(ev)) => {
+                    let _ = ev.hold(&other, &Pins::default());
+                    return;
+                }
+                Some(Polled::Error(e)) => panic!("unexpected error {e}"),
+                None => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+        panic!("no record within 10 s");
+    }
+
+    // librdkafka answers null for an event without a partition; the EOF error then names
+    // none (-1) instead of reading through the null pointer.
+    #[test]
+    fn a_partition_end_without_a_partition_names_none() {
+        // SAFETY: null is allowed.
+        assert_eq!(unsafe { take_partition(std::ptr::null_mut()) }, -1);
     }
 
     #[test]

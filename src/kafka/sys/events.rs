@@ -27,8 +27,11 @@ const SERVE_MAX: usize = 256;
 /// librdkafka's main queue of a client (a reference counted handle).
 struct MainQueue(*mut rd::rd_kafka_queue_t);
 
-// librdkafka queue handles are thread safe.
+// SAFETY: librdkafka's queues are locked internally; the handle (a reference librdkafka
+// counts) may be used and released on any thread.
 unsafe impl Send for MainQueue {}
+// SAFETY: as for `Send`: every call made through a shared reference (`rd_kafka_queue_length`)
+// takes the queue's lock.
 unsafe impl Sync for MainQueue {}
 
 /// What librdkafka's queue callback sets, on one of its threads.

@@ -130,9 +130,10 @@ impl Topics {
     /// Hands the record of `event` to the producer, to `topic` (named `name`), without a copy
     /// of its key and value: librdkafka reads them from the consumer's fetch buffer until
     /// the record's delivery report, so the event is held in `group` (as record `index`)
-    /// until then, or until the producer is destroyed. Without a handle for `name`, or with
-    /// a group of another producer, the record goes by name, copied. On error the event
-    /// comes back.
+    /// until then, or until the producer is destroyed. Without a handle for `name` the
+    /// record goes by name, copied. A group of another producer's tracker is refused
+    /// (`InvalidArgument`): its report would land in this producer's tracker. On error the
+    /// event comes back.
     pub fn send_held(
         &self,
         topic: TopicId,
@@ -147,9 +148,15 @@ impl Topics {
             .get(topic.index)
             .filter(|h| topic.owner == self.owner && h.name == name)
             .and_then(|h| h.rkt);
-        // Only this producer's reports (or its end) may release the event.
-        let ours = group.tracker().is(self.producer.context().tracker());
-        let Some(rkt) = rkt.filter(|_| ours) else {
+        // The record's report goes to this producer's tracker, where another tracker's
+        // ticket could name an unrelated open group of the same id: refused.
+        if !group.tracker().is(self.producer.context().tracker()) {
+            return Err((
+                KafkaError::MessageProduction(RDKafkaErrorCode::InvalidArgument),
+                event,
+            ));
+        }
+        let Some(rkt) = rkt else {
             return self.send_copied(name, group.ticket(index), event, timestamp, headers);
         };
         let m = event.message();
@@ -160,11 +167,14 @@ impl Topics {
             // The group is closed: nothing would release the event at the report.
             return self.send_copied(name, group.ticket(index), event, timestamp, headers);
         }
-        // SAFETY: the bytes of the held event's record, in librdkafka's fetch buffer (which
-        // does not move): valid until `group` releases the event at the record's report or
-        // at the producer's destruction, or until it is given back below.
         let bytes = |r: Option<(*const u8, usize)>| {
-            r.map(|(p, n)| unsafe { std::slice::from_raw_parts(p, n) })
+            r.map(|(p, n)| {
+                // SAFETY: the bytes of the held event's record, in librdkafka's fetch buffer
+                // (which does not move): valid until `group` releases the event at the
+                // record's report or at the producer's destruction, or until it is given
+                // back below.
+                unsafe { std::slice::from_raw_parts(p, n) }
+            })
         };
         let fields = Fields {
             partition,
@@ -229,9 +239,11 @@ struct TopicHandle {
     rkt: Option<NonNull<rd::rd_kafka_topic_t>>,
 }
 
-// SAFETY: librdkafka topic handles are reference counted and thread safe; the handle only
-// passes its pointer to librdkafka.
+// SAFETY: librdkafka topic handles are reference counted and may be used and released on any
+// thread; the handle only passes its pointer to librdkafka.
 unsafe impl Send for TopicHandle {}
+// SAFETY: as for `Send`: librdkafka locks what a topic handle changes, so calls through
+// shared references from several threads are safe.
 unsafe impl Sync for TopicHandle {}
 
 impl std::fmt::Debug for TopicHandle {
@@ -388,7 +400,7 @@ mod tests {
 
     use rdkafka::consumer::StreamConsumer;
 
-    use crate::kafka::consume::{Polled, ReadyQueue};
+    use crate::kafka::consume::{Pins, Polled, ReadyQueue, HELD_EVENT_BYTES};
     use crate::kafka::context::LogContext;
     use crate::kafka::delivery::Tracker;
     use crate::kafka::producer::EventProducer;
@@ -620,21 +632,23 @@ mod tests {
         assert_eq!(back.headers.map(|h| h.count()), Some(2));
     }
 
-    /// `n` records of `len` bytes each (value `i` repeated, key `k{i}`) in topic `src`
-    /// (2 partitions) of `mock`, and a consumer's events holding them, taken with the drain.
+    /// Records of `lens[i]` bytes (value `i` repeated, key `k{i}`) in topic `src` (2
+    /// partitions) of `mock`, read with the drain, and the events of those of 512 bytes or
+    /// more held in `pins` (the others dropped), with the key and value bytes of all.
     fn held_events(
         mock: &MockCluster<'_, rdkafka::producer::DefaultProducerContext>,
-        n: usize,
-        len: usize,
-    ) -> (Arc<StreamConsumer>, Vec<HeldEvent>) {
+        lens: &[usize],
+        pins: &Pins,
+    ) -> (Arc<StreamConsumer>, Vec<HeldEvent>, usize) {
         mock.create_topic("src", 2, 1).expect("topic");
         let p: rdkafka::producer::BaseProducer = ClientConfig::new()
             .set("bootstrap.servers", mock.bootstrap_servers())
             .create()
             .expect("producer");
-        for i in 0..n {
+        let n = lens.len();
+        for (i, len) in lens.iter().enumerate() {
             let key = format!("k{i}");
-            let value = vec![i as u8; len];
+            let value = vec![i as u8; *len];
             p.send(
                 BaseRecord::<[u8], [u8]>::to("src")
                     .partition((i % 2) as i32)
@@ -655,21 +669,25 @@ mod tests {
         );
         consumer.assign(&from_start("src")).expect("assign");
         let queue = ReadyQueue::of(consumer.as_ref()).expect("queue");
-        let mut held = Vec::new();
+        let (mut held, mut read, mut bytes) = (Vec::new(), 0, 0);
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while held.len() < n && std::time::Instant::now() < deadline {
+        while read < n && std::time::Instant::now() < deadline {
             match queue.poll() {
                 Some(Polled::Message(ev)) => {
-                    // SAFETY: taken from `consumer`.
-                    held.push(unsafe { ev.hold(consumer.clone()) });
+                    let m = ev.message();
+                    let len = m.key().map_or(0, <[u8]>::len) + m.payload().map_or(0, <[u8]>::len);
+                    (read, bytes) = (read + 1, bytes + len);
+                    if len >= 512 {
+                        held.push(ev.hold(&consumer, pins));
+                    }
                 }
                 Some(Polled::Error(e)) => panic!("consumer error: {e}"),
                 None => std::thread::sleep(Duration::from_millis(10)),
             }
         }
         drop(queue);
-        assert_eq!(held.len(), n, "consumed");
-        (consumer, held)
+        assert_eq!(read, n, "consumed");
+        (consumer, held, bytes)
     }
 
     /// `(key, value)` of every record of `topic` (2 partitions), sorted.
@@ -700,8 +718,10 @@ mod tests {
     async fn records_sent_without_a_copy_arrive_whole_and_are_released_at_their_reports() {
         let mock = MockCluster::new(1).expect("mock cluster");
         mock.create_topic("dst", 2, 1).expect("topic");
-        let (consumer, mut held) = held_events(&mock, 41, 2_000);
+        let pins = Pins::default();
+        let (consumer, mut held, _) = held_events(&mock, &[2_000; 41], &pins);
         let last = held.pop().expect("41 records");
+        let last_key = last.message().key().unwrap().to_vec();
         let mut expected: Vec<(Vec<u8>, Vec<u8>)> = held
             .iter()
             .chain([&last])
@@ -735,17 +755,117 @@ mod tests {
             2,
             "the last one is still ours"
         );
-        // A group of another producer would never see the report: copied, not held.
+        // A group of another tracker is refused: its ticket (group 0, record 0, as `group`'s
+        // first) would report into this producer's tracker, into `group`.
         let foreign = Tracker::default();
         let other = foreign.group(1);
-        p.send_held(id, "dst", (&other, 0), last, None, None)
-            .map_err(|(e, _)| e)
-            .expect("send");
+        assert_eq!(other.ticket(0), group.ticket(0));
+        let (e, last) = p
+            .send_held(id, "dst", (&other, 0), last, None, None)
+            .expect_err("a foreign group is refused");
+        assert_eq!(
+            e,
+            KafkaError::MessageProduction(RDKafkaErrorCode::InvalidArgument)
+        );
         assert_eq!(foreign.held_count(), 0);
         assert_eq!(p.tracker().held_count(), 0);
-        assert_eq!(Arc::strong_count(&consumer), 1, "released once copied");
         crate::kafka::producer::flush(p.producer(), Duration::from_secs(10)).expect("flush");
+        assert!(
+            group.take(0).is_none(),
+            "no report landed in an unrelated group"
+        );
+        assert!(pins.bytes() > 0, "the last one's buffer");
+        drop(last);
+        assert_eq!(Arc::strong_count(&consumer), 1, "given back and released");
+        assert_eq!(pins.bytes(), 0, "no buffer held any more");
+        expected.retain(|(k, _)| *k != last_key);
         assert_eq!(contents(&mock, "dst", 41), expected);
+    }
+
+    // A record held from a fetch of mostly small records keeps the whole fetch buffer, which
+    // the window must see, not the record's own bytes: counted once however many of its
+    // records are held, beyond what their groups count, until the last report.
+    #[tokio::test]
+    async fn a_held_record_keeps_and_counts_its_whole_fetch_buffer() {
+        let mock = MockCluster::new(1).expect("mock cluster");
+        mock.create_topic("dst", 2, 1).expect("topic");
+        // Every 100th record of each partition is large (held), the others are 100 bytes
+        // (copied, dropped).
+        let lens: Vec<usize> = (0..2_000)
+            .map(|i| if i % 200 < 2 { 2_000 } else { 100 })
+            .collect();
+        let pins = Pins::default();
+        let (consumer, held, all) = held_events(&mock, &lens, &pins);
+        assert_eq!(held.len(), 20);
+        let held_bytes: usize = held.iter().map(HeldEvent::record_bytes).sum();
+        assert!(held_bytes < all / 5, "{held_bytes} of {all} bytes held");
+        assert!(
+            pins.bytes() >= all,
+            "the buffers of {all} bytes of records are held: {} counted",
+            pins.bytes()
+        );
+        assert!(
+            pins.bytes() < 2 * all,
+            "each buffer counted once: {} for {all} bytes of records",
+            pins.bytes()
+        );
+        let mut p = producer(&mock, &[("linger.ms", "300")]);
+        let id = p.topic("dst");
+        let tracker = p.tracker().clone();
+        assert_eq!(
+            tracker.held_beyond_groups(&pins),
+            pins.bytes(),
+            "no group yet"
+        );
+        let group = tracker.group(held.len());
+        for (i, e) in held.into_iter().enumerate() {
+            p.send_held(id, "dst", (&group, i), e, None, None)
+                .map_err(|(e, _)| e)
+                .expect("send");
+        }
+        // The batch counts the records' own bytes; the window adds the rest of the buffers.
+        assert_eq!(tracker.held_beyond_groups(&pins), pins.bytes() - held_bytes);
+        group.expect(20);
+        tokio::time::timeout(Duration::from_secs(10), group.complete())
+            .await
+            .expect("reports within 10 s");
+        assert_eq!(pins.bytes(), 0, "released at the reports");
+        assert_eq!(tracker.held_beyond_groups(&pins), 0);
+        assert_eq!(Arc::strong_count(&consumer), 1);
+    }
+
+    // Events whose group closed before their reports are counted whole until then: their
+    // batch no longer counts them.
+    #[tokio::test]
+    async fn events_of_a_closed_group_count_whole_until_their_reports() {
+        let mock = MockCluster::new(1).expect("mock cluster");
+        mock.create_topic("dst", 2, 1).expect("topic");
+        let pins = Pins::default();
+        let (_consumer, held, _) = held_events(&mock, &[1_000; 10], &pins);
+        let held_bytes: usize = held.iter().map(HeldEvent::record_bytes).sum();
+        let mut p = producer(&mock, &[("linger.ms", "300")]);
+        let id = p.topic("dst");
+        let tracker = p.tracker().clone();
+        let group = tracker.group(10);
+        for (i, e) in held.into_iter().enumerate() {
+            p.send_held(id, "dst", (&group, i), e, None, None)
+                .map_err(|(e, _)| e)
+                .expect("send");
+        }
+        let open = tracker.held_beyond_groups(&pins);
+        assert_eq!(open, pins.bytes() - held_bytes);
+        drop(group);
+        assert_eq!(
+            tracker.held_beyond_groups(&pins),
+            pins.bytes() + 10 * HELD_EVENT_BYTES,
+            "buffers and events of the dropped batch"
+        );
+        crate::kafka::producer::flush(p.producer(), Duration::from_secs(10)).expect("flush");
+        assert_eq!(
+            tracker.held_beyond_groups(&pins),
+            0,
+            "released at the reports"
+        );
     }
 
     // A group closed before its reports leaves its events to them; a producer destroyed
@@ -755,7 +875,8 @@ mod tests {
     async fn events_outlive_their_group_until_the_report_or_the_producer() {
         let mock = MockCluster::new(1).expect("mock cluster");
         mock.create_topic("dst", 2, 1).expect("topic");
-        let (consumer, mut held) = held_events(&mock, 20, 600);
+        let pins = Pins::default();
+        let (consumer, mut held, _) = held_events(&mock, &[600; 20], &pins);
         let queued = held.split_off(10);
         // Delivered after their group was closed.
         let mut p = producer(&mock, &[("linger.ms", "300")]);
@@ -796,6 +917,7 @@ mod tests {
         drop(p);
         assert_eq!(tracker.held_count(), 0, "released with the producer");
         assert_eq!(Arc::strong_count(&consumer), 1);
+        assert_eq!(pins.bytes(), 0);
         // The consumer goes (it would wait forever for a record still held).
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
