@@ -31,18 +31,7 @@ pub const DIRECT_GROUP_CALLS_ENV: &str = "MIRRORFLOW_DIRECT_GROUP_CALLS";
 /// Requests kept outstanding at once by the multi-group calls.
 pub use sys::MAX_IN_FLIGHT;
 
-/// A committed group offset for one partition (or one to commit).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct GroupOffset {
-    /// Topic name.
-    pub topic: String,
-    /// Partition.
-    pub partition: i32,
-    /// Committed offset (the next record the group reads).
-    pub offset: i64,
-    /// Commit metadata.
-    pub metadata: String,
-}
+pub use super::group_offset::GroupOffset;
 
 /// One consumer group as the cluster lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]

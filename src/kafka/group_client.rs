@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use rdkafka::ClientConfig;
 
-use super::admin::GroupOffset;
+use super::group_offset::GroupOffset;
 use super::protocol::{
     self as p, code_text, is_reroute, Coordinator, FetchOutcome, API_VERSIONS, FIND_COORDINATOR,
     FIND_COORDINATOR_VERSION, MAX_GROUPS_PER_FETCH, OFFSET_COMMIT, OFFSET_COMMIT_VERSION,

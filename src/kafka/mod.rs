@@ -9,6 +9,7 @@ pub mod config;
 pub mod context;
 pub mod delivery;
 mod group_client;
+pub mod group_offset;
 pub mod health;
 pub mod naming;
 pub mod producer;

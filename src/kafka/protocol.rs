@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::admin::GroupOffset;
+use super::group_offset::GroupOffset;
 
 /// ApiVersions API key.
 pub const API_VERSIONS: i16 = 18;

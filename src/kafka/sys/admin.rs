@@ -13,7 +13,7 @@ use rdkafka::client::ClientContext;
 use rdkafka::TopicPartitionList;
 
 use super::handle::{admin_options, array, code_text, error_text, queue, text, timeout_ms, Handle};
-use crate::kafka::admin::GroupOffset;
+use crate::kafka::group_offset::GroupOffset;
 
 /// Requests kept outstanding at once by the multi-group calls.
 pub const MAX_IN_FLIGHT: usize = 64;
