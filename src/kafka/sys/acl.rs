@@ -186,57 +186,39 @@ pub fn describe_topic_acls<C: ClientContext>(
     }
 }
 
+/// How one ACL write (CreateAcls, DeleteAcls) is asked and answered: the bindings go in
+/// (a binding filter is the same type as a binding) and the answer holds one error per
+/// binding, in order.
+struct AclWrite<E> {
+    verb: &'static str,
+    op: rd::rd_kafka_admin_op_t,
+    submit: unsafe extern "C" fn(
+        *mut rd::rd_kafka_t,
+        *mut *mut rd::rd_kafka_AclBinding_t,
+        usize,
+        *const rd::rd_kafka_AdminOptions_t,
+        *mut rd::rd_kafka_queue_t,
+    ),
+    result: unsafe extern "C" fn(*mut rd::rd_kafka_event_t) -> *const rd::rd_kafka_event_t,
+    entries: unsafe extern "C" fn(*const rd::rd_kafka_event_t, *mut usize) -> *mut *const E,
+    error: unsafe extern "C" fn(*const E) -> *const rd::rd_kafka_error_t,
+}
+
 /// Blocking: creates `acls` on `admin`'s cluster; one result per binding, in order.
 pub fn create_topic_acls<C: ClientContext>(
     admin: &AdminClient<C>,
     acls: &[TopicAcl],
     timeout: Duration,
 ) -> Result<Vec<Result<(), String>>, String> {
-    if acls.is_empty() {
-        return Ok(Vec::new());
-    }
-    let what = format!("create {} topic ACL(s)", acls.len());
-    let rk = admin.inner().native_ptr();
-    let bindings: Vec<Handle<rd::rd_kafka_AclBinding_t>> =
-        acls.iter().map(new_binding).collect::<Result<_, _>>()?;
-    let mut ptrs: Vec<*mut rd::rd_kafka_AclBinding_t> = bindings.iter().map(Handle::ptr).collect();
-    // SAFETY: `rk` is borrowed from `admin` for the call; the bindings live across it
-    // (CreateAcls copies them).
-    let event = unsafe {
-        request(
-            rk,
-            rd::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_CREATEACLS,
-            timeout,
-            &what,
-            |options, queue| {
-                rd::rd_kafka_CreateAcls(rk, ptrs.as_mut_ptr(), ptrs.len(), options, queue)
-            },
-        )?
+    let write = AclWrite {
+        verb: "create",
+        op: rd::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_CREATEACLS,
+        submit: rd::rd_kafka_CreateAcls,
+        result: rd::rd_kafka_event_CreateAcls_result,
+        entries: rd::rd_kafka_CreateAcls_result_acls,
+        error: rd::rd_kafka_acl_result_error,
     };
-    // SAFETY: the result and its entries belong to `event`, alive until the end of this
-    // function; the errors are copied out.
-    unsafe {
-        let result = rd::rd_kafka_event_CreateAcls_result(event.ptr());
-        if result.is_null() {
-            return Err(format!("{what}: unexpected event type"));
-        }
-        let mut count = 0usize;
-        let res = array(
-            rd::rd_kafka_CreateAcls_result_acls(result, &mut count),
-            count,
-        );
-        Ok(acls
-            .iter()
-            .enumerate()
-            .map(|(i, a)| match res.get(i) {
-                Some(r) => match error_text(rd::rd_kafka_acl_result_error(*r)) {
-                    None => Ok(()),
-                    Some(e) => Err(format!("create ACL {a}: {e}")),
-                },
-                None => Err(format!("create ACL {a}: missing from the answer")),
-            })
-            .collect())
-    }
+    write_topic_acls(admin, acls, timeout, &write)
 }
 
 /// Blocking: deletes exactly `acls` (each as a filter matching only itself); one result per
@@ -246,49 +228,57 @@ pub fn delete_topic_acls<C: ClientContext>(
     acls: &[TopicAcl],
     timeout: Duration,
 ) -> Result<Vec<Result<(), String>>, String> {
+    let write = AclWrite {
+        verb: "delete",
+        op: rd::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_DELETEACLS,
+        submit: rd::rd_kafka_DeleteAcls,
+        result: rd::rd_kafka_event_DeleteAcls_result,
+        entries: rd::rd_kafka_DeleteAcls_result_responses,
+        error: rd::rd_kafka_DeleteAcls_result_response_error,
+    };
+    write_topic_acls(admin, acls, timeout, &write)
+}
+
+fn write_topic_acls<C: ClientContext, E>(
+    admin: &AdminClient<C>,
+    acls: &[TopicAcl],
+    timeout: Duration,
+    write: &AclWrite<E>,
+) -> Result<Vec<Result<(), String>>, String> {
     if acls.is_empty() {
         return Ok(Vec::new());
     }
-    let what = format!("delete {} topic ACL(s)", acls.len());
+    let verb = write.verb;
+    let what = format!("{verb} {} topic ACL(s)", acls.len());
     let rk = admin.inner().native_ptr();
-    // A binding filter is the same type as a binding.
-    let filters: Vec<Handle<rd::rd_kafka_AclBinding_t>> =
+    let bindings: Vec<Handle<rd::rd_kafka_AclBinding_t>> =
         acls.iter().map(new_binding).collect::<Result<_, _>>()?;
-    let mut ptrs: Vec<*mut rd::rd_kafka_AclBinding_t> = filters.iter().map(Handle::ptr).collect();
-    // SAFETY: `rk` is borrowed from `admin` for the call; the filters live across it
-    // (DeleteAcls copies them).
+    let mut ptrs: Vec<*mut rd::rd_kafka_AclBinding_t> = bindings.iter().map(Handle::ptr).collect();
+    // SAFETY: `rk` is borrowed from `admin` for the call; the bindings live across it
+    // (CreateAcls and DeleteAcls copy them).
     let event = unsafe {
-        request(
-            rk,
-            rd::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_DELETEACLS,
-            timeout,
-            &what,
-            |options, queue| {
-                rd::rd_kafka_DeleteAcls(rk, ptrs.as_mut_ptr(), ptrs.len(), options, queue)
-            },
-        )?
+        request(rk, write.op, timeout, &what, |options, queue| {
+            (write.submit)(rk, ptrs.as_mut_ptr(), ptrs.len(), options, queue)
+        })?
     };
-    // SAFETY: the result and its responses belong to `event`, alive until the end of this
+    // SAFETY: the result and its entries belong to `event`, alive until the end of this
     // function; the errors are copied out.
     unsafe {
-        let result = rd::rd_kafka_event_DeleteAcls_result(event.ptr());
+        let result = (write.result)(event.ptr());
         if result.is_null() {
             return Err(format!("{what}: unexpected event type"));
         }
         let mut count = 0usize;
-        let res = array(
-            rd::rd_kafka_DeleteAcls_result_responses(result, &mut count),
-            count,
-        );
+        let res = array((write.entries)(result, &mut count), count);
         Ok(acls
             .iter()
             .enumerate()
             .map(|(i, a)| match res.get(i) {
-                Some(r) => match error_text(rd::rd_kafka_DeleteAcls_result_response_error(*r)) {
+                Some(r) => match error_text((write.error)(*r)) {
                     None => Ok(()),
-                    Some(e) => Err(format!("delete ACL {a}: {e}")),
+                    Some(e) => Err(format!("{verb} ACL {a}: {e}")),
                 },
-                None => Err(format!("delete ACL {a}: missing from the answer")),
+                None => Err(format!("{verb} ACL {a}: missing from the answer")),
             })
             .collect())
     }
