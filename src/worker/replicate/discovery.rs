@@ -320,11 +320,25 @@ pub fn apply_plan(
                 }
             }
             CheckOutcome::Deferred(d) => out.deferred.push(d.clone()),
-            CheckOutcome::Failed(d) | CheckOutcome::Confirm(_, d) => out.detections.push(d.clone()),
+            CheckOutcome::Failed(d) | CheckOutcome::Confirm(_, d) => {
+                out.detections.push(at_position(d, p.position))
+            }
         }
     }
     table.mark_refreshed();
     out
+}
+
+/// A detection made at a position the partition has replicated past since: a recreated or
+/// truncated topic stays so, and its failure names where replication stopped, so the records
+/// copied meanwhile are inside the window it reports. Other kinds stay as found (they are
+/// only made on partitions that do not move: not fetching, or at their start).
+fn at_position(d: &Detection, position: Option<i64>) -> Detection {
+    let mut d = d.clone();
+    if d.type_ == crate::api::FailureType::TopicReset {
+        d.requested_offset = d.requested_offset.max(position.unwrap_or(0));
+    }
+    d
 }
 
 /// Logs what applying a plan did.

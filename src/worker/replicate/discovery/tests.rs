@@ -267,3 +267,29 @@ fn checks_apply_only_to_the_version_they_saw() {
         "the learned id is persisted (and the failure of orders/3 before it)"
     );
 }
+
+#[test]
+fn a_topic_reset_found_behind_the_position_names_the_position() {
+    let reset = |requested_offset| Detection {
+        type_: FailureType::TopicReset,
+        requested_offset,
+        records_lost: RecordsLost::Unknown,
+        signals: vec![Signal::TopicIdChanged {
+            previous: Some("AAA".into()),
+            current: Some("BBB".into()),
+        }],
+        ..detection(0)
+    };
+    // (found, position when applied, requested offset reported)
+    let cases = [
+        (reset(5), Some(20), 20),
+        (reset(5), Some(5), 5),
+        (reset(5), None, 5),
+        (detection(0), Some(20), 5),
+    ];
+    for (found, position, want) in cases {
+        let d = at_position(&found, position);
+        assert_eq!(d.requested_offset, want, "{found:?} at {position:?}");
+        assert_eq!(d.signals, found.signals);
+    }
+}
