@@ -127,7 +127,7 @@ fn summary(flow: &MirrorFlow, status: &crate::api::MirrorFlowStatus) -> String {
         if spec.paused { ", paused" } else { "" },
     );
     out.push_str(&format!(
-        "generation {} (status observed {}), workers {} (ready/desired), failed partitions {}, lag {}\n",
+        "generation {} (status observed {}), workers {} (replicating/desired), failed partitions {}, lag {}\n",
         opt(flow.metadata.generation),
         opt(status.observed_generation),
         status.workers_summary.as_deref().unwrap_or("-"),
@@ -370,7 +370,7 @@ mod tests {
                                  "partitions": [{"topic": "orders", "partition": 1}]}
         }));
         let want = r#"MirrorFlow kafka/orders: dc1 (a:9092) -> dc2 (b:9092), Prefix "."
-generation 4 (status observed 4), workers 2/2 (ready/desired), failed partitions 1, lag 130 record(s), 7s
+generation 4 (status observed 4), workers 2/2 (replicating/desired), failed partitions 1, lag 130 record(s), 7s
 
 CONDITIONS
 TYPE      STATUS  REASON            AGE   MESSAGE
@@ -433,7 +433,7 @@ LAST RESET "r1": Applied 1h1m ago, 1 partition(s)
             text.lines().next().unwrap(),
             "MirrorFlow kafka/orders: dc1 (a:9092) -> dc2 (b:9092), Identity, paused"
         );
-        assert!(text.contains("generation 4 (status observed -), workers - (ready/desired), failed partitions 0, lag -"), "{text}");
+        assert!(text.contains("generation 4 (status observed -), workers - (replicating/desired), failed partitions 0, lag -"), "{text}");
         assert!(text.contains("(none yet: the controller has not reconciled this flow)"));
         assert!(text.contains("(no worker has reported)"));
         assert!(!text.contains("FAILURES") && !text.contains("LAST RESET"));

@@ -213,7 +213,10 @@ pub fn compact_entry(
         .iter()
         .map(|f| partition_ref(&f.topic, f.partition))
         .collect();
-    if entry.state == WorkerState::Degraded {
+    // Degraded for another reason (a stalled or refusing cluster, an unwritable topic): its
+    // own message stays.
+    let partitions_failed = snapshot.partitions.iter().any(|p| p.state.is_failed());
+    if entry.state == WorkerState::Degraded && partitions_failed {
         let unexplained: Vec<String> = snapshot
             .partitions
             .iter()
@@ -657,6 +660,16 @@ mod tests {
             entry.message.as_deref(),
             Some("1 of 1 partitions failed: events/2: the target refused the record")
         );
+    }
+
+    #[test]
+    fn degraded_without_failed_partitions_keeps_its_message() {
+        let why = "source cluster dc1 refuses to let this worker read (...)";
+        let mut snap = WorkerSnapshot::starting("ns", "f", 0, 1, crate::api::Delivery::AtLeastOnce);
+        snap.state = WorkerState::Degraded;
+        snap.message = Some(why.into());
+        let entry = compact_entry(snap.to_worker_status(Some(1)), &snap, &[]);
+        assert_eq!(entry.message.as_deref(), Some(why));
     }
 
     #[test]
