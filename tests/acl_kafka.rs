@@ -750,25 +750,46 @@ async fn least_privilege_flow_runs_with_the_documented_acls_kafka() {
     })
     .await;
 
-    // WRITE on the target topics taken away and given back: the transactions that failed
-    // meanwhile leave nothing behind (no loss, no duplicate below).
+    // WRITE on the target topics taken away and given back: the worker turns Degraded
+    // saying which cluster refuses and what to grant (the transactions fail as purged; the
+    // refusal is their cause); the transactions that failed meanwhile leave nothing behind
+    // (no loss, no duplicate below).
     let write = documented_line(&acls, Side::Target, &["--topic", "dc1."], "Write");
     apply(&source, &target, &write, false).await;
     produce(&sb, "orders", &more("nowrite", total, 20))
         .await
         .unwrap();
     total += 20;
-    tokio::time::sleep(Duration::from_secs(25)).await;
-    let without_write = said(&rx.borrow());
+    let refused = Instant::now();
+    let s = wait_snapshot(&mut rx, "without WRITE on the target topics", WAIT, |s| {
+        s.state == WorkerState::Degraded
+            && s.message
+                .as_deref()
+                .is_some_and(|m| m.contains("refuses to let this worker write"))
+    })
+    .await;
+    let write_refused_in = refused.elapsed();
+    let without_write = s.message.clone().unwrap_or_default();
+    for want in [
+        "target cluster dc2",
+        "TOPIC_AUTHORIZATION_FAILED",
+        "--operation Write",
+    ] {
+        assert!(
+            without_write.contains(want),
+            "the status names {want:?}: {without_write}"
+        );
+    }
     apply(&source, &target, &write, true).await;
     wait_snapshot(&mut rx, "WRITE given back", WAIT * 2, |s| {
-        positions_reach(s, "orders", &ends_at(total))
+        positions_reach(s, "orders", &ends_at(total)) && s.state == WorkerState::Running
     })
     .await;
     println!(
         "least privilege without READ on the source topic: Degraded after {:.1} s: \"{message}\"; \
-         without WRITE on the target topics, 25 s later: {without_write}",
-        read_refused_in.as_secs_f64()
+         without WRITE on the target topics: Degraded after {:.1} s: \"{without_write}\"",
+        read_refused_in.as_secs_f64(),
+        write_refused_in.as_secs_f64()
     );
     worker.stop().await;
     let src = read_to_end(&sb, "orders", Isolation::Committed).await;

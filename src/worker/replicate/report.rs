@@ -1,5 +1,6 @@
 //! What the engine reports: the status snapshot (pure), lag gauges and readiness.
 
+use rdkafka::types::RDKafkaErrorCode;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -138,6 +139,26 @@ pub fn refusal_reason(alias: &str, e: &dyn std::fmt::Display) -> String {
     )
 }
 
+/// Why the target refuses the worker's writes, from the authorizer's error `code` (`e`, its
+/// text) on the target `alias`: what to grant; `None` for other codes. Pure.
+pub fn write_refusal(alias: &str, code: RDKafkaErrorCode, e: &str) -> Option<String> {
+    let grant = match code {
+        RDKafkaErrorCode::TopicAuthorizationFailed => {
+            "Write and Describe on every target topic (kafka-acls --add --allow-principal \
+             <principal> --operation Write --operation Describe --topic <target topic>"
+        }
+        RDKafkaErrorCode::ClusterAuthorizationFailed => {
+            "IdempotentWrite on the cluster (brokers before Kafka 3.0; kafka-acls --add \
+             --allow-principal <principal> --operation IdempotentWrite --cluster"
+        }
+        _ => return None,
+    };
+    Some(format!(
+        "target cluster {alias} refuses to let this worker write ({e}): its principal needs \
+         {grant}; docs/SECURITY.md)"
+    ))
+}
+
 /// A read the source refused (a consumer's authorization error; librdkafka reports it once
 /// per partition, then retries quietly, and does not say which partition here).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -233,6 +254,39 @@ mod tests {
     use crate::worker::replicate::partitions::Start;
     use crate::worker::replicate::status::{FailureKind, PartitionFailed, PartitionState};
     use pretty_assertions::assert_eq;
+
+    #[test]
+    fn a_refused_write_names_what_to_grant() {
+        use RDKafkaErrorCode as C;
+        // (code, what the reason must say; None: not a refusal)
+        let cases: [(C, Option<&[&str]>); 4] = [
+            (
+                C::TopicAuthorizationFailed,
+                Some(&["target cluster dc2", "(E)", "--operation Write", "--topic"]),
+            ),
+            (
+                C::ClusterAuthorizationFailed,
+                Some(&[
+                    "target cluster dc2",
+                    "--operation IdempotentWrite --cluster",
+                ]),
+            ),
+            (C::NotEnoughReplicas, None),
+            (C::PurgeQueue, None),
+        ];
+        for (code, want) in cases {
+            let got = write_refusal("dc2", code, "E");
+            match (want, &got) {
+                (Some(words), Some(why)) => {
+                    for w in words {
+                        assert!(why.contains(w), "{code:?}: {w} in {why}");
+                    }
+                }
+                (None, None) => {}
+                _ => panic!("{code:?}: {got:?}"),
+            }
+        }
+    }
 
     #[test]
     fn a_refusal_shows_while_a_waiting_partition_is_stuck() {

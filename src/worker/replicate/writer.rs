@@ -314,6 +314,23 @@ impl TargetWriter {
         Ok(())
     }
 
+    /// Why the open transaction can only be aborted, when librdkafka put it in its
+    /// abortable-error state (e.g. the broker refused to add a partition to it: its records
+    /// then fail only as purged). librdkafka returns that error to a call the state forbids;
+    /// `begin_transaction` is such a call, and within a transaction that is not failed it
+    /// only answers that one is open (no change).
+    pub fn abortable_cause(&self) -> Option<KafkaError> {
+        if !(self.transactional && self.in_transaction) {
+            return None;
+        }
+        match self.inner.producer().begin_transaction() {
+            Err(KafkaError::Transaction(e)) if e.txn_requires_abort() => {
+                Some(KafkaError::Transaction(e))
+            }
+            _ => None,
+        }
+    }
+
     /// Commits the open transaction (flushing it first); without transactions, flushes.
     pub async fn commit(&mut self) -> Result<(), KafkaError> {
         let timeout = if self.transactional {

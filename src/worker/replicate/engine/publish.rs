@@ -61,6 +61,7 @@ impl Engine {
         );
         let refused = self.refused.as_ref().filter(|_| self.refused_shown);
         report::degrade_if_stalled(&mut snap, refused.map(|r| r.why.as_str()));
+        report::degrade_if_stalled(&mut snap, self.pipeline.write_refused());
         snap
     }
 }

@@ -23,11 +23,14 @@ use crate::kafka::wire::{OffsetSync, SYNC_SEQUENCE_HEADER};
 use crate::telemetry::metrics::ErrorKind;
 use crate::worker::replicate::batch::Batch;
 use crate::worker::replicate::partitions::PartitionTable;
+use crate::worker::replicate::report;
 use crate::worker::replicate::settings::EngineError;
 use crate::worker::replicate::status::{FailureKind, PartitionFailed};
 use crate::worker::replicate::syncs::fresh_epoch;
 use crate::worker::replicate::validate::failure_kind_name;
-use crate::worker::replicate::writer::{classify_code, classify_error, describe_error, ErrorClass};
+use crate::worker::replicate::writer::{
+    classify_code, classify_error, describe_error, ErrorClass, TargetWriter,
+};
 use crate::worker::validation::classify::{record_rejected, FlowRef};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -179,8 +182,19 @@ impl Pipeline {
         match &j.verdict {
             Verdict::Retry { first_error, .. } => {
                 self.metrics.error(ErrorKind::TargetRetriable);
+                // A refused transaction purges its records: the refusal is its cause.
+                let cause = self.writer.as_ref().and_then(TargetWriter::abortable_cause);
+                let refused = match &cause {
+                    Some(e) => e.rdkafka_error_code().map(|c| (c, describe_error(e))),
+                    None => verdict::refused_write(&d.s.results),
+                };
+                self.write_refused =
+                    refused.and_then(|(c, e)| report::write_refusal(&self.cfg.target_alias, c, &e));
+                let why = cause
+                    .as_ref()
+                    .map_or_else(|| first_error.clone(), describe_error);
                 warn!(
-                    "records were not delivered to target {}: {first_error}",
+                    "records were not delivered to target {}: {why}",
                     self.cfg.target_alias
                 );
                 return Ok(WriteOutcome::Retry);

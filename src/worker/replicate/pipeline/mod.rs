@@ -251,6 +251,9 @@ pub struct Pipeline {
     last_ack: Instant,
     /// The fetch buffers that records sent without a copy keep allocated.
     pins: Pins,
+    /// Why the target's authorizer refused the last batch (the worker shows it until a
+    /// batch commits).
+    write_refused: Option<String>,
 }
 
 impl Pipeline {
@@ -272,6 +275,7 @@ impl Pipeline {
             meta_in_flight: VecDeque::new(),
             reassign_needed: false,
             reload_needed: false,
+            write_refused: None,
             metrics,
             failures_total,
             last_ack: Instant::now(),
@@ -417,12 +421,18 @@ impl Pipeline {
         self.request_reassign();
     }
 
+    /// Why the target's authorizer refuses the worker's writes, until a batch commits.
+    pub fn write_refused(&self) -> Option<&str> {
+        self.write_refused.as_deref()
+    }
+
     /// Counts a write's outcome; a failed one schedules a retry.
     pub fn after_write(&mut self, outcome: WriteOutcome) {
         let label = match outcome {
             WriteOutcome::Committed => {
                 self.retry.reset();
                 self.last_ack = Instant::now();
+                self.write_refused = None;
                 "committed"
             }
             WriteOutcome::Retry => {

@@ -35,6 +35,8 @@ pub struct RecordFailure {
     pub at_enqueue: bool,
     /// A size limit: the broker may have refused a whole produce batch for one record.
     pub size_related: bool,
+    /// The error code, when there is one.
+    pub code: Option<RDKafkaErrorCode>,
 }
 
 impl RecordFailure {
@@ -49,6 +51,7 @@ impl RecordFailure {
             message: describe_error(e),
             at_enqueue,
             size_related,
+            code: e.rdkafka_error_code(),
         }
     }
 
@@ -59,8 +62,25 @@ impl RecordFailure {
             message: "no delivery report for the record".into(),
             at_enqueue: false,
             size_related: false,
+            code: None,
         }
     }
+}
+
+/// The first record failure that is the target's authorizer refusing the write: its code
+/// and message. Pure.
+pub fn refused_write(results: &[Option<RecordResult>]) -> Option<(RDKafkaErrorCode, String)> {
+    results
+        .iter()
+        .flatten()
+        .filter_map(|r| r.as_ref().err())
+        .find_map(|f| match f.code {
+            Some(
+                c @ (RDKafkaErrorCode::TopicAuthorizationFailed
+                | RDKafkaErrorCode::ClusterAuthorizationFailed),
+            ) => Some((c, f.message.clone())),
+            _ => None,
+        })
 }
 
 /// What to do after a failed commit of a transaction.
@@ -343,6 +363,7 @@ mod tests {
             message: format!("{class:?}"),
             at_enqueue,
             size_related,
+            code: None,
         })))
     }
 
@@ -350,6 +371,36 @@ mod tests {
 
     fn ok(d: i64) -> Option<RecordResult> {
         Some(Ok(d))
+    }
+
+    #[test]
+    fn a_write_the_authorizer_refused_is_found_among_the_failures() {
+        use RDKafkaErrorCode as C;
+        let with = |code| {
+            let mut f = fail(ErrorClass::Retriable, false, false);
+            if let Some(Err(e)) = &mut f {
+                e.code = Some(code);
+                e.message = format!("{code:?}");
+            }
+            f
+        };
+        // (results, refusal found)
+        let cases: [(Results, Option<C>); 5] = [
+            (vec![ok(1), ok(2)], None),
+            (vec![ok(1), with(C::PurgeQueue), None], None),
+            (
+                vec![with(C::PurgeQueue), with(C::TopicAuthorizationFailed)],
+                Some(C::TopicAuthorizationFailed),
+            ),
+            (
+                vec![None, with(C::ClusterAuthorizationFailed)],
+                Some(C::ClusterAuthorizationFailed),
+            ),
+            (vec![fail(ErrorClass::Retriable, false, false)], None),
+        ];
+        for (results, want) in cases {
+            assert_eq!(refused_write(&results).map(|(c, _)| c), want, "{results:?}");
+        }
     }
 
     #[test]
