@@ -14,7 +14,7 @@ use syn::spanned::Spanned;
 use syn::visit::Visit;
 
 /// The bound. Lower it as string errors go; never raise it.
-const MAX_STRING_ERRORS: usize = 155;
+const MAX_STRING_ERRORS: usize = 17;
 
 /// `#[cfg(test)]`, `#[cfg(all(test, ...))]` or `#[test]`: code compiled only for tests.
 fn test_only(attrs: &[syn::Attribute]) -> bool {

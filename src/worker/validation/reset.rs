@@ -127,18 +127,19 @@ pub fn record_seek(
     target: SeekTarget,
     rejected_offset: i64,
     position: Option<i64>,
-) -> Result<i64, String> {
+) -> Result<i64, crate::worker::error::Error> {
+    use crate::worker::error::Error;
     if position != Some(rejected_offset) {
         let at = position.map_or_else(|| "unknown".to_string(), |p| p.to_string());
-        return Err(format!(
+        return Err(Error::Refused(format!(
             "the partition's position is {at}, not the rejected record's offset \
              {rejected_offset}; nothing was moved"
-        ));
+        )));
     }
     match target {
         SeekTarget::AfterRecord => Ok(rejected_offset + 1),
         SeekTarget::AtRecord => Ok(rejected_offset),
-        other => Err(format!("{other:?} is not a record seek")),
+        other => Err(Error::Internal(format!("{other:?} is not a record seek"))),
     }
 }
 
@@ -838,7 +839,7 @@ mod tests {
             let got = record_seek(target, offset, position);
             match (want, &got) {
                 (Ok(w), Ok(g)) => assert_eq!(*g, w, "{target:?} {offset} {position:?}"),
-                (Err(w), Err(g)) => assert!(g.contains(w), "{g}"),
+                (Err(w), Err(g)) => assert!(g.to_string().contains(w), "{g}"),
                 _ => panic!("{target:?} {offset} {position:?}: want {want:?}, got {got:?}"),
             }
         }
