@@ -13,8 +13,13 @@ use std::path::{Path, PathBuf};
 use syn::spanned::Spanned;
 use syn::visit::Visit;
 
-/// The bound. Lower it as string errors go; never raise it.
-const MAX_STRING_ERRORS: usize = 17;
+/// The bound. Lower it as string errors go; never raise it. The ones left, and why:
+/// - `worker/audit/` (10) and `cli/translate.rs` (1): not converted yet (other work was
+///   changing them);
+/// - `kafka::blocking` and `kafka::topic_id::TopicIdResult`: text for those callers and the
+///   test kit (`kafka::run_blocking` is the typed one);
+/// - `worker::validation::classify::classify_out_of_range`: the lookup error is only shown.
+const MAX_STRING_ERRORS: usize = 14;
 
 /// `#[cfg(test)]`, `#[cfg(all(test, ...))]` or `#[test]`: code compiled only for tests.
 fn test_only(attrs: &[syn::Attribute]) -> bool {

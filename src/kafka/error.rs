@@ -139,8 +139,8 @@ pub enum Error {
     /// A cluster's state that forbids what was asked (the text says which and why).
     #[error("{0}")]
     Cluster(String),
-    /// A blocking task that did not finish.
-    #[error("blocking task failed: {0}")]
+    /// A blocking task that did not finish (its panic or cancellation).
+    #[error("{0}")]
     Task(String),
     /// What was being done when `source` failed (cluster, call, topic, group).
     #[error("{context}: {source}")]

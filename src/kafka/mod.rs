@@ -32,7 +32,7 @@ pub async fn run_blocking<T: Send + 'static>(
 ) -> Result<T, Error> {
     tokio::task::spawn_blocking(f)
         .await
-        .map_err(|e| Error::Task(e.to_string()))
+        .map_err(|e| Error::Task(e.to_string()).context("blocking task failed"))
 }
 
 /// [`run_blocking`] with its failure as text, for the callers that still report errors as

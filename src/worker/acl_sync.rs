@@ -490,7 +490,7 @@ impl AclSyncRunner {
                     // Once per distinct error (a cluster without an authorizer says so on
                     // every sync).
                     Err(e) if last_error.as_ref() != Some(e) => {
-                        warn!("topic ACL sync failed: {e}")
+                        warn!(reason = e.reason(), "topic ACL sync failed: {e}")
                     }
                     Err(_) => {}
                 }

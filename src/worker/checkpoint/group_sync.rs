@@ -281,7 +281,7 @@ pub(super) async fn run_group_syncs(
             .set(took.as_secs_f64());
         tracing::debug!(checkpoint = %name, groups = offer.plans.len(), group_sync_ms = took.as_millis() as u64, "group sync");
         if let Err(e) = &result {
-            tracing::warn!(flow = %flow_name, checkpoint = %name, error = %e, "group sync failed");
+            tracing::warn!(flow = %flow_name, checkpoint = %name, reason = e.reason(), error = %e, "group sync failed");
         }
         let now = Timestamp::now();
         state.send_modify(|s| {

@@ -421,7 +421,7 @@ impl CheckpointRunner {
             .set(took.as_secs_f64());
         if let Err(e) = &outcome {
             self.metrics.cycle_errors.with_label_values(&[name]).inc();
-            tracing::warn!(flow = %self.flow_name, checkpoint = %name, error = %e, "checkpoint cycle failed");
+            tracing::warn!(flow = %self.flow_name, checkpoint = %name, reason = e.reason(), error = %e, "checkpoint cycle failed");
         }
         let at = Timestamp::now();
         self.state_tx.send_modify(|s| {
