@@ -21,7 +21,7 @@ use crate::worker::error::Error;
 use crate::worker::replicate::assign::is_owned;
 use crate::worker::validation::reset::{
     describe_tp, failed_status, plan_reset, record_seek, strategy_name, PartitionResetAction,
-    ResetDecision, SeekTarget,
+    ResetDecision, SeekError, SeekTarget,
 };
 
 /// What a reset needs from both clusters, and who this worker is.
@@ -171,7 +171,13 @@ async fn resolve(
                 a.previous_failure.requested_offset,
                 table.get(&a.tp).and_then(|p| p.position),
             )
-            .map_err(|e| e.context(format!("{}/{}", a.tp.topic, a.tp.partition)))?,
+            .map_err(|e| {
+                let e = match e {
+                    SeekError::PositionMoved { .. } => Error::Refused(e.to_string()),
+                    SeekError::NotARecordSeek(_) => Error::Internal(e.to_string()),
+                };
+                e.context(format!("{}/{}", a.tp.topic, a.tp.partition))
+            })?,
         };
         resolved.push((a.tp.clone(), to, (low, high)));
     }
