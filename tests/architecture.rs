@@ -18,11 +18,15 @@ const ROOMS: &[(&str, &[&str])] = &[
     ("worker", &[]),
     ("worker::runtime", &[]),
     ("worker::validation", &["api"]),
-    ("worker::topic_filter", &["api", "kafka"]),
-    ("worker::heartbeats", &["api", "kafka", "telemetry"]),
+    ("worker::error", &["kafka"]),
+    ("worker::topic_filter", &["api", "kafka", "worker::error"]),
+    (
+        "worker::heartbeats",
+        &["api", "kafka", "telemetry", "worker::error"],
+    ),
     (
         "worker::acl_sync",
-        &["api", "kafka", "worker::topic_filter"],
+        &["api", "kafka", "worker::error", "worker::topic_filter"],
     ),
     (
         "worker::audit",
@@ -36,7 +40,13 @@ const ROOMS: &[(&str, &[&str])] = &[
     ),
     (
         "worker::checkpoint",
-        &["api", "kafka", "telemetry", "worker::topic_filter"],
+        &[
+            "api",
+            "kafka",
+            "telemetry",
+            "worker::error",
+            "worker::topic_filter",
+        ],
     ),
     (
         "worker::replicate",
@@ -44,6 +54,7 @@ const ROOMS: &[(&str, &[&str])] = &[
             "api",
             "kafka",
             "telemetry",
+            "worker::error",
             "worker::topic_filter",
             "worker::validation",
         ],

@@ -1179,7 +1179,7 @@ async fn batched_group_calls_agree_with_librdkafka() {
     })
     .await
     .unwrap();
-    let sorted = |r: &Result<Vec<GroupOffset>, String>| {
+    let sorted = |r: &Result<Vec<GroupOffset>, mirrorflow::kafka::Error>| {
         let mut v = r.clone().expect("read");
         v.sort_by_key(|o| o.partition);
         v

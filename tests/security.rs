@@ -719,7 +719,7 @@ async fn acl_sync_mirrors_allow_bindings_and_follows_removals() {
     assert_eq!(remembered, still);
 }
 
-fn all_ok(results: Vec<Result<(), String>>) {
+fn all_ok(results: Vec<Result<(), mirrorflow::kafka::Error>>) {
     for r in results {
         r.unwrap();
     }
@@ -730,7 +730,7 @@ async fn acls<T: Send + 'static>(
     bootstrap: &str,
     f: impl FnOnce(
             &rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext>,
-        ) -> Result<T, String>
+        ) -> Result<T, mirrorflow::kafka::Error>
         + Send
         + 'static,
 ) -> T {

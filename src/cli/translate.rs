@@ -585,7 +585,7 @@ pub async fn run_translate(args: TranslateArgs) -> anyhow::Result<()> {
     let result = tokio::task::spawn_blocking(move || admin.alter_offsets(&[(group, commits)]))
         .await?
         .pop()
-        .unwrap_or_else(|| Err("no answer".into()));
+        .unwrap_or_else(|| Err(crate::kafka::Error::Protocol("no answer".into())));
     match result {
         Ok(()) => {
             note(format!(

@@ -66,18 +66,30 @@ struct Selection {
 /// and building the DFAs took 0.05-2 s of CPU per reconcile at 100 flows (the reconcilers'
 /// runtime starved); the lists rarely change, and flows share their exclude list.
 static COMPILED: Memo<Vec<String>, Compiled> = Memo::new(4096);
-type Compiled = Result<Arc<dense::DFA<Vec<u32>>>, String>;
+type Compiled = Result<Arc<dense::DFA<Vec<u32>>>, PatternError>;
+
+/// Why a pattern list could not be compiled for the search (boxed: memoized results stay
+/// small).
+#[derive(Debug, Clone, thiserror::Error)]
+enum PatternError {
+    /// A pattern is not a regex.
+    #[error(transparent)]
+    Regex(Box<regex::Error>),
+    /// The patterns' automaton could not be built (e.g. over its size limit).
+    #[error(transparent)]
+    Automaton(Box<dense::BuildError>),
+}
 
 fn compile(patterns: &[String]) -> Compiled {
     COMPILED.get_or_compute(patterns, || build_dfa(patterns).map(Arc::new))
 }
 
-fn build_dfa(patterns: &[String]) -> Result<dense::DFA<Vec<u32>>, String> {
+fn build_dfa(patterns: &[String]) -> Result<dense::DFA<Vec<u32>>, PatternError> {
     let anchored: Vec<String> = patterns
         .iter()
         .map(|p| full_match_regex(p).map(|r| r.as_str().to_string()))
         .collect::<Result<_, _>>()
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| PatternError::Regex(Box::new(e)))?;
     let build = |unicode: bool| {
         dense::Builder::new()
             .configure(
@@ -98,13 +110,13 @@ fn build_dfa(patterns: &[String]) -> Result<dense::DFA<Vec<u32>>, String> {
                     .utf8(unicode),
             )
             .build_many(&anchored)
-            .map_err(|e| e.to_string())
+            .map_err(|e| PatternError::Automaton(Box::new(e)))
     };
     build(false).or_else(|_| build(true))
 }
 
 impl Selection {
-    fn of(spec: &MirrorFlowSpec) -> Result<Self, String> {
+    fn of(spec: &MirrorFlowSpec) -> Result<Self, PatternError> {
         let mut exclude = spec.topics.exclude.clone();
         exclude.extend(INTERNAL.iter().map(|s| s.to_string()));
         Ok(Self {

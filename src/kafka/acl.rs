@@ -393,7 +393,7 @@ pub(crate) mod tests {
                 .create()
                 .unwrap();
         let e = describe_topic_acls(&admin, Duration::from_millis(200)).unwrap_err();
-        assert!(e.starts_with("describe topic ACLs"), "{e}");
+        assert!(e.to_string().starts_with("describe topic ACLs"), "{e}");
         assert_eq!(
             create_topic_acls(&admin, &[], Duration::from_millis(1)),
             Ok(vec![])

@@ -22,6 +22,7 @@ use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
+use super::error::{Code, Context, Error};
 use super::group_client::{GroupClient, Lanes, Unavailable};
 use super::sys::admin as sys;
 
@@ -57,7 +58,7 @@ impl GroupAdmin {
     /// An admin client from `config` (the cluster's client properties); `what` names the
     /// cluster in errors (e.g. `source cluster dc1`).
     /// Many groups per request unless [`DIRECT_GROUP_CALLS_ENV`] is `0`.
-    pub fn new(config: &ClientConfig, what: &str, timeout: Duration) -> Result<Self, String> {
+    pub fn new(config: &ClientConfig, what: &str, timeout: Duration) -> Result<Self, Error> {
         let enabled = std::env::var(DIRECT_GROUP_CALLS_ENV).map_or(true, |v| v.trim() != "0");
         Self::with_batching(config, what, timeout, enabled)
     }
@@ -69,10 +70,10 @@ impl GroupAdmin {
         what: &str,
         timeout: Duration,
         batching: bool,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, Error> {
         let admin = config
             .create()
-            .map_err(|e| format!("{what}: create admin client: {e}"))?;
+            .context_with(|| format!("{what}: create admin client"))?;
         let direct = batching
             .then(|| GroupClient::for_config(config, timeout, Lanes::default()))
             .flatten();
@@ -93,13 +94,13 @@ impl GroupAdmin {
     /// Runs `f` on the many-group client if there is one and it can serve the call.
     fn try_direct<R>(
         &self,
-        f: impl FnOnce(&GroupClient) -> Result<Vec<Result<R, String>>, Unavailable>,
-    ) -> Option<Vec<Result<R, String>>> {
+        f: impl FnOnce(&GroupClient) -> Result<Vec<Result<R, Error>>, Unavailable>,
+    ) -> Option<Vec<Result<R, Error>>> {
         let direct = self.direct.as_ref()?;
         match f(direct) {
             Ok(r) => Some(
                 r.into_iter()
-                    .map(|r| r.map_err(|e| format!("{}: {e}", self.what)))
+                    .map(|r| r.map_err(|e| e.context(&self.what)))
                     .collect(),
             ),
             Err(Unavailable(why)) => {
@@ -111,12 +112,12 @@ impl GroupAdmin {
 
     /// Every consumer group of the cluster with its state and member count (ListGroups +
     /// DescribeGroups).
-    pub fn list_groups(&self) -> Result<Vec<GroupListing>, String> {
+    pub fn list_groups(&self) -> Result<Vec<GroupListing>, Error> {
         let list = self
             .admin
             .inner()
             .fetch_group_list(None, self.timeout)
-            .map_err(|e| format!("{}: list consumer groups: {e}", self.what))?;
+            .context_with(|| format!("{}: list consumer groups", self.what))?;
         Ok(list
             .groups()
             .iter()
@@ -130,14 +131,14 @@ impl GroupAdmin {
 
     /// Committed offsets of each group (all partitions it committed), in input order.
     /// Partitions without a committed offset are left out.
-    pub fn list_offsets(&self, groups: &[String]) -> Vec<Result<Vec<GroupOffset>, String>> {
+    pub fn list_offsets(&self, groups: &[String]) -> Vec<Result<Vec<GroupOffset>, Error>> {
         if groups.is_empty() {
             return Vec::new();
         }
         if let Some(r) = self.try_direct(|d| d.list_offsets(groups)) {
             return r;
         }
-        let prepared: Vec<Result<CString, String>> = groups.iter().map(|g| c_group(g)).collect();
+        let prepared: Vec<Result<CString, Error>> = groups.iter().map(|g| c_group(g)).collect();
         let valid: Vec<(usize, &CString)> = ok_entries(&prepared);
         let requests: Vec<(&str, &CStr)> = valid
             .iter()
@@ -151,21 +152,21 @@ impl GroupAdmin {
     /// Commits offsets to groups (AdminClient.alterConsumerGroupOffsets: the broker refuses
     /// it for a group with active members). One result per group, in input order; a group
     /// succeeds only if every partition did.
-    pub fn alter_offsets(&self, commits: &[(String, Vec<GroupOffset>)]) -> Vec<Result<(), String>> {
+    pub fn alter_offsets(&self, commits: &[(String, Vec<GroupOffset>)]) -> Vec<Result<(), Error>> {
         if commits.is_empty() {
             return Vec::new();
         }
         if let Some(r) = self.try_direct(|d| d.commit_offsets(commits)) {
             return r;
         }
-        let prepared: Vec<Result<(CString, TopicPartitionList), String>> = commits
+        let prepared: Vec<Result<(CString, TopicPartitionList), Error>> = commits
             .iter()
             .map(|(group, offsets)| {
                 let name = c_group(group)?;
                 let mut tpl = TopicPartitionList::with_capacity(offsets.len());
                 for o in offsets {
                     tpl.add_partition_offset(&o.topic, o.partition, Offset::Offset(o.offset))
-                        .map_err(|e| format!("group {group:?} {}/{}: {e}", o.topic, o.partition))?;
+                        .context_with(|| format!("group {group:?} {}/{}", o.topic, o.partition))?;
                     if let Some(mut elem) = tpl.find_partition(&o.topic, o.partition) {
                         elem.set_metadata(o.metadata.as_str());
                     }
@@ -188,14 +189,14 @@ impl GroupAdmin {
     pub fn end_offsets(
         &self,
         partitions: &[(String, i32)],
-    ) -> Result<HashMap<(String, i32), i64>, String> {
+    ) -> Result<HashMap<(String, i32), i64>, Error> {
         match self.end_offsets_once(partitions) {
             // librdkafka's ListOffsets finds leaders in the client's metadata cache, which
             // does not learn of a topic created after its last refresh (every 5 minutes by
             // default): a checkpoint runner started before the worker created its target
             // topics failed every cycle for minutes (seen with two flows into one target).
             // Refresh the cache (a metadata request for all topics) and ask once more.
-            Err(e) if e.contains("No leaders found") => {
+            Err(e) if e.error_code() == Some(Code::LOCAL_NOENT) => {
                 let _ = self.admin.inner().fetch_metadata(None, self.timeout);
                 self.end_offsets_once(partitions)
             }
@@ -206,7 +207,7 @@ impl GroupAdmin {
     fn end_offsets_once(
         &self,
         partitions: &[(String, i32)],
-    ) -> Result<HashMap<(String, i32), i64>, String> {
+    ) -> Result<HashMap<(String, i32), i64>, Error> {
         if partitions.is_empty() {
             return Ok(HashMap::new());
         }
@@ -215,18 +216,18 @@ impl GroupAdmin {
         for (topic, partition) in partitions {
             // OffsetSpec LATEST is -1 (Offset::End).
             tpl.add_partition_offset(topic, *partition, Offset::End)
-                .map_err(|e| format!("{}: {what}: {topic}/{partition}: {e}", self.what))?;
+                .context_with(|| format!("{}: {what}: {topic}/{partition}", self.what))?;
         }
         sys::end_offsets(&self.admin, &tpl, self.timeout, &self.what)
     }
 }
 
-fn c_group(group: &str) -> Result<CString, String> {
-    CString::new(group).map_err(|e| format!("group id {group:?}: {e}"))
+fn c_group(group: &str) -> Result<CString, Error> {
+    CString::new(group).map_err(|e| Error::nul("group id", group, e))
 }
 
 /// `(index, value)` of the inputs that could be prepared.
-fn ok_entries<T>(prepared: &[Result<T, String>]) -> Vec<(usize, &T)> {
+fn ok_entries<T>(prepared: &[Result<T, Error>]) -> Vec<(usize, &T)> {
     prepared
         .iter()
         .enumerate()
@@ -237,14 +238,14 @@ fn ok_entries<T>(prepared: &[Result<T, String>]) -> Vec<(usize, &T)> {
 /// Puts the answers for the sent inputs (`sent[k]` is the input index of answer `k`) back
 /// next to the preparation errors of the others, in input order.
 fn merge<T, R>(
-    prepared: Vec<Result<T, String>>,
+    prepared: Vec<Result<T, Error>>,
     sent: Vec<usize>,
-    answers: Vec<Result<R, String>>,
-) -> Vec<Result<R, String>> {
-    let mut out: Vec<Result<R, String>> = prepared
+    answers: Vec<Result<R, Error>>,
+) -> Vec<Result<R, Error>> {
+    let mut out: Vec<Result<R, Error>> = prepared
         .into_iter()
         .map(|p| match p {
-            Ok(_) => Err("not answered".to_string()),
+            Ok(_) => Err(Error::Protocol("not answered".into())),
             Err(e) => Err(e),
         })
         .collect();
@@ -279,7 +280,7 @@ mod tests {
         assert!(!admin.batches_groups());
         let got = admin.list_offsets(&["billing".to_string()]);
         assert_eq!(got.len(), 1);
-        let e = got[0].as_ref().unwrap_err();
+        let e = got[0].as_ref().unwrap_err().to_string();
         assert!(
             e.contains("test cluster") && e.contains("oordinator"),
             "{e}"

@@ -17,11 +17,12 @@ use std::time::Duration;
 
 use rdkafka::ClientConfig;
 
+use super::error::{Code, Error};
 use super::group_offset::GroupOffset;
 use super::protocol::{
-    self as p, code_text, is_reroute, Coordinator, FetchOutcome, API_VERSIONS, FIND_COORDINATOR,
-    FIND_COORDINATOR_VERSION, MAX_GROUPS_PER_FETCH, OFFSET_COMMIT, OFFSET_COMMIT_VERSION,
-    OFFSET_FETCH, OFFSET_FETCH_VERSION,
+    self as p, code_error, code_text, is_reroute, Coordinator, FetchOutcome, API_VERSIONS,
+    FIND_COORDINATOR, FIND_COORDINATOR_VERSION, MAX_GROUPS_PER_FETCH, OFFSET_COMMIT,
+    OFFSET_COMMIT_VERSION, OFFSET_FETCH, OFFSET_FETCH_VERSION,
 };
 
 /// Rounds of a call: a group whose coordinator moved is looked up and asked again.
@@ -93,12 +94,12 @@ pub struct GroupClient {
 }
 
 /// One lane's end: its number, its connection, how many requests it carried, the answers.
-type LaneDone = (usize, Conn, usize, Result<Vec<Vec<u8>>, String>);
+type LaneDone = (usize, Conn, usize, Result<Vec<Vec<u8>>, Error>);
 
 /// What one group's request produced.
 enum Answer<T> {
-    Done(Result<T, String>),
-    Reroute(String),
+    Done(Result<T, Error>),
+    Reroute(Error),
 }
 
 impl GroupClient {
@@ -133,7 +134,7 @@ impl GroupClient {
     pub fn list_offsets(
         &self,
         groups: &[String],
-    ) -> Result<Vec<Result<Vec<GroupOffset>, String>>, Unavailable> {
+    ) -> Result<Vec<Result<Vec<GroupOffset>, Error>>, Unavailable> {
         let mut st = self.lock();
         self.many(
             &mut st,
@@ -163,7 +164,7 @@ impl GroupClient {
                             continue;
                         }
                     };
-                    let decoded = p::decode_offset_fetch(&body).map_err(|e| e.to_string());
+                    let decoded = p::decode_offset_fetch(&body).map_err(Error::from);
                     let by_group: HashMap<&str, &p::FetchedGroup> = match &decoded {
                         Ok(d) => d.iter().map(|g| (g.group.as_str(), g)).collect(),
                         Err(_) => HashMap::new(),
@@ -192,7 +193,7 @@ impl GroupClient {
     pub fn commit_offsets(
         &self,
         commits: &[(String, Vec<GroupOffset>)],
-    ) -> Result<Vec<Result<(), String>>, Unavailable> {
+    ) -> Result<Vec<Result<(), Error>>, Unavailable> {
         let offsets: HashMap<&str, &[GroupOffset]> = commits
             .iter()
             .map(|(g, o)| (g.as_str(), o.as_slice()))
@@ -227,12 +228,12 @@ impl GroupClient {
                     }
                 };
                 let answer = match p::decode_offset_commit(&body) {
-                    Err(e) => Answer::Done(Err(e.to_string())),
+                    Err(e) => Answer::Done(Err(e.into())),
                     Ok(parts) => match parts.iter().find(|(_, _, e)| *e != p::code::NONE) {
                         None => Answer::Done(Ok(())),
-                        Some((_, _, e)) if is_reroute(*e) => Answer::Reroute(code_text(*e)),
+                        Some((_, _, e)) if is_reroute(*e) => Answer::Reroute(code_error(*e)),
                         Some((t, part, e)) => {
-                            Answer::Done(Err(format!("{t}/{part}: {}", code_text(*e))))
+                            Answer::Done(Err(code_error(*e).context(format!("{t}/{part}"))))
                         }
                     },
                 };
@@ -246,13 +247,13 @@ impl GroupClient {
     fn name_errors<T>(
         &self,
         groups: &[String],
-        results: Vec<Result<T, String>>,
+        results: Vec<Result<T, Error>>,
         what: &str,
-    ) -> Vec<Result<T, String>> {
+    ) -> Vec<Result<T, Error>> {
         groups
             .iter()
             .zip(results)
-            .map(|(g, r)| r.map_err(|e| format!("{what}: group {g:?}: {e}")))
+            .map(|(g, r)| r.map_err(|e| e.context(format!("group {g:?}")).context(what)))
             .collect()
     }
 
@@ -269,12 +270,12 @@ impl GroupClient {
             &Coordinator,
             &[Vec<String>],
         ) -> Result<HashMap<String, Answer<T>>, Unavailable>,
-    ) -> Result<Vec<Result<T, String>>, Unavailable> {
+    ) -> Result<Vec<Result<T, Error>>, Unavailable> {
         if let Some(why) = &st.unsupported {
             return Err(Unavailable(why.clone()));
         }
-        let mut done: HashMap<String, Result<T, String>> = HashMap::new();
-        let mut last_error: HashMap<String, String> = HashMap::new();
+        let mut done: HashMap<String, Result<T, Error>> = HashMap::new();
+        let mut last_error: HashMap<String, Error> = HashMap::new();
         for round in 0..ROUNDS {
             let pending: Vec<&str> = groups
                 .iter()
@@ -295,12 +296,14 @@ impl GroupClient {
                             st.coordinators.insert(key, c);
                         }
                         Err((code, msg)) if is_reroute(code) => {
-                            last_error.insert(key, msg);
+                            last_error.insert(key, Error::code(Code(i32::from(code)), msg));
                         }
                         Err((code, msg)) => {
+                            let text = format!("{msg} ({})", code_text(code));
                             done.insert(
                                 key,
-                                Err(format!("find coordinator: {msg} ({})", code_text(code))),
+                                Err(Error::code(Code(i32::from(code)), text)
+                                    .context("find coordinator")),
                             );
                         }
                     }
@@ -324,7 +327,7 @@ impl GroupClient {
                         for g in batch {
                             match answers.get(&g) {
                                 None => {
-                                    last_error.insert(g, "no answer".into());
+                                    last_error.insert(g, no_answer());
                                 }
                                 Some(Answer::Reroute(e)) => {
                                     st.coordinators.remove(&g);
@@ -346,7 +349,7 @@ impl GroupClient {
                         // The coordinator's connection failed: look its groups up again.
                         for g in batch {
                             st.coordinators.remove(&g);
-                            last_error.insert(g, e.clone());
+                            last_error.insert(g, Error::Client(e.clone()));
                         }
                     }
                 }
@@ -356,10 +359,7 @@ impl GroupClient {
             .iter()
             .map(|g| match done.remove(g) {
                 Some(r) => r,
-                None => Err(last_error
-                    .get(g)
-                    .cloned()
-                    .unwrap_or_else(|| "no answer".into())),
+                None => Err(last_error.remove(g).unwrap_or_else(no_answer)),
             })
             .collect())
     }
@@ -406,7 +406,7 @@ impl GroupClient {
         version: i16,
         bodies: &[Vec<u8>],
         lanes: usize,
-    ) -> Result<Vec<Result<Vec<u8>, String>>, Unavailable> {
+    ) -> Result<Vec<Result<Vec<u8>, Error>>, Unavailable> {
         let addr = format!("{}:{}", coord.host, coord.port);
         let lanes = lanes.clamp(1, bodies.len().max(1));
         if lanes == 1 {
@@ -472,7 +472,7 @@ impl GroupClient {
                     out.extend(answers.into_iter().map(Ok));
                 }
                 Err(e) => {
-                    let e = format!("broker {addr}: {e}");
+                    let e = e.context(format!("broker {addr}"));
                     out.extend((0..n).map(|_| Err(e.clone())));
                 }
             }
@@ -561,7 +561,7 @@ impl GroupClient {
             &[Vec::new()],
             false,
         )
-        .map_err(fail)?
+        .map_err(|e| fail(e.to_string()))?
         .pop()
         .unwrap_or_default();
         let versions = p::decode_api_versions(&body)
@@ -569,6 +569,11 @@ impl GroupClient {
             .map_err(|c| fail(format!("ApiVersions: {}", code_text(c))))?;
         Ok(Conn { stream, versions })
     }
+}
+
+/// A group no answer spoke of.
+fn no_answer() -> Error {
+    Error::Protocol("no answer".into())
 }
 
 /// Requests written before their answers are read: bounds what both sides buffer, so a
@@ -585,7 +590,7 @@ fn pipeline(
     client_id: &str,
     bodies: &[Vec<u8>],
     flexible: bool,
-) -> Result<Vec<Vec<u8>>, String> {
+) -> Result<Vec<Vec<u8>>, Error> {
     let mut out = Vec::with_capacity(bodies.len());
     for (w, window) in bodies.chunks(WINDOW).enumerate() {
         let base = first_id.wrapping_add((w * WINDOW) as i32);
@@ -599,25 +604,29 @@ fn pipeline(
                 body,
             ));
         }
-        stream.write_all(&buf).map_err(|e| format!("send: {e}"))?;
+        stream
+            .write_all(&buf)
+            .map_err(|e| Error::Client(format!("send: {e}")))?;
         for i in 0..window.len() {
             let mut size = [0u8; 4];
             stream
                 .read_exact(&mut size)
-                .map_err(|e| format!("receive: {e}"))?;
+                .map_err(|e| Error::Client(format!("receive: {e}")))?;
             let size = usize::try_from(i32::from_be_bytes(size))
-                .map_err(|_| "negative frame size".to_string())?;
+                .map_err(|_| Error::Protocol("negative frame size".into()))?;
             if size > MAX_RESPONSE_BYTES {
-                return Err(format!("answer of {size} bytes refused"));
+                return Err(Error::Protocol(format!("answer of {size} bytes refused")));
             }
             let mut frame = vec![0u8; size];
             stream
                 .read_exact(&mut frame)
-                .map_err(|e| format!("receive: {e}"))?;
-            let (id, body) = p::response_header(&frame, flexible).map_err(|e| e.to_string())?;
+                .map_err(|e| Error::Client(format!("receive: {e}")))?;
+            let (id, body) = p::response_header(&frame, flexible)?;
             let expected = base.wrapping_add(i as i32);
             if id != expected {
-                return Err(format!("answer for request {id}, expected {expected}"));
+                return Err(Error::Protocol(format!(
+                    "answer for request {id}, expected {expected}"
+                )));
             }
             out.push(body.to_vec());
         }
@@ -790,6 +799,11 @@ mod tests {
                 for (g, r) in results.iter().enumerate() {
                     if g == refused {
                         let e = r.as_ref().expect_err("commit to an unknown topic");
+                        assert_eq!(
+                            e.error_code(),
+                            Some(crate::kafka::Code::UNKNOWN_TOPIC_OR_PARTITION)
+                        );
+                        let e = e.to_string();
                         assert!(
                             e.contains(&format!("\"{}\"", n.group(refused)))
                                 && e.contains("missing/0"),

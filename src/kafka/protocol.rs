@@ -14,6 +14,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use super::error::{Code, Error};
 use super::group_offset::GroupOffset;
 
 /// ApiVersions API key.
@@ -79,6 +80,11 @@ pub fn code_text(code: i16) -> String {
         _ => return format!("broker error code {code}"),
     };
     format!("broker error {code} {name}")
+}
+
+/// A broker error code as an error, with its name and meaning.
+pub fn code_error(code: i16) -> Error {
+    Error::code(Code(i32::from(code)), code_text(code))
 }
 
 /// A decoding failure: what was read and where.
@@ -456,9 +462,9 @@ pub enum FetchOutcome {
     /// Its committed offsets (partitions without a commit left out).
     Offsets(Vec<GroupOffset>),
     /// Its coordinator moved or is loading: find it again and retry.
-    Reroute(String),
+    Reroute(Error),
     /// A failure retrying will not fix this cycle.
-    Failed(String),
+    Failed(Error),
 }
 
 /// The outcome of `group` in an OffsetFetch answer: the group-level error, else the first
@@ -466,21 +472,23 @@ pub enum FetchOutcome {
 /// them). A group missing from the answer fails.
 pub fn fetch_outcome(group: &str, answer: Option<&FetchedGroup>) -> FetchOutcome {
     let Some(g) = answer else {
-        return FetchOutcome::Failed("group missing from the answer".into());
+        return FetchOutcome::Failed(Error::Protocol("group missing from the answer".into()));
     };
     if is_reroute(g.error) {
-        return FetchOutcome::Reroute(code_text(g.error));
+        return FetchOutcome::Reroute(code_error(g.error));
     }
     if g.error != code::NONE {
-        return FetchOutcome::Failed(code_text(g.error));
+        return FetchOutcome::Failed(code_error(g.error));
     }
     let mut out = Vec::with_capacity(g.partitions.len());
     for (o, e) in &g.partitions {
         if is_reroute(*e) {
-            return FetchOutcome::Reroute(code_text(*e));
+            return FetchOutcome::Reroute(code_error(*e));
         }
         if *e != code::NONE {
-            return FetchOutcome::Failed(format!("{}/{}: {}", o.topic, o.partition, code_text(*e)));
+            return FetchOutcome::Failed(
+                code_error(*e).context(format!("{}/{}", o.topic, o.partition)),
+            );
         }
         if o.offset >= 0 {
             out.push(o.clone());
@@ -778,20 +786,20 @@ mod tests {
             "nothing committed on t/1: left out"
         );
         assert!(
-            matches!(fetch_outcome("moved", find("moved")), FetchOutcome::Reroute(m) if m.contains("NOT_COORDINATOR"))
+            matches!(fetch_outcome("moved", find("moved")), FetchOutcome::Reroute(m) if m.to_string().contains("NOT_COORDINATOR") && m.error_code() == Some(Code::NOT_COORDINATOR))
         );
         assert!(matches!(
             fetch_outcome("loading", find("loading")),
             FetchOutcome::Reroute(_)
         ));
         assert!(
-            matches!(fetch_outcome("denied", find("denied")), FetchOutcome::Failed(m) if m.contains("GROUP_AUTHORIZATION_FAILED"))
+            matches!(fetch_outcome("denied", find("denied")), FetchOutcome::Failed(m) if m.to_string().contains("GROUP_AUTHORIZATION_FAILED"))
         );
         assert!(
-            matches!(fetch_outcome("bad-partition", find("bad-partition")), FetchOutcome::Failed(m) if m.starts_with("t/2: ") && m.contains("UNKNOWN_TOPIC"))
+            matches!(fetch_outcome("bad-partition", find("bad-partition")), FetchOutcome::Failed(m) if m.to_string().starts_with("t/2: ") && m.error_code() == Some(Code::UNKNOWN_TOPIC_OR_PARTITION))
         );
         assert!(
-            matches!(fetch_outcome("absent", find("absent")), FetchOutcome::Failed(m) if m.contains("missing"))
+            matches!(fetch_outcome("absent", find("absent")), FetchOutcome::Failed(m) if m.to_string().contains("missing"))
         );
     }
 

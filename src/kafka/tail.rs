@@ -13,6 +13,7 @@ use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 
 use super::config::FETCH_QUEUE_BACKOFF_MS;
 use super::context::LogContext;
+use super::error::{Context, Error};
 
 /// How often a tail re-reads metadata to find new partitions of its topic.
 const METADATA_REFRESH: Duration = Duration::from_secs(60);
@@ -35,7 +36,7 @@ pub struct TopicTail {
 
 impl TopicTail {
     /// A tail of `topic` with the cluster's client config; `what` names it in errors.
-    pub fn new(config: &ClientConfig, topic: &str, what: &str) -> Result<Self, String> {
+    pub fn new(config: &ClientConfig, topic: &str, what: &str) -> Result<Self, Error> {
         let mut config = config.clone();
         config
             // Required by librdkafka even for assign(); never joins or commits.
@@ -60,7 +61,7 @@ impl TopicTail {
             .set("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS);
         let consumer: BaseConsumer<LogContext> = config
             .create_with_context(LogContext::new(what))
-            .map_err(|e| format!("{what}: create consumer for topic {topic}: {e}"))?;
+            .context_with(|| format!("{what}: create consumer for topic {topic}"))?;
         Ok(Self {
             consumer,
             topic: topic.to_string(),
@@ -72,11 +73,11 @@ impl TopicTail {
 
     /// Partitions of the topic, `None` if it does not exist. Asks for all topics: a named
     /// metadata request can auto-create the topic on some brokers.
-    fn partitions(&self, timeout: Duration) -> Result<Option<i32>, String> {
+    fn partitions(&self, timeout: Duration) -> Result<Option<i32>, Error> {
         let md = self
             .consumer
             .fetch_metadata(None, timeout)
-            .map_err(|e| format!("{}: metadata for topic {}: {e}", self.what, self.topic))?;
+            .context_with(|| format!("{}: metadata for topic {}", self.what, self.topic))?;
         Ok(md
             .topics()
             .iter()
@@ -85,7 +86,7 @@ impl TopicTail {
     }
 
     /// Assigns partitions not assigned yet (from the beginning).
-    fn refresh_assignment(&mut self, timeout: Duration) -> Result<(), String> {
+    fn refresh_assignment(&mut self, timeout: Duration) -> Result<(), Error> {
         if self
             .metadata_at
             .is_some_and(|t| t.elapsed() < METADATA_REFRESH && !self.next.is_empty())
@@ -106,11 +107,11 @@ impl TopicTail {
                 None => Offset::Beginning,
             };
             tpl.add_partition_offset(&self.topic, p, offset)
-                .map_err(|e| format!("{}: assign {}/{p}: {e}", self.what, self.topic))?;
+                .context_with(|| format!("{}: assign {}/{p}", self.what, self.topic))?;
         }
         self.consumer
             .assign(&tpl)
-            .map_err(|e| format!("{}: assign topic {}: {e}", self.what, self.topic))?;
+            .context_with(|| format!("{}: assign topic {}", self.what, self.topic))?;
         for p in 0..count {
             self.next.entry(p).or_insert(0);
         }
@@ -124,7 +125,7 @@ impl TopicTail {
         &mut self,
         timeout: Duration,
         mut f: impl FnMut(&BorrowedMessage<'_>),
-    ) -> Result<usize, String> {
+    ) -> Result<usize, Error> {
         let deadline = Instant::now() + timeout;
         self.refresh_assignment(timeout)?;
         let mut pending: HashMap<i32, i64> = HashMap::new();
@@ -132,7 +133,7 @@ impl TopicTail {
             let (low, high) = self
                 .consumer
                 .fetch_watermarks(&self.topic, p, timeout)
-                .map_err(|e| format!("{}: end offset of {}/{p}: {e}", self.what, self.topic))?;
+                .context_with(|| format!("{}: end offset of {}/{p}", self.what, self.topic))?;
             if high > low && next < high {
                 pending.insert(p, high);
             }
@@ -141,12 +142,12 @@ impl TopicTail {
         while !pending.is_empty() {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(format!(
-                    "{}: topic {} not read to its end within {timeout:?} ({} partition(s) behind)",
-                    self.what,
-                    self.topic,
-                    pending.len()
-                ));
+                return Err(Error::NotAtEnd {
+                    topic: self.topic.clone(),
+                    within: timeout,
+                    behind: pending.len(),
+                }
+                .context(&self.what));
             }
             match self.consumer.poll(left.min(Duration::from_millis(200))) {
                 None => {}
@@ -154,7 +155,9 @@ impl TopicTail {
                     pending.remove(&p);
                 }
                 Some(Err(e)) => {
-                    return Err(format!("{}: read topic {}: {e}", self.what, self.topic))
+                    return Err(
+                        Error::from(e).context(format!("{}: read topic {}", self.what, self.topic))
+                    )
                 }
                 Some(Ok(msg)) => {
                     let p = msg.partition();

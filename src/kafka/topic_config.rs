@@ -34,7 +34,7 @@ pub fn alter_topic_configs<C: ClientContext>(
     admin: &AdminClient<C>,
     changes: &[(String, Vec<ConfigChange>)],
     timeout: Duration,
-) -> Result<Vec<Result<(), String>>, String> {
+) -> Result<Vec<Result<(), super::Error>>, super::Error> {
     super::sys::topic_config::alter_topic_configs(
         admin,
         changes,

@@ -20,6 +20,7 @@ use rdkafka::ClientConfig;
 
 use super::config::ClientProperties;
 use super::context::LogContext;
+use super::error::{Context, Error};
 use super::topic_config::ConfigChange;
 
 /// A client used only for metadata and watermark queries.
@@ -62,18 +63,18 @@ pub fn served<T>(client: &BaseConsumer<LogContext>, call: KafkaResult<T>) -> Kaf
     call
 }
 
-/// A blocking librdkafka call that fails with a message, on tokio's blocking pool.
+/// A blocking librdkafka call that can fail, on tokio's blocking pool.
 async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, String> + Send + 'static,
-) -> Result<T, String> {
-    super::blocking(f).await?
+    f: impl FnOnce() -> Result<T, Error> + Send + 'static,
+) -> Result<T, Error> {
+    super::run_blocking(f).await?
 }
 
 /// Topic name → partition count, as metadata lists them (topics in error are left out).
 pub async fn list_topics(
     client: &MetaClient,
     timeout: Duration,
-) -> Result<BTreeMap<String, i32>, String> {
+) -> Result<BTreeMap<String, i32>, Error> {
     Ok(list_topics_with_replicas(client, timeout)
         .await?
         .into_iter()
@@ -86,11 +87,10 @@ pub async fn list_topics(
 pub async fn list_topics_with_replicas(
     client: &MetaClient,
     timeout: Duration,
-) -> Result<BTreeMap<String, (i32, i32)>, String> {
+) -> Result<BTreeMap<String, (i32, i32)>, Error> {
     let client = client.clone();
     blocking(move || {
-        let md = served(&client, client.fetch_metadata(None, timeout))
-            .map_err(|e| format!("fetch metadata: {e}"))?;
+        let md = served(&client, client.fetch_metadata(None, timeout)).context("fetch metadata")?;
         let n = |v: usize| i32::try_from(v).unwrap_or(i32::MAX);
         Ok(md
             .topics()
@@ -114,7 +114,7 @@ pub async fn describe_topic_configs(
     admin: &Admin,
     topics: &[String],
     timeout: Duration,
-) -> Result<BTreeMap<String, Result<Vec<ConfigEntry>, String>>, String> {
+) -> Result<BTreeMap<String, Result<Vec<ConfigEntry>, Error>>, Error> {
     if topics.is_empty() {
         return Ok(BTreeMap::new());
     }
@@ -123,11 +123,14 @@ pub async fn describe_topic_configs(
     let results = admin
         .describe_configs(&specs, &admin_options(timeout))
         .await
-        .map_err(|e| format!("describe configs of {} topic(s): {e}", topics.len()))?;
+        .context_with(|| format!("describe configs of {} topic(s)", topics.len()))?;
     let mut out = BTreeMap::new();
     for (topic, r) in topics.iter().zip(results) {
         let entries = r
-            .map_err(|code| format!("describe configs of topic {topic}: {code}"))
+            .map_err(|code| {
+                Error::code(code, code.to_string())
+                    .context(format!("describe configs of topic {topic}"))
+            })
             .map(|resource| {
                 resource
                     .entries
@@ -155,7 +158,7 @@ pub async fn alter_topic_configs(
     admin: &Arc<Admin>,
     changes: Vec<(String, Vec<ConfigChange>)>,
     timeout: Duration,
-) -> Result<Vec<Result<(), String>>, String> {
+) -> Result<Vec<Result<(), Error>>, Error> {
     let admin = admin.clone();
     blocking(move || crate::kafka::topic_config::alter_topic_configs(&admin, &changes, timeout))
         .await
@@ -177,7 +180,7 @@ pub async fn create_topic(
     replication_factor: Option<i32>,
     configs: &[(String, String)],
     timeout: Duration,
-) -> Result<bool, String> {
+) -> Result<bool, Error> {
     let mut new_topic = NewTopic::new(topic, partitions, replication(replication_factor));
     for (k, v) in configs {
         new_topic = new_topic.set(k, v);
@@ -185,7 +188,7 @@ pub async fn create_topic(
     let results = admin
         .create_topics([&new_topic], &admin_options(timeout))
         .await
-        .map_err(|e| format!("create topic {topic}: {e}"))?;
+        .context_with(|| format!("create topic {topic}"))?;
     let mut created = true;
     for r in results {
         match r {
@@ -194,9 +197,9 @@ pub async fn create_topic(
             Err((name, code)) => {
                 let rf = replication_factor
                     .map_or("the brokers' default".to_string(), |rf| rf.to_string());
-                return Err(format!(
-                    "create topic {name} ({partitions} partitions, replication factor {rf}, configs {configs:?}): {code}"
-                ));
+                return Err(Error::code(code, code.to_string()).context(format!(
+                    "create topic {name} ({partitions} partitions, replication factor {rf}, configs {configs:?})"
+                )));
             }
         }
     }
@@ -225,22 +228,22 @@ pub async fn ensure_compacted(
     alias: &str,
     replication_factor: Option<i32>,
     timeout: Duration,
-) -> Result<(), String> {
+) -> Result<(), Error> {
     let existing = list_topics_with_replicas(meta, timeout)
         .await
-        .map_err(|e| format!("cluster {alias}: {e}"))?;
+        .context_with(|| format!("cluster {alias}"))?;
     for topic in topics.iter().filter(|t| !existing.contains_key(*t)) {
         let configs = internal_topic_configs();
         let created = create_topic(admin, topic, 1, replication_factor, &configs, timeout)
             .await
-            .map_err(|e| format!("cannot create internal topic {topic} on cluster {alias}: {e}"))?;
+            .context_with(|| format!("cannot create internal topic {topic} on cluster {alias}"))?;
         if !created {
             // The metadata that said it was missing was stale (or another worker won): read
             // it again rather than take "missing" for "empty".
-            return Err(format!(
+            return Err(Error::Cluster(format!(
                 "internal topic {topic} on cluster {alias} exists although the cluster \
                  did not list it (stale metadata, or another worker created it)"
-            ));
+            )));
         }
         tracing::info!(topic, cluster = alias, "created internal topic");
     }
@@ -248,7 +251,7 @@ pub async fn ensure_compacted(
     // min.insync.replicas would fail each one (NOT_ENOUGH_REPLICAS) without saying why.
     let replicas = list_topics_with_replicas(meta, timeout)
         .await
-        .map_err(|e| format!("target cluster {alias}: {e}"))?;
+        .context_with(|| format!("target cluster {alias}"))?;
     // A broker that cannot describe configs (librdkafka's mock cluster) is not checked: the
     // check explains a failure, it is not needed to replicate.
     let configs = describe_topic_configs(admin, topics, timeout)
@@ -264,9 +267,9 @@ pub async fn ensure_compacted(
         let min_insync = min_insync_replicas(entries);
         if let Some((_, rf)) = replicas.get(topic) {
             if let Some(why) = unwritable(topic, *rf, min_insync) {
-                return Err(format!(
+                return Err(Error::Cluster(format!(
                     "internal topic on target cluster {alias}: {why} (spec.internalTopics.replicationFactor sets it for new internal topics)"
-                ));
+                )));
             }
         }
     }
@@ -288,17 +291,16 @@ pub async fn add_partitions(
     topic: &str,
     partitions: i32,
     timeout: Duration,
-) -> Result<(), String> {
+) -> Result<(), Error> {
     let count = usize::try_from(partitions).unwrap_or(0);
     let results = admin
         .create_partitions([&NewPartitions::new(topic, count)], &admin_options(timeout))
         .await
-        .map_err(|e| format!("add partitions to topic {topic}: {e}"))?;
+        .context_with(|| format!("add partitions to topic {topic}"))?;
     for r in results {
         if let Err((name, code)) = r {
-            return Err(format!(
-                "grow topic {name} to {partitions} partitions: {code}"
-            ));
+            return Err(Error::code(code, code.to_string())
+                .context(format!("grow topic {name} to {partitions} partitions")));
         }
     }
     Ok(())
@@ -312,10 +314,10 @@ pub async fn ensure_store_topic(
     topic: &str,
     replication_factor: Option<i32>,
     timeout: Duration,
-) -> Result<bool, String> {
+) -> Result<bool, Error> {
     let admin: AdminClient<DefaultClientContext> = config
         .create()
-        .map_err(|e| format!("target cluster: create admin client: {e}"))?;
+        .context("target cluster: create admin client")?;
     let new_topic =
         NewTopic::new(topic, 1, replication(replication_factor)).set("cleanup.policy", "compact");
     let options = AdminOptions::new()
@@ -324,17 +326,18 @@ pub async fn ensure_store_topic(
     let results = admin
         .create_topics([&new_topic], &options)
         .await
-        .map_err(|e| format!("target cluster: create topic {topic}: {e}"))?;
+        .context_with(|| format!("target cluster: create topic {topic}"))?;
     match results.into_iter().next() {
         Some(Ok(_)) => Ok(true),
         Some(Err((_, RDKafkaErrorCode::TopicAlreadyExists))) => Ok(false),
         Some(Err((name, code))) => {
             let rf = replication_factor.map_or("the brokers' default".into(), |rf| rf.to_string());
-            Err(format!(
-                "target cluster: create topic {name} (replication factor {rf}): {code}"
-            ))
+            Err(Error::code(code, code.to_string()).context(format!(
+                "target cluster: create topic {name} (replication factor {rf})"
+            )))
         }
-        None => Err(format!("target cluster: create topic {topic}: no answer")),
+        None => Err(Error::Protocol("no answer".into())
+            .context(format!("target cluster: create topic {topic}"))),
     }
 }
 

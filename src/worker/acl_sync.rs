@@ -32,9 +32,12 @@ use crate::api::{ClusterSpec, MirrorFlowSpec, TopicAclSync};
 use crate::kafka::acl::{self, plan, target_acl, TopicAcl};
 use crate::kafka::config::client_properties;
 use crate::kafka::context::LogContext;
+use crate::kafka::error::Context as _;
 use crate::kafka::secrets::FlowSecrets;
 use crate::kafka::tail::TopicTail;
 use crate::kafka::topics::ensure_store_topic;
+use crate::kafka::Error as KafkaError;
+use crate::worker::error::Error;
 use crate::worker::topic_filter::{TopicDecision, TopicFilter};
 
 /// Bound of each cluster call.
@@ -45,27 +48,30 @@ pub fn acl_store_topic(namespace: &str, flow: &str) -> String {
     format!("mirrorflow-acls.{namespace}.{flow}.internal")
 }
 
+/// One result per binding of an ACL write, or the request's failure as a whole.
+pub type AclResults = Result<Vec<Result<(), KafkaError>>, KafkaError>;
+
 /// What a sync needs from the clusters (librdkafka on real clusters; a fake in tests).
 /// Blocking.
 pub trait AclClusters {
     /// The source's topics.
-    fn source_topics(&self) -> Result<Vec<String>, String>;
+    fn source_topics(&self) -> Result<Vec<String>, KafkaError>;
     /// The source's topic bindings.
-    fn source_acls(&self) -> Result<Vec<TopicAcl>, String>;
+    fn source_acls(&self) -> Result<Vec<TopicAcl>, KafkaError>;
     /// The target's topic bindings.
-    fn target_acls(&self) -> Result<Vec<TopicAcl>, String>;
+    fn target_acls(&self) -> Result<Vec<TopicAcl>, KafkaError>;
     /// Creates bindings on the target; one result per binding.
-    fn create(&self, acls: &[TopicAcl]) -> Result<Vec<Result<(), String>>, String>;
+    fn create(&self, acls: &[TopicAcl]) -> AclResults;
     /// Deletes exactly these bindings on the target; one result per binding.
-    fn delete(&self, acls: &[TopicAcl]) -> Result<Vec<Result<(), String>>, String>;
+    fn delete(&self, acls: &[TopicAcl]) -> AclResults;
 }
 
 /// Where the flow remembers the bindings it created. Blocking.
 pub trait CreatedStore {
     /// Every binding recorded as created.
-    fn load(&mut self) -> Result<BTreeSet<TopicAcl>, String>;
+    fn load(&mut self) -> Result<BTreeSet<TopicAcl>, Error>;
     /// Records (`created`) or forgets a binding, durably (acknowledged) before returning.
-    fn record(&mut self, acl: &TopicAcl, created: bool) -> Result<(), String>;
+    fn record(&mut self, acl: &TopicAcl, created: bool) -> Result<(), Error>;
 }
 
 /// The counts of one good sync.
@@ -84,21 +90,21 @@ pub fn sync_once(
     clusters: &dyn AclClusters,
     store: &mut dyn CreatedStore,
     created: &mut Option<BTreeSet<TopicAcl>>,
-) -> Result<SyncCounts, String> {
+) -> Result<SyncCounts, Error> {
     let filter = TopicFilter::new(spec)?;
     let replicated = |t: &str| filter.decide(t) == TopicDecision::Replicate;
     let topics: Vec<String> = clusters
         .source_topics()
-        .map_err(|e| format!("source cluster {}: {e}", spec.source.alias))?
+        .context_with(|| format!("source cluster {}", spec.source.alias))?
         .into_iter()
         .filter(|t| replicated(t))
         .collect();
     let source = clusters
         .source_acls()
-        .map_err(|e| format!("source cluster {}: {e}", spec.source.alias))?;
+        .context_with(|| format!("source cluster {}", spec.source.alias))?;
     let on_target: BTreeSet<TopicAcl> = clusters
         .target_acls()
-        .map_err(|e| format!("target cluster {}: {e}", spec.target.alias))?
+        .context_with(|| format!("target cluster {}", spec.target.alias))?
         .into_iter()
         .collect();
     if created.is_none() {
@@ -145,17 +151,17 @@ pub fn sync_once(
     let mut created_now = 0;
     for r in clusters
         .create(&to_create)
-        .map_err(|e| format!("target cluster {}: {e}", spec.target.alias))?
+        .context_with(|| format!("target cluster {}", spec.target.alias))?
     {
         match r {
             Ok(()) => created_now += 1,
-            Err(e) => errors.push(e),
+            Err(e) => errors.push(e.to_string()),
         }
     }
     let mut deleted_now = 0;
     let results = clusters
         .delete(&p.delete)
-        .map_err(|e| format!("target cluster {}: {e}", spec.target.alias))?;
+        .context_with(|| format!("target cluster {}", spec.target.alias))?;
     for (b, r) in p.delete.iter().zip(results) {
         match r {
             Ok(()) => {
@@ -163,7 +169,7 @@ pub fn sync_once(
                 mine.remove(b);
                 deleted_now += 1;
             }
-            Err(e) => errors.push(e),
+            Err(e) => errors.push(e.to_string()),
         }
     }
     if withheld > 0 {
@@ -173,13 +179,13 @@ pub fn sync_once(
         ));
     }
     if !errors.is_empty() {
-        return Err(format!(
-            "target cluster {}: {} of {} ACL changes failed: {}",
-            spec.target.alias,
+        return Err(Error::Partial(format!(
+            "{} of {} ACL changes failed: {}",
             errors.len(),
             p.create.len() + p.delete.len(),
             errors.join("; ")
-        ));
+        ))
+        .context(format!("target cluster {}", spec.target.alias)));
     }
     Ok(SyncCounts {
         synced: p.synced,
@@ -207,28 +213,28 @@ impl KafkaClusters {
         source: (&ClientConfig, &str),
         target: (&ClientConfig, &str),
         timeout: Duration,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, KafkaError> {
         Ok(Self {
             source: source
                 .0
                 .create_with_context(LogContext::new(source.1))
-                .map_err(|e| format!("source admin client: {e}"))?,
+                .context("source admin client")?,
             target: target
                 .0
                 .create_with_context(LogContext::new(target.1))
-                .map_err(|e| format!("target admin client: {e}"))?,
+                .context("target admin client")?,
             timeout,
         })
     }
 }
 
 impl AclClusters for KafkaClusters {
-    fn source_topics(&self) -> Result<Vec<String>, String> {
+    fn source_topics(&self) -> Result<Vec<String>, KafkaError> {
         let md = self
             .source
             .inner()
             .fetch_metadata(None, self.timeout)
-            .map_err(|e| format!("list topics: {e}"))?;
+            .context("list topics")?;
         Ok(md
             .topics()
             .iter()
@@ -236,16 +242,16 @@ impl AclClusters for KafkaClusters {
             .map(|t| t.name().to_string())
             .collect())
     }
-    fn source_acls(&self) -> Result<Vec<TopicAcl>, String> {
+    fn source_acls(&self) -> Result<Vec<TopicAcl>, KafkaError> {
         acl::describe_topic_acls(&self.source, self.timeout)
     }
-    fn target_acls(&self) -> Result<Vec<TopicAcl>, String> {
+    fn target_acls(&self) -> Result<Vec<TopicAcl>, KafkaError> {
         acl::describe_topic_acls(&self.target, self.timeout)
     }
-    fn create(&self, acls: &[TopicAcl]) -> Result<Vec<Result<(), String>>, String> {
+    fn create(&self, acls: &[TopicAcl]) -> AclResults {
         acl::create_topic_acls(&self.target, acls, self.timeout)
     }
-    fn delete(&self, acls: &[TopicAcl]) -> Result<Vec<Result<(), String>>, String> {
+    fn delete(&self, acls: &[TopicAcl]) -> AclResults {
         acl::delete_topic_acls(&self.target, acls, self.timeout)
     }
 }
@@ -264,13 +270,11 @@ pub struct KafkaStore {
 impl KafkaStore {
     /// A store in `topic` with the target's client config; the topic is created (1
     /// partition, compacted) by the first record, so a flow that created nothing has none.
-    pub fn new(target: &ClientConfig, topic: &str, timeout: Duration) -> Result<Self, String> {
+    pub fn new(target: &ClientConfig, topic: &str, timeout: Duration) -> Result<Self, KafkaError> {
         let mut c = target.clone();
         c.set("acks", "all").set("enable.idempotence", "true");
         Ok(Self {
-            producer: c
-                .create()
-                .map_err(|e| format!("target cluster: ACL store producer: {e}"))?,
+            producer: c.create().context("target cluster: ACL store producer")?,
             config: target.clone(),
             topic: topic.to_string(),
             timeout,
@@ -279,7 +283,7 @@ impl KafkaStore {
         })
     }
 
-    fn ensure(&mut self) -> Result<(), String> {
+    fn ensure(&mut self) -> Result<(), KafkaError> {
         if !self.ensured {
             // Blocking context: the admin future is driven by librdkafka's own thread.
             futures::executor::block_on(ensure_store_topic(
@@ -295,7 +299,7 @@ impl KafkaStore {
 }
 
 impl CreatedStore for KafkaStore {
-    fn load(&mut self) -> Result<BTreeSet<TopicAcl>, String> {
+    fn load(&mut self) -> Result<BTreeSet<TopicAcl>, Error> {
         // A missing topic reads as empty; it is created by the first record.
         let mut tail = TopicTail::new(&self.config, &self.topic, "target cluster")?;
         let mut out = BTreeSet::new();
@@ -315,14 +319,16 @@ impl CreatedStore for KafkaStore {
         })?;
         // Guessing could delete a binding that is not ours: refuse.
         if let Some(e) = bad {
-            return Err(format!("ACL store record does not decode: {e}"));
+            return Err(Error::Record(format!(
+                "ACL store record does not decode: {e}"
+            )));
         }
         Ok(out)
     }
 
-    fn record(&mut self, acl: &TopicAcl, created: bool) -> Result<(), String> {
+    fn record(&mut self, acl: &TopicAcl, created: bool) -> Result<(), Error> {
         self.ensure()?;
-        let key = serde_json::to_vec(acl).map_err(|e| e.to_string())?;
+        let key = serde_json::to_vec(acl).map_err(|e| Error::Record(e.to_string()))?;
         let value: &[u8] = b"{\"createdByFlow\":true}";
         let mut rec: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(&self.topic).key(&key);
         if created {
@@ -330,9 +336,10 @@ impl CreatedStore for KafkaStore {
         }
         self.producer
             .send(rec)
-            .map_err(|(e, _)| format!("write ACL store {}: {e}", self.topic))?;
-        crate::kafka::producer::flush(&self.producer, self.timeout)
-            .map_err(|e| format!("write ACL store {}: {e}", self.topic))
+            .map_err(|(e, _)| e)
+            .context_with(|| format!("write ACL store {}", self.topic))?;
+        Ok(crate::kafka::producer::flush(&self.producer, self.timeout)
+            .context_with(|| format!("write ACL store {}", self.topic))?)
     }
 }
 
@@ -365,7 +372,7 @@ impl AclMetrics {
 /// The status after a sync (`Ok`) or a failed one (keeps the last good counts).
 pub fn fold_status(
     prev: Option<&TopicAclSync>,
-    result: &Result<SyncCounts, String>,
+    result: &Result<SyncCounts, Error>,
     now: Timestamp,
 ) -> TopicAclSync {
     let n = |v: usize| i32::try_from(v).unwrap_or(i32::MAX);
@@ -378,7 +385,7 @@ pub fn fold_status(
             last_error: None,
         },
         Err(e) => TopicAclSync {
-            last_error: Some(e.clone()),
+            last_error: Some(e.to_string()),
             ..prev.cloned().unwrap_or_default()
         },
     }
@@ -407,7 +414,7 @@ impl SyncClients {
         spec: &MirrorFlowSpec,
         secrets_dir: &Path,
         topic: &str,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, Error> {
         let key = clusters_key(spec);
         if let Some(c) = kept.filter(|c| c.key == key) {
             return Ok(c);
@@ -415,7 +422,7 @@ impl SyncClients {
         let config = |c: &ClusterSpec| {
             client_properties(c, secrets_dir)
                 .map(|p| p.to_client_config())
-                .map_err(|e| e.to_string())
+                .map_err(Error::from)
         };
         let (source, target) = (config(&spec.source)?, config(&spec.target)?);
         Ok(Self {
@@ -464,7 +471,7 @@ impl AclSyncRunner {
         tokio::pin!(shutdown);
         let topic = acl_store_topic(&self.namespace, &self.flow);
         let mut created: Option<BTreeSet<TopicAcl>> = None;
-        let mut last_error: Option<String> = None;
+        let mut last_error: Option<Error> = None;
         loop {
             let spec = self.spec.borrow_and_update().clone();
             let every = Duration::from_secs(
@@ -483,7 +490,7 @@ impl AclSyncRunner {
                     // Once per distinct error (a cluster without an authorizer says so on
                     // every sync).
                     Err(e) if last_error.as_ref() != Some(e) => {
-                        warn!("topic ACL sync failed: {e}")
+                        warn!(reason = e.reason(), "topic ACL sync failed: {e}")
                     }
                     Err(_) => {}
                 }
@@ -532,11 +539,11 @@ impl AclSyncRunner {
         topic: &str,
         created: &mut Option<BTreeSet<TopicAcl>>,
         clients: &mut Option<SyncClients>,
-    ) -> Result<SyncCounts, String> {
+    ) -> Result<SyncCounts, Error> {
         let (spec, mut taken) = (spec.clone(), created.take());
         let (topic, kept) = (topic.to_string(), clients.take());
         let secrets_dir = self.secrets_dir.clone();
-        let (result, back, kept) = crate::kafka::blocking(move || {
+        let (result, back, kept) = crate::kafka::run_blocking(move || {
             let mut c = match SyncClients::reuse_or_connect(kept, &spec, &secrets_dir, &topic) {
                 Ok(c) => c,
                 Err(e) => return (Err(e), taken, None),
@@ -570,16 +577,16 @@ mod tests {
     }
 
     impl AclClusters for Fake {
-        fn source_topics(&self) -> Result<Vec<String>, String> {
+        fn source_topics(&self) -> Result<Vec<String>, KafkaError> {
             Ok(self.topics.clone())
         }
-        fn source_acls(&self) -> Result<Vec<TopicAcl>, String> {
+        fn source_acls(&self) -> Result<Vec<TopicAcl>, KafkaError> {
             Ok(self.source.lock().unwrap().clone())
         }
-        fn target_acls(&self) -> Result<Vec<TopicAcl>, String> {
+        fn target_acls(&self) -> Result<Vec<TopicAcl>, KafkaError> {
             Ok(self.target.lock().unwrap().iter().cloned().collect())
         }
-        fn create(&self, acls: &[TopicAcl]) -> Result<Vec<Result<(), String>>, String> {
+        fn create(&self, acls: &[TopicAcl]) -> AclResults {
             let mut t = self.target.lock().unwrap();
             Ok(acls
                 .iter()
@@ -589,7 +596,7 @@ mod tests {
                 })
                 .collect())
         }
-        fn delete(&self, acls: &[TopicAcl]) -> Result<Vec<Result<(), String>>, String> {
+        fn delete(&self, acls: &[TopicAcl]) -> AclResults {
             let mut t = self.target.lock().unwrap();
             Ok(acls
                 .iter()
@@ -605,7 +612,7 @@ mod tests {
     struct MemStore(Vec<(TopicAcl, bool)>);
 
     impl CreatedStore for MemStore {
-        fn load(&mut self) -> Result<BTreeSet<TopicAcl>, String> {
+        fn load(&mut self) -> Result<BTreeSet<TopicAcl>, Error> {
             let mut out = BTreeSet::new();
             for (a, c) in &self.0 {
                 if *c {
@@ -616,7 +623,7 @@ mod tests {
             }
             Ok(out)
         }
-        fn record(&mut self, acl: &TopicAcl, created: bool) -> Result<(), String> {
+        fn record(&mut self, acl: &TopicAcl, created: bool) -> Result<(), Error> {
             self.0.push((acl.clone(), created));
             Ok(())
         }
@@ -673,7 +680,12 @@ mod tests {
         // The source answers with no ACLs at all (what librdkafka makes of an error): kept.
         fake.source.lock().unwrap().clear();
         let e = sync_once(&spec(), &fake, &mut store, &mut created).unwrap_err();
-        assert!(e.contains("lists no topic ACLs at all"), "{e}");
+        assert_eq!(e.reason(), "Partial");
+        let e = e.to_string();
+        assert!(
+            e.starts_with("target cluster dc2: 1 of ") && e.contains("lists no topic ACLs at all"),
+            "{e}"
+        );
         assert_eq!(fake.target.lock().unwrap().len(), 3, "nothing deleted");
         // The source bindings go (others remain): the flow removes what it created, keeps
         // what was there.
@@ -742,7 +754,11 @@ mod tests {
         );
         assert_eq!((good.synced, good.created_by_flow, good.skipped), (3, 2, 1));
         assert!(good.last_error.is_none() && good.last_sync_time.is_some());
-        let bad = fold_status(Some(&good), &Err("target cluster dc2: boom".into()), now);
+        let bad = fold_status(
+            Some(&good),
+            &Err(Error::Partial("boom".into()).context("target cluster dc2")),
+            now,
+        );
         assert_eq!(bad.synced, 3);
         assert_eq!(bad.last_error.as_deref(), Some("target cluster dc2: boom"));
         assert_eq!(bad.last_sync_time, good.last_sync_time);

@@ -2,6 +2,7 @@
 pub mod acl_sync;
 pub mod audit;
 pub mod checkpoint;
+pub mod error;
 pub mod heartbeats;
 pub mod process;
 pub mod replicate;

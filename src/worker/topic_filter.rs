@@ -3,6 +3,7 @@
 //! topics, the checkpoint side translates offsets of their partitions, the ACL sync copies
 //! their ACLs). Pure.
 
+use crate::worker::error::Error;
 use regex::Regex;
 
 use crate::api::validate::full_match_regex;
@@ -37,13 +38,14 @@ pub struct TopicFilter {
 impl TopicFilter {
     /// Compiles the spec's patterns (full match). Errors name the field and pattern; specs
     /// that passed `validate_flow` always compile.
-    pub fn new(spec: &MirrorFlowSpec) -> Result<Self, String> {
+    pub fn new(spec: &MirrorFlowSpec) -> Result<Self, Error> {
         let compile = |field: &str, patterns: &[String]| {
             patterns
                 .iter()
                 .enumerate()
                 .map(|(i, p)| {
-                    full_match_regex(p).map_err(|e| format!("spec.topics.{field}[{i}] {p:?}: {e}"))
+                    full_match_regex(p)
+                        .map_err(|e| Error::Spec(format!("spec.topics.{field}[{i}] {p:?}: {e}")))
                 })
                 .collect::<Result<Vec<_>, _>>()
         };
@@ -219,7 +221,7 @@ mod tests {
     fn bad_pattern_names_the_field() {
         let err =
             TopicFilter::new(&spec(&["ok", "("], &[], ReplicationPolicyType::Prefix)).unwrap_err();
-        assert!(err.contains("spec.topics.include[1]"), "{err}");
+        assert!(err.to_string().contains("spec.topics.include[1]"), "{err}");
     }
 
     #[test]

@@ -8,8 +8,9 @@ use rdkafka::admin::AdminClient;
 use rdkafka::bindings as rd;
 use rdkafka::client::ClientContext;
 
-use super::handle::{array, buf_text, error_text, request, text, Handle};
+use super::handle::{array, buf_text, error_of, request, text, Handle};
 use crate::kafka::acl::{Operation, PatternType, Permission, TopicAcl};
+use crate::kafka::error::Error;
 
 fn op_to_rd(op: Operation) -> rd::rd_kafka_AclOperation_t {
     use rd::rd_kafka_AclOperation_t::*;
@@ -76,12 +77,12 @@ fn pattern_to_rd(p: PatternType) -> rd::rd_kafka_ResourcePatternType_t {
     }
 }
 
-fn cstring(what: &str, s: &str) -> Result<CString, String> {
-    CString::new(s).map_err(|e| format!("{what} {s:?}: {e}"))
+fn cstring(what: &'static str, s: &str) -> Result<CString, Error> {
+    CString::new(s).map_err(|e| Error::nul(what, s, e))
 }
 
 /// A binding for `acl` (also usable as a filter matching only it: same type).
-fn new_binding(acl: &TopicAcl) -> Result<Handle<rd::rd_kafka_AclBinding_t>, String> {
+fn new_binding(acl: &TopicAcl) -> Result<Handle<rd::rd_kafka_AclBinding_t>, Error> {
     let name = cstring("topic", &acl.name)?;
     let principal = cstring("principal", &acl.principal)?;
     let host = cstring("host", &acl.host)?;
@@ -105,7 +106,7 @@ fn new_binding(acl: &TopicAcl) -> Result<Handle<rd::rd_kafka_AclBinding_t>, Stri
         )
     };
     if binding.is_null() {
-        return Err(format!("ACL {acl}: {}", buf_text(&errbuf)));
+        return Err(Error::Client(buf_text(&errbuf)).context(format!("ACL {acl}")));
     }
     Ok(binding)
 }
@@ -115,7 +116,7 @@ fn new_binding(acl: &TopicAcl) -> Result<Handle<rd::rd_kafka_AclBinding_t>, Stri
 pub fn describe_topic_acls<C: ClientContext>(
     admin: &AdminClient<C>,
     timeout: Duration,
-) -> Result<Vec<TopicAcl>, String> {
+) -> Result<Vec<TopicAcl>, Error> {
     let what = "describe topic ACLs";
     let rk = admin.inner().native_ptr();
     let mut errbuf = [0 as c_char; 256];
@@ -138,7 +139,7 @@ pub fn describe_topic_acls<C: ClientContext>(
         )
     };
     if filter.is_null() {
-        return Err(format!("{what}: {}", buf_text(&errbuf)));
+        return Err(Error::Client(buf_text(&errbuf)).context(what));
     }
     // SAFETY: `rk` is borrowed from `admin` for the call; the filter lives across it.
     let event = unsafe {
@@ -155,7 +156,7 @@ pub fn describe_topic_acls<C: ClientContext>(
     unsafe {
         let result = rd::rd_kafka_event_DescribeAcls_result(event.ptr());
         if result.is_null() {
-            return Err(format!("{what}: unexpected event type"));
+            return Err(Error::Protocol("unexpected event type".into()).context(what));
         }
         let mut count = 0usize;
         let acls = array(
@@ -209,7 +210,7 @@ pub fn create_topic_acls<C: ClientContext>(
     admin: &AdminClient<C>,
     acls: &[TopicAcl],
     timeout: Duration,
-) -> Result<Vec<Result<(), String>>, String> {
+) -> Result<Vec<Result<(), Error>>, Error> {
     let write = AclWrite {
         verb: "create",
         op: rd::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_CREATEACLS,
@@ -227,7 +228,7 @@ pub fn delete_topic_acls<C: ClientContext>(
     admin: &AdminClient<C>,
     acls: &[TopicAcl],
     timeout: Duration,
-) -> Result<Vec<Result<(), String>>, String> {
+) -> Result<Vec<Result<(), Error>>, Error> {
     let write = AclWrite {
         verb: "delete",
         op: rd::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_DELETEACLS,
@@ -244,7 +245,7 @@ fn write_topic_acls<C: ClientContext, E>(
     acls: &[TopicAcl],
     timeout: Duration,
     write: &AclWrite<E>,
-) -> Result<Vec<Result<(), String>>, String> {
+) -> Result<Vec<Result<(), Error>>, Error> {
     if acls.is_empty() {
         return Ok(Vec::new());
     }
@@ -266,7 +267,7 @@ fn write_topic_acls<C: ClientContext, E>(
     unsafe {
         let result = (write.result)(event.ptr());
         if result.is_null() {
-            return Err(format!("{what}: unexpected event type"));
+            return Err(Error::Protocol("unexpected event type".into()).context(what));
         }
         let mut count = 0usize;
         let res = array((write.entries)(result, &mut count), count);
@@ -274,11 +275,12 @@ fn write_topic_acls<C: ClientContext, E>(
             .iter()
             .enumerate()
             .map(|(i, a)| match res.get(i) {
-                Some(r) => match error_text((write.error)(*r)) {
+                Some(r) => match error_of((write.error)(*r)) {
                     None => Ok(()),
-                    Some(e) => Err(format!("{verb} ACL {a}: {e}")),
+                    Some(e) => Err(e.context(format!("{verb} ACL {a}"))),
                 },
-                None => Err(format!("{verb} ACL {a}: missing from the answer")),
+                None => Err(Error::Protocol("missing from the answer".into())
+                    .context(format!("{verb} ACL {a}"))),
             })
             .collect())
     }

@@ -12,7 +12,8 @@ use rdkafka::bindings as rd;
 use rdkafka::client::ClientContext;
 use rdkafka::TopicPartitionList;
 
-use super::handle::{admin_options, array, code_text, error_text, queue, text, timeout_ms, Handle};
+use super::handle::{admin_options, array, code_error, error_of, queue, text, timeout_ms, Handle};
+use crate::kafka::error::{Code, Error};
 use crate::kafka::group_offset::GroupOffset;
 
 /// Requests kept outstanding at once by the multi-group calls.
@@ -37,10 +38,10 @@ unsafe fn run_many<C: ClientContext, R>(
         *mut rd::rd_kafka_AdminOptions_t,
         *mut rd::rd_kafka_queue_t,
     ),
-    read: impl Fn(usize, *mut rd::rd_kafka_event_t) -> Result<R, String>,
-) -> Vec<Result<R, String>> {
+    read: impl Fn(usize, *mut rd::rd_kafka_event_t) -> Result<R, Error>,
+) -> Vec<Result<R, Error>> {
     let rk = admin.inner().native_ptr();
-    let mut out: Vec<Option<Result<R, String>>> = (0..n).map(|_| None).collect();
+    let mut out: Vec<Option<Result<R, Error>>> = (0..n).map(|_| None).collect();
     let timeout_ms = timeout_ms(timeout);
     // SAFETY: `rk` is borrowed from `admin` for the call; the queue is ours.
     let queue = unsafe { queue(rk) };
@@ -68,9 +69,7 @@ unsafe fn run_many<C: ClientContext, R>(
         if event.is_null() {
             for slot in out.iter_mut().take(next) {
                 if slot.is_none() {
-                    *slot = Some(Err(format!(
-                        "{cluster}: {what}: no answer within {timeout:?}"
-                    )));
+                    *slot = Some(Err(Error::Timeout(timeout).context(what).context(cluster)));
                 }
             }
             break;
@@ -78,9 +77,13 @@ unsafe fn run_many<C: ClientContext, R>(
         // SAFETY: a live event: its opaque and its error (string copied).
         let (i, error) = unsafe {
             let i = rd::rd_kafka_event_opaque(event.ptr()) as usize;
-            let error = (rd::rd_kafka_event_error(event.ptr())
-                != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR)
-                .then(|| text(rd::rd_kafka_event_error_string(event.ptr())));
+            let code = rd::rd_kafka_event_error(event.ptr());
+            let error = (code != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR).then(|| {
+                Error::code(
+                    Code(code as i32),
+                    text(rd::rd_kafka_event_error_string(event.ptr())),
+                )
+            });
             (i, error)
         };
         if i >= n || out[i].is_some() {
@@ -88,12 +91,18 @@ unsafe fn run_many<C: ClientContext, R>(
         }
         outstanding -= 1;
         out[i] = Some(match error {
-            Some(msg) => Err(format!("{cluster}: {what}: {msg}")),
+            Some(e) => Err(e.context(what).context(cluster)),
             None => read(i, event.ptr()),
         });
     }
     out.into_iter()
-        .map(|r| r.unwrap_or_else(|| Err(format!("{cluster}: {what}: not sent"))))
+        .map(|r| {
+            r.unwrap_or_else(|| {
+                Err(Error::Client("not sent".into())
+                    .context(what)
+                    .context(cluster))
+            })
+        })
         .collect()
 }
 
@@ -105,7 +114,7 @@ pub fn list_group_offsets<C: ClientContext>(
     groups: &[(&str, &CStr)],
     timeout: Duration,
     cluster: &str,
-) -> Vec<Result<Vec<GroupOffset>, String>> {
+) -> Vec<Result<Vec<GroupOffset>, Error>> {
     let what = "list consumer group offsets";
     // SAFETY: `submit` enqueues one request; the group's name lives across the call and
     // librdkafka copies the request, destroyed right after. `read` copies everything out.
@@ -127,15 +136,18 @@ pub fn list_group_offsets<C: ClientContext>(
                 let group = groups[k].0;
                 let result = rd::rd_kafka_event_ListConsumerGroupOffsets_result(event);
                 if result.is_null() {
-                    return Err(format!("{cluster}: {what}: unexpected event type"));
+                    return Err(unexpected_event(cluster, what));
                 }
                 let mut count = 0usize;
                 let answers = array(
                     rd::rd_kafka_ListConsumerGroupOffsets_result_groups(result, &mut count),
                     count,
                 );
-                read_group_result(answers, group, true)
-                    .map_err(|e| format!("{cluster}: {what}: group {group:?}: {e}"))
+                read_group_result(answers, group, true).map_err(|e| {
+                    e.context(format!("group {group:?}"))
+                        .context(what)
+                        .context(cluster)
+                })
             },
         )
     }
@@ -149,7 +161,7 @@ pub fn alter_group_offsets<C: ClientContext>(
     commits: &[(&str, &CStr, &TopicPartitionList)],
     timeout: Duration,
     cluster: &str,
-) -> Vec<Result<(), String>> {
+) -> Vec<Result<(), Error>> {
     let what = "commit consumer group offsets";
     // SAFETY: `submit` enqueues one request; name and list live across the call and
     // librdkafka copies both into the request, destroyed right after. `read` copies
@@ -173,7 +185,7 @@ pub fn alter_group_offsets<C: ClientContext>(
                 let group = commits[k].0;
                 let result = rd::rd_kafka_event_AlterConsumerGroupOffsets_result(event);
                 if result.is_null() {
-                    return Err(format!("{cluster}: {what}: unexpected event type"));
+                    return Err(unexpected_event(cluster, what));
                 }
                 let mut count = 0usize;
                 let answers = array(
@@ -182,7 +194,11 @@ pub fn alter_group_offsets<C: ClientContext>(
                 );
                 read_group_result(answers, group, false)
                     .map(|_| ())
-                    .map_err(|e| format!("{cluster}: {what}: group {group:?}: {e}"))
+                    .map_err(|e| {
+                        e.context(format!("group {group:?}"))
+                            .context(what)
+                            .context(cluster)
+                    })
             },
         )
     }
@@ -196,7 +212,7 @@ pub fn end_offsets<C: ClientContext>(
     tpl: &TopicPartitionList,
     timeout: Duration,
     cluster: &str,
-) -> Result<HashMap<(String, i32), i64>, String> {
+) -> Result<HashMap<(String, i32), i64>, Error> {
     let what = "list end offsets";
     // SAFETY: `submit` enqueues one request; the list lives across the call and librdkafka
     // copies it. `read` copies everything out.
@@ -210,7 +226,7 @@ pub fn end_offsets<C: ClientContext>(
             |_, event| {
                 let result = rd::rd_kafka_event_ListOffsets_result(event);
                 if result.is_null() {
-                    return Err(format!("{cluster}: {what}: unexpected event type"));
+                    return Err(unexpected_event(cluster, what));
                 }
                 let mut count = 0usize;
                 let infos = array(
@@ -234,9 +250,18 @@ pub fn end_offsets<C: ClientContext>(
             },
         )
     };
-    results
-        .pop()
-        .unwrap_or_else(|| Err(format!("{cluster}: {what}: no answer")))
+    results.pop().unwrap_or_else(|| {
+        Err(Error::Protocol("no answer".into())
+            .context(what)
+            .context(cluster))
+    })
+}
+
+/// An answer of another call than the one asked.
+fn unexpected_event(cluster: &str, what: &str) -> Error {
+    Error::Protocol("unexpected event type".into())
+        .context(what)
+        .context(cluster)
 }
 
 /// Elements of a librdkafka partition list.
@@ -274,7 +299,7 @@ unsafe fn read_group_result(
     groups: &[*const rd::rd_kafka_group_result_t],
     group: &str,
     with_offsets: bool,
-) -> Result<Vec<GroupOffset>, String> {
+) -> Result<Vec<GroupOffset>, Error> {
     // SAFETY: live group results (the caller's contract), with their names, errors and
     // partition lists; everything is copied out.
     unsafe {
@@ -285,15 +310,15 @@ unsafe fn read_group_result(
                 let name = rd::rd_kafka_group_result_name(*g);
                 !name.is_null() && CStr::from_ptr(name).to_bytes() == group.as_bytes()
             })
-            .ok_or_else(|| "group missing from the answer".to_string())?;
-        if let Some(e) = error_text(rd::rd_kafka_group_result_error(g)) {
+            .ok_or_else(|| Error::Protocol("group missing from the answer".into()))?;
+        if let Some(e) = error_of(rd::rd_kafka_group_result_error(g)) {
             return Err(e);
         }
         let mut out = Vec::new();
         for p in partitions(rd::rd_kafka_group_result_partitions(g)) {
             let topic = text(p.topic);
             if p.err != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
-                return Err(format!("{topic}/{}: {}", p.partition, code_text(p.err)));
+                return Err(code_error(p.err).context(format!("{topic}/{}", p.partition)));
             }
             if with_offsets && p.offset < 0 {
                 continue; // no committed offset

@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use rdkafka::bindings as rd;
 
+use crate::kafka::error::{Code, Error};
+
 /// Owns a librdkafka handle and destroys it on drop.
 pub(super) struct Handle<T> {
     ptr: *mut T,
@@ -83,21 +85,32 @@ pub(super) fn timeout_ms(timeout: Duration) -> c_int {
     c_int::try_from(timeout.as_millis()).unwrap_or(c_int::MAX)
 }
 
-/// Text of a librdkafka error object, `None` for a null pointer or no error.
+/// A librdkafka error object as an error (its code and text), `None` for a null pointer or
+/// no error.
 ///
 /// # Safety
 /// `err` must be null or a live `rd_kafka_error_t`.
-pub(super) unsafe fn error_text(err: *const rd::rd_kafka_error_t) -> Option<String> {
+pub(super) unsafe fn error_of(err: *const rd::rd_kafka_error_t) -> Option<Error> {
     // SAFETY: a live error object (the caller's contract); its string lives with it and is
     // copied before return.
     unsafe {
-        if err.is_null()
-            || rd::rd_kafka_error_code(err) == rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
-        {
+        if err.is_null() {
             return None;
         }
-        Some(text(rd::rd_kafka_error_string(err)))
+        let code = rd::rd_kafka_error_code(err);
+        if code == rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+            return None;
+        }
+        Some(Error::code(
+            Code(code as i32),
+            text(rd::rd_kafka_error_string(err)),
+        ))
     }
+}
+
+/// A response error code as an error, with librdkafka's text.
+pub(super) fn code_error(code: rd::rd_kafka_resp_err_t) -> Error {
+    Error::code(Code(code as i32), code_text(code))
 }
 
 /// Text of a response error code.
@@ -152,7 +165,7 @@ pub(super) unsafe fn request(
     timeout: Duration,
     what: &str,
     submit: impl FnOnce(*mut rd::rd_kafka_AdminOptions_t, *mut rd::rd_kafka_queue_t),
-) -> Result<Handle<rd::rd_kafka_event_t>, String> {
+) -> Result<Handle<rd::rd_kafka_event_t>, Error> {
     let timeout_ms = timeout_ms(timeout);
     // SAFETY: `rk` lives for the call (the caller's contract); queue and options are
     // destroyed by their guards after the answer was taken.
@@ -167,15 +180,14 @@ pub(super) unsafe fn request(
         )
     };
     if event.is_null() {
-        return Err(format!("{what}: no answer within {timeout:?}"));
+        return Err(Error::Timeout(timeout).context(what));
     }
     // SAFETY: a live event; its error string lives with it and is copied.
     unsafe {
-        if rd::rd_kafka_event_error(event.ptr())
-            != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
-        {
+        let code = rd::rd_kafka_event_error(event.ptr());
+        if code != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
             let msg = text(rd::rd_kafka_event_error_string(event.ptr()));
-            return Err(format!("{what}: {msg}"));
+            return Err(Error::code(Code(code as i32), msg).context(what));
         }
     }
     Ok(event)

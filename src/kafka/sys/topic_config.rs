@@ -9,7 +9,8 @@ use rdkafka::admin::AdminClient;
 use rdkafka::bindings as rd;
 use rdkafka::client::ClientContext;
 
-use super::handle::{array, code_text, error_text, request, text, Handle};
+use super::handle::{array, code_error, error_of, request, text, Handle};
+use crate::kafka::error::{Code, Error};
 
 /// Blocking: applies `changes` to each topic in one request (one resource per topic); one
 /// result per topic, in order. `op(change)` is the key and the value to set, `None` to delete
@@ -19,12 +20,12 @@ pub fn alter_topic_configs<C: ClientContext, O: Debug>(
     changes: &[(String, Vec<O>)],
     op: impl Fn(&O) -> (&str, Option<&str>),
     timeout: Duration,
-) -> Result<Vec<Result<(), String>>, String> {
+) -> Result<Vec<Result<(), Error>>, Error> {
     if changes.is_empty() {
         return Ok(Vec::new());
     }
     let what = format!("alter configs of {} topic(s)", changes.len());
-    let c = |s: &str| CString::new(s).map_err(|e| format!("{s:?}: {e}"));
+    let c = |s: &str| CString::new(s).map_err(|e| Error::nul("", s, e));
     let rk = admin.inner().native_ptr();
     let mut resources: Vec<Handle<rd::rd_kafka_ConfigResource_t>> = Vec::new();
     for (topic, ops) in changes {
@@ -60,10 +61,10 @@ pub fn alter_topic_configs<C: ClientContext, O: Debug>(
                     ),
                     rd::rd_kafka_error_destroy,
                 );
-                error_text(err.ptr())
+                error_of(err.ptr())
             };
             if let Some(e) = e {
-                return Err(format!("topic {topic}: {change:?}: {e}"));
+                return Err(e.context(format!("topic {topic}: {change:?}")));
             }
         }
         resources.push(r);
@@ -91,10 +92,10 @@ pub fn alter_topic_configs<C: ClientContext, O: Debug>(
     };
     // SAFETY: the result and its resources belong to `event`, alive until the end of this
     // function; names and errors are copied out.
-    let answers: Vec<(String, Result<(), String>)> = unsafe {
+    let answers: Vec<(String, Result<(), Error>)> = unsafe {
         let result = rd::rd_kafka_event_IncrementalAlterConfigs_result(event.ptr());
         if result.is_null() {
-            return Err(format!("{what}: unexpected event type"));
+            return Err(Error::Protocol("unexpected event type".into()).context(what));
         }
         let mut count = 0usize;
         array(
@@ -109,12 +110,12 @@ pub fn alter_topic_configs<C: ClientContext, O: Debug>(
                 return (name, Ok(()));
             }
             let msg = rd::rd_kafka_ConfigResource_error_string(*r);
-            let msg = if msg.is_null() {
-                code_text(code)
+            let err = if msg.is_null() {
+                code_error(code)
             } else {
-                text(msg)
+                Error::code(Code(code as i32), text(msg))
             };
-            (name, Err(msg))
+            (name, Err(err))
         })
         .collect()
     };
@@ -124,10 +125,11 @@ pub fn alter_topic_configs<C: ClientContext, O: Debug>(
         .map(
             |(topic, _)| match answers.iter().find(|(n, _)| n == topic) {
                 Some((_, Ok(()))) => Ok(()),
-                Some((_, Err(msg))) => Err(format!("alter configs of topic {topic}: {msg}")),
-                None => Err(format!(
-                    "alter configs of topic {topic}: missing from the answer"
-                )),
+                Some((_, Err(e))) => {
+                    Err(e.clone().context(format!("alter configs of topic {topic}")))
+                }
+                None => Err(Error::Protocol("missing from the answer".into())
+                    .context(format!("alter configs of topic {topic}"))),
             },
         )
         .collect())

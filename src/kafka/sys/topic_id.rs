@@ -14,10 +14,12 @@ use rdkafka::admin::AdminClient;
 use rdkafka::bindings as rd;
 use rdkafka::client::ClientContext;
 
-use super::handle::{admin_options, array, error_text, queue, text, timeout_ms, Handle};
+use super::handle::{admin_options, array, error_of, queue, text, timeout_ms, Handle};
+use crate::kafka::error::{Code, Error};
 
 /// The id of one described topic: `Ok(Some(base64))`, `Ok(None)` when the broker reports the
 /// all-zero id (no id support), or the broker's error for that topic (e.g. unknown topic).
+/// Text, not [`Error`]: the test kit builds these answers too, and its callers report text.
 pub type TopicIdResult = Result<Option<String>, String>;
 
 /// Blocking: the topic ids of `topics`, described in one request through `admin`'s client
@@ -30,7 +32,7 @@ pub fn describe_topic_ids<C: ClientContext>(
     admin: &AdminClient<C>,
     topics: &[String],
     timeout: Duration,
-) -> Result<BTreeMap<String, TopicIdResult>, String> {
+) -> Result<BTreeMap<String, TopicIdResult>, Error> {
     let mut out = BTreeMap::new();
     if topics.is_empty() {
         return Ok(out);
@@ -44,7 +46,7 @@ pub fn describe_topic_ids<C: ClientContext>(
     };
     let names: Vec<CString> = topics
         .iter()
-        .map(|t| CString::new(t.as_str()).map_err(|e| format!("topic name {t:?}: {e}")))
+        .map(|t| CString::new(t.as_str()).map_err(|e| Error::nul("topic name", t, e)))
         .collect::<Result<_, _>>()?;
     let mut name_ptrs: Vec<*const c_char> = names.iter().map(|n| n.as_ptr()).collect();
     let rk = admin.inner().native_ptr();
@@ -76,20 +78,19 @@ pub fn describe_topic_ids<C: ClientContext>(
         )
     };
     if event.is_null() {
-        return Err(format!("{}: no answer within {timeout:?}", what()));
+        return Err(Error::Timeout(timeout).context(what()));
     }
     // SAFETY: the event's result, descriptions, names, ids and errors belong to `event`,
     // alive until the end of this block; everything is copied out.
     unsafe {
-        if rd::rd_kafka_event_error(event.ptr())
-            != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
-        {
+        let code = rd::rd_kafka_event_error(event.ptr());
+        if code != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
             let msg = text(rd::rd_kafka_event_error_string(event.ptr()));
-            return Err(format!("{}: {msg}", what()));
+            return Err(Error::code(Code(code as i32), msg).context(what()));
         }
         let result = rd::rd_kafka_event_DescribeTopics_result(event.ptr());
         if result.is_null() {
-            return Err(format!("{}: unexpected event type", what()));
+            return Err(Error::Protocol("unexpected event type".into()).context(what()));
         }
         let mut count = 0usize;
         let descs = array(
@@ -98,8 +99,8 @@ pub fn describe_topic_ids<C: ClientContext>(
         );
         for desc in descs.iter().copied() {
             let name = text(rd::rd_kafka_TopicDescription_name(desc));
-            let id = match error_text(rd::rd_kafka_TopicDescription_error(desc)) {
-                Some(msg) => Err(format!("describe topic {name}: {msg}")),
+            let id = match error_of(rd::rd_kafka_TopicDescription_error(desc)) {
+                Some(e) => Err(format!("describe topic {name}: {e}")),
                 None => Ok(uuid_text(rd::rd_kafka_TopicDescription_topic_id(desc))),
             };
             out.insert(name, id);
@@ -158,14 +159,14 @@ mod tests {
             .create()
             .unwrap();
         let one = describe_topic_ids(&admin, &["orders".into()], Duration::from_millis(200));
-        let err = one.unwrap_err();
+        let err = one.unwrap_err().to_string();
         assert!(err.contains("describe topic orders"), "{err}");
         let two = describe_topic_ids(
             &admin,
             &["orders".into(), "pay".into()],
             Duration::from_millis(200),
         );
-        let err = two.unwrap_err();
+        let err = two.unwrap_err().to_string();
         assert!(err.contains("describe 2 topics (orders, ...)"), "{err}");
         assert!(
             describe_topic_ids(&admin, &["bad\0name".into()], Duration::from_millis(1)).is_err()

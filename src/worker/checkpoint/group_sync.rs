@@ -14,7 +14,8 @@ use tokio::sync::watch;
 
 use crate::api::GroupFailureReason;
 use crate::kafka::admin::{GroupAdmin, GroupOffset};
-use crate::kafka::blocking;
+use crate::kafka::run_blocking as blocking;
+use crate::kafka::Error as KafkaError;
 
 use super::metrics::CheckpointMetrics;
 use super::plan::{classify_commit_error, plan_group_sync, GroupPlan, SyncPlan};
@@ -115,7 +116,7 @@ async fn sync_groups(
     name: &str,
     plans: &[GroupPlan],
     skip: &BTreeSet<String>,
-) -> Result<SyncResults, String> {
+) -> Result<SyncResults, KafkaError> {
     let mut out = HashMap::new();
     if !plans
         .iter()
@@ -159,7 +160,7 @@ async fn sync_groups(
             Err(e) => {
                 out.insert(
                     plan.group.clone(),
-                    Err((GroupFailureReason::CommitFailed, e)),
+                    Err((GroupFailureReason::CommitFailed, e.to_string())),
                 );
                 continue;
             }
@@ -201,7 +202,7 @@ async fn sync_groups(
                 } else {
                     metrics.commit_failures.with_label_values(&[name]).inc();
                 }
-                out.insert(group.clone(), Err((reason, e)));
+                out.insert(group.clone(), Err((reason, e.to_string())));
             }
         }
     }
@@ -280,7 +281,7 @@ pub(super) async fn run_group_syncs(
             .set(took.as_secs_f64());
         tracing::debug!(checkpoint = %name, groups = offer.plans.len(), group_sync_ms = took.as_millis() as u64, "group sync");
         if let Err(e) = &result {
-            tracing::warn!(flow = %flow_name, checkpoint = %name, error = %e, "group sync failed");
+            tracing::warn!(flow = %flow_name, checkpoint = %name, reason = e.reason(), error = %e, "group sync failed");
         }
         let now = Timestamp::now();
         state.send_modify(|s| {
@@ -297,7 +298,7 @@ pub(super) async fn run_group_syncs(
                     r
                 }
                 Err(e) => {
-                    st.last_sync_error = Some(e.clone());
+                    st.last_sync_error = Some(e.to_string());
                     return;
                 }
             };

@@ -21,13 +21,17 @@ pub struct GroupSelection {
 
 impl GroupSelection {
     /// Compiles the patterns as full-match regexes; errors name the field and pattern.
-    pub fn new(selector: &GroupSelector) -> Result<Self, String> {
+    pub fn new(selector: &GroupSelector) -> Result<Self, crate::worker::error::Error> {
         let compile = |field: &str, patterns: &[String]| {
             patterns
                 .iter()
                 .enumerate()
                 .map(|(i, p)| {
-                    full_match_regex(p).map_err(|e| format!("spec.groups.{field}[{i}] {p:?}: {e}"))
+                    full_match_regex(p).map_err(|e| {
+                        crate::worker::error::Error::Spec(format!(
+                            "spec.groups.{field}[{i}] {p:?}: {e}"
+                        ))
+                    })
                 })
                 .collect::<Result<Vec<_>, _>>()
         };
@@ -117,9 +121,9 @@ mod tests {
     #[test]
     fn bad_pattern_names_field() {
         let err = GroupSelection::new(&selector(&["ok", "("], &[])).unwrap_err();
-        assert!(err.contains("spec.groups.include[1]"), "{err}");
+        assert!(err.to_string().contains("spec.groups.include[1]"), "{err}");
         let err = GroupSelection::new(&selector(&[".*"], &["[z-a]"])).unwrap_err();
-        assert!(err.contains("spec.groups.exclude[0]"), "{err}");
+        assert!(err.to_string().contains("spec.groups.exclude[0]"), "{err}");
     }
 
     #[test]

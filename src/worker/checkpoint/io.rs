@@ -8,8 +8,10 @@ use rdkafka::message::{BorrowedMessage, Headers};
 use rdkafka::{ClientConfig, Message};
 
 use crate::kafka::context::LogContext;
+use crate::kafka::error::{Context, Error as KafkaError};
 use crate::kafka::producer::{EventProducer, Outgoing};
 use crate::kafka::wire;
+use crate::worker::error::Error;
 
 /// Value of header `name` of a message, if present.
 pub fn header<'a>(msg: &'a BorrowedMessage<'_>, name: &str) -> Option<&'a [u8]> {
@@ -20,14 +22,14 @@ pub fn header<'a>(msg: &'a BorrowedMessage<'_>, name: &str) -> Option<&'a [u8]> 
 }
 
 /// A producer for checkpoint records (idempotent, acks=all).
-pub fn checkpoint_producer(config: &ClientConfig) -> Result<EventProducer, String> {
+pub fn checkpoint_producer(config: &ClientConfig) -> Result<EventProducer, KafkaError> {
     let mut config = config.clone();
     config
         .set("acks", "all")
         .set("enable.idempotence", "true")
         .set("linger.ms", "5");
     EventProducer::create(&config, LogContext::new("target"))
-        .map_err(|e| format!("target cluster: create checkpoint producer: {e}"))
+        .context("target cluster: create checkpoint producer")
 }
 
 /// Writes checkpoint records to partition 0 of `topic`, pipelined. Returns, per input
@@ -37,17 +39,14 @@ pub async fn write_checkpoints(
     topic: &str,
     records: &[wire::Checkpoint],
     timeout: Duration,
-) -> Vec<Result<(), String>> {
+) -> Vec<Result<(), Error>> {
     type KeyValue = (Vec<u8>, Vec<u8>);
-    let encoded: Vec<Result<KeyValue, String>> = records
+    let encoded: Vec<Result<KeyValue, Error>> = records
         .iter()
         .map(|c| {
-            let key = c
-                .encode_key()
-                .map_err(|e| format!("group {:?}: {e}", c.group))?;
-            let value = c
-                .encode_value()
-                .map_err(|e| format!("group {:?}: {e}", c.group))?;
+            let bad = |e: wire::WireError| Error::Record(format!("group {:?}: {e}", c.group));
+            let key = c.encode_key().map_err(bad)?;
+            let value = c.encode_value().map_err(bad)?;
             Ok((key, value))
         })
         .collect();
@@ -69,8 +68,12 @@ pub async fn write_checkpoints(
             e.as_ref().map_err(Clone::clone)?;
             match reports.next() {
                 Some(Ok(_)) => Ok(()),
-                Some(Err(e)) => Err(format!("write checkpoint to {topic}: {e}")),
-                None => Err(format!("write checkpoint to {topic}: no delivery report")),
+                Some(Err(e)) => Err(KafkaError::from(e)
+                    .context(format!("write checkpoint to {topic}"))
+                    .into()),
+                None => Err(KafkaError::Client("no delivery report".into())
+                    .context(format!("write checkpoint to {topic}"))
+                    .into()),
             }
         })
         .collect()

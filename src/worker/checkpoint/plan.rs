@@ -16,6 +16,7 @@
 use crate::api::status::list_some;
 use crate::api::GroupFailureReason;
 use crate::kafka::wire;
+use crate::kafka::Code;
 
 use super::store::SyncStore;
 use super::translate::{
@@ -297,15 +298,10 @@ pub fn plan_group_sync(
 
 /// A refused commit caused by members that joined after the group was described is an
 /// `ActiveOnTarget` refusal, not a failure: the broker answers UNKNOWN_MEMBER_ID,
-/// ILLEGAL_GENERATION or REBALANCE_IN_PROGRESS to commits from outside an active group.
-pub fn classify_commit_error(message: &str) -> GroupFailureReason {
-    let m = message.to_ascii_lowercase();
-    if m.contains("unknown member")
-        || m.contains("generation")
-        || m.contains("rebalance")
-        || m.contains("non-empty")
-        || m.contains("not empty")
-    {
+/// ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS or NON_EMPTY_GROUP to commits from outside an
+/// active group. Decided on the error code, never on the text.
+pub fn classify_commit_error(error: &crate::kafka::Error) -> GroupFailureReason {
+    if error.error_code().is_some_and(Code::is_active_group) {
         GroupFailureReason::ActiveOnTarget
     } else {
         GroupFailureReason::CommitFailed
@@ -711,27 +707,45 @@ mod tests {
 
     #[test]
     fn commit_error_table() {
+        use crate::kafka::{Code, Error};
+        // The broker's code decides, whatever the text around it says.
+        let code = |c: i32, text: &str| Error::code(Code(c), text);
         let cases = [
             (
-                "target: commit consumer group offsets: group \"g\": t/0: Broker: Unknown member",
+                code(25, "Broker: Unknown member")
+                    .context("t/0")
+                    .context("group \"g\"")
+                    .context("commit consumer group offsets")
+                    .context("target"),
                 GroupFailureReason::ActiveOnTarget,
             ),
             (
-                "Broker: Specified group generation id is not valid",
+                code(22, "Broker: Specified group generation id is not valid"),
                 GroupFailureReason::ActiveOnTarget,
             ),
             (
-                "Broker: Group rebalance in progress",
+                code(27, "Broker: Group rebalance in progress"),
                 GroupFailureReason::ActiveOnTarget,
             ),
-            ("Local: Timed out", GroupFailureReason::CommitFailed),
             (
-                "Broker: Not authorized to access group",
+                code(68, "NON_EMPTY_GROUP: the group is not empty"),
+                GroupFailureReason::ActiveOnTarget,
+            ),
+            (
+                code(-185, "Local: Timed out"),
+                GroupFailureReason::CommitFailed,
+            ),
+            (
+                code(30, "Broker: Not authorized to access group"),
+                GroupFailureReason::CommitFailed,
+            ),
+            (
+                Error::Client("unknown member of a rebalance".into()),
                 GroupFailureReason::CommitFailed,
             ),
         ];
-        for (msg, want) in cases {
-            assert_eq!(classify_commit_error(msg), want, "{msg}");
+        for (e, want) in cases {
+            assert_eq!(classify_commit_error(&e), want, "{e}");
         }
     }
 }

@@ -32,10 +32,12 @@ use super::status::{checkpoint_status, merge_failures, RunnerState};
 use super::store::{SyncStore, SYNC_SEQUENCE_HEADER};
 use super::translate::{reload_checkpoints, CheckpointKey, CheckpointState, InForce, PartitionMap};
 use crate::kafka::admin::{GroupAdmin, GroupOffset};
-use crate::kafka::blocking;
 use crate::kafka::producer::EventProducer;
+use crate::kafka::run_blocking as blocking;
 use crate::kafka::tail::TopicTail;
 use crate::kafka::topics::ensure_store_topic;
+use crate::kafka::Error as KafkaError;
+use crate::worker::error::Error;
 
 /// Bound for every cluster call of a cycle.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -256,7 +258,7 @@ impl CheckpointRunner {
                     Ok(s) => startup = Some(s),
                     Err(e) => {
                         tracing::warn!(flow = %self.flow_name, error = %e, "checkpoint start-up failed; retrying");
-                        self.state_tx.send_modify(|s| s.startup_error = Some(e));
+                        self.state_tx.send_modify(|s| s.startup_error = Some(e.to_string()));
                         tokio::select! {
                             _ = &mut shutdown => return Ok(Ended::Shutdown),
                             _ = crate::kafka::secrets::rotated(secrets) => return Ok(Ended::Rotated),
@@ -409,7 +411,7 @@ impl CheckpointRunner {
         worker: &Worker,
         name: &str,
         took: Duration,
-        outcome: Result<(), String>,
+        outcome: Result<(), Error>,
         offer: Option<SyncOffer>,
         handoff: &Handoff,
     ) {
@@ -419,7 +421,7 @@ impl CheckpointRunner {
             .set(took.as_secs_f64());
         if let Err(e) = &outcome {
             self.metrics.cycle_errors.with_label_values(&[name]).inc();
-            tracing::warn!(flow = %self.flow_name, checkpoint = %name, error = %e, "checkpoint cycle failed");
+            tracing::warn!(flow = %self.flow_name, checkpoint = %name, reason = e.reason(), error = %e, "checkpoint cycle failed");
         }
         let at = Timestamp::now();
         self.state_tx.send_modify(|s| {
@@ -427,7 +429,7 @@ impl CheckpointRunner {
             st.cycles += 1;
             st.last_cycle = Some(at);
             st.last_cycle_duration = Some(took);
-            st.last_error = outcome.err();
+            st.last_error = outcome.err().map(|e| e.to_string());
         });
         worker.publish_store_state(&self.state_tx);
         if let Some(offer) = offer {
@@ -466,7 +468,7 @@ impl CheckpointRunner {
                     tracing::warn!(checkpoint = %name, error = %e, "invalid group selection; not run");
                     self.state_tx.send_modify(|s| {
                         let st = s.specs.entry(name.clone()).or_default();
-                        st.last_error = Some(e.clone());
+                        st.last_error = Some(e.to_string());
                     });
                 }
             }
@@ -476,7 +478,7 @@ impl CheckpointRunner {
 
     /// Connects, creates and reloads the checkpoints topic, and reads the offset syncs to
     /// their end.
-    async fn start(&self) -> Result<Worker, String> {
+    async fn start(&self) -> Result<Worker, Error> {
         let source = Arc::new(GroupAdmin::new(
             &self.source,
             &format!("source cluster {}", self.flow.source.alias),
@@ -502,10 +504,10 @@ impl CheckpointRunner {
         let (tail, store, read) = tokio::task::spawn_blocking(move || {
             let mut store = SyncStore::new();
             let read = tail.catch_up(STARTUP_READ_TIMEOUT, |m| apply_sync(&mut store, m))?;
-            Ok::<_, String>((tail, store, read))
+            Ok::<_, KafkaError>((tail, store, read))
         })
         .await
-        .map_err(|e| format!("offset syncs reader failed: {e}"))??;
+        .map_err(|e| KafkaError::Task(e.to_string()).context("offset syncs reader failed"))??;
         tracing::info!(
             flow = %self.flow_name,
             syncs_read = read,
@@ -529,7 +531,7 @@ impl CheckpointRunner {
 
 /// The compiled group selection of `cp` for the runner of `flow`; `None` when `cp` names
 /// another flow. The runner runs exactly the checkpoints this compiles.
-fn selection(flow: &str, cp: &OffsetCheckpoint) -> Option<Result<GroupSelection, String>> {
+fn selection(flow: &str, cp: &OffsetCheckpoint) -> Option<Result<GroupSelection, Error>> {
     (cp.spec.flow_ref.name == flow).then(|| GroupSelection::new(&cp.spec.groups))
 }
 
@@ -640,7 +642,7 @@ fn next_wake(
 }
 
 /// Reads the checkpoints topic to its end: the checkpoints in force.
-async fn reload(target: &ClientConfig, topic: &str) -> Result<InForce, String> {
+async fn reload(target: &ClientConfig, topic: &str) -> Result<InForce, KafkaError> {
     let mut tail = TopicTail::new(target, topic, "target cluster")?;
     tokio::task::spawn_blocking(move || {
         let mut records = Vec::new();
@@ -662,7 +664,7 @@ async fn reload(target: &ClientConfig, topic: &str) -> Result<InForce, String> {
         Ok(reload_checkpoints(records))
     })
     .await
-    .map_err(|e| format!("checkpoints reader failed: {e}"))?
+    .map_err(|e| KafkaError::Task(e.to_string()).context("checkpoints reader failed"))?
 }
 
 fn apply_sync(store: &mut SyncStore, m: &rdkafka::message::BorrowedMessage<'_>) {
@@ -703,7 +705,7 @@ impl Worker {
         });
     }
 
-    async fn list_source_groups(&self) -> Result<Vec<String>, String> {
+    async fn list_source_groups(&self) -> Result<Vec<String>, KafkaError> {
         let source = self.source.clone();
         let listing = blocking(move || source.list_groups()).await??;
         Ok(listing.into_iter().map(|g| g.group).collect())
@@ -755,7 +757,7 @@ impl Worker {
         cp: &OffsetCheckpoint,
         groups: &[String],
         offer: &mut Option<SyncOffer>,
-    ) -> Result<(), String> {
+    ) -> Result<(), Error> {
         let t0 = Instant::now();
         // 1. Committed offsets on the source.
         let source = self.source.clone();
@@ -851,7 +853,7 @@ impl Worker {
         emit: &[wire::Checkpoint],
     ) -> Written {
         if !cp.spec.emit_checkpoints_topic || emit.is_empty() {
-            return accept_written(&mut self.in_force, emit, std::iter::repeat(Ok(())));
+            return accept_written(&mut self.in_force, emit, std::iter::repeat_with(|| Ok(())));
         }
         let results = io::write_checkpoints(
             &self.producer,
@@ -874,10 +876,10 @@ type GroupOffsets = Vec<(String, Vec<GroupOffset>)>;
 
 /// The groups whose committed offsets were read, in order, and the errors of those that
 /// were not. An error when there were groups and none could be read: the cycle fails.
-fn split_reads(
+fn split_reads<E>(
     groups: &[String],
-    results: Vec<Result<Vec<GroupOffset>, String>>,
-) -> Result<(GroupOffsets, Vec<String>), String> {
+    results: Vec<Result<Vec<GroupOffset>, E>>,
+) -> Result<(GroupOffsets, Vec<E>), E> {
     let mut read_errors = Vec::new();
     let mut by_group: GroupOffsets = Vec::new();
     for (group, r) in groups.iter().zip(results) {
@@ -886,8 +888,8 @@ fn split_reads(
             Err(e) => read_errors.push(e),
         }
     }
-    if !groups.is_empty() && by_group.is_empty() {
-        return Err(read_errors.into_iter().next().unwrap_or_default());
+    if !groups.is_empty() && by_group.is_empty() && !read_errors.is_empty() {
+        return Err(read_errors.swap_remove(0));
     }
     Ok((by_group, read_errors))
 }
@@ -921,22 +923,32 @@ fn target_partitions(
 type TargetTopics<'a> = HashMap<&'a str, Option<String>>;
 
 /// What became of a cycle's checkpoint records.
-#[derive(Debug, Default, PartialEq, Eq)]
-struct Written {
+#[derive(Debug, PartialEq, Eq)]
+struct Written<E = Error> {
     /// Records acknowledged.
     count: u64,
     /// Groups with a record that was not: the group sync skips them this cycle.
     failed_groups: BTreeSet<String>,
     /// The first write error: the cycle failed.
-    error: Option<String>,
+    error: Option<E>,
+}
+
+impl<E> Default for Written<E> {
+    fn default() -> Self {
+        Self {
+            count: 0,
+            failed_groups: BTreeSet::new(),
+            error: None,
+        }
+    }
 }
 
 /// Puts each acknowledged record of `emit` in force (`results` in the same order).
-fn accept_written(
+fn accept_written<E>(
     in_force: &mut InForce,
     emit: &[wire::Checkpoint],
-    results: impl IntoIterator<Item = Result<(), String>>,
-) -> Written {
+    results: impl IntoIterator<Item = Result<(), E>>,
+) -> Written<E> {
     let mut out = Written::default();
     for (c, r) in emit.iter().zip(results) {
         match r {
@@ -1150,7 +1162,12 @@ mod tests {
         };
         let emit = vec![record("a", 0, 10), record("b", 0, 20), record("b", 1, 30)];
         let key = |c: &wire::Checkpoint| CheckpointKey::from(c);
-        type Case = (&'static str, Vec<Result<(), String>>, Written, Vec<usize>);
+        type Case = (
+            &'static str,
+            Vec<Result<(), String>>,
+            Written<String>,
+            Vec<usize>,
+        );
         let cases: Vec<Case> = vec![
             (
                 "all acknowledged",
@@ -1187,7 +1204,7 @@ mod tests {
         }
         // Not written to a topic: every record in force at once.
         let mut held = InForce::default();
-        let written = accept_written(&mut held, &emit, std::iter::repeat(Ok(())));
+        let written: Written<String> = accept_written(&mut held, &emit, std::iter::repeat(Ok(())));
         assert_eq!((written.count, held.len()), (3, 3));
     }
 

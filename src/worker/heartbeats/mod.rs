@@ -25,11 +25,13 @@ use tracing::{info, warn};
 use crate::api::{MirrorFlowSpec, ReplicationLatency};
 use crate::kafka::config::{client_properties, ClientProperties};
 use crate::kafka::context::LogContext;
+use crate::kafka::error::{Context as _, Error as ClientError};
 use crate::kafka::naming::target_topic;
 use crate::kafka::producer::{EventProducer, Outgoing};
 use crate::kafka::topics;
 use crate::kafka::wire::{Heartbeat, HEARTBEATS_TOPIC};
 use crate::telemetry::metrics::WorkerMetrics;
+use crate::worker::error::Error;
 use latency::{emissions, measures_flow, Cluster, LatencyTracker};
 
 /// Bound of each cluster call and of a heartbeat's acknowledgement.
@@ -106,11 +108,11 @@ impl Session {
         spec: &MirrorFlowSpec,
         group: &str,
         secrets_dir: &std::path::Path,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, Error> {
         let source_props = client_properties(&spec.source, secrets_dir)
-            .map_err(|e| format!("spec.source: {e}"))?;
+            .map_err(|e| Error::from(e).context("spec.source"))?;
         let target_props = client_properties(&spec.target, secrets_dir)
-            .map_err(|e| format!("spec.target: {e}"))?;
+            .map_err(|e| Error::from(e).context("spec.target"))?;
         // Heartbeat clients log, but do not report into the clusters' connection health: the
         // engine's clients report both clusters, and a problem of a client that is not
         // polled for statistics would stay until the session is rebuilt (a rotated CA
@@ -118,19 +120,17 @@ impl Session {
         // Heartbeat errors are in `replicationLatency.lastError`.
         let ctx = |alias: &str| LogContext::new(alias);
         let side = |alias: &str, props: &ClientProperties| {
-            let what =
-                |c: &str, e: &dyn std::fmt::Display| format!("cluster {alias}: heartbeat {c}: {e}");
             let mut config = props.to_client_config();
             config
                 .set("acks", "all")
                 .set("enable.idempotence", "true")
                 .set("linger.ms", "0")
                 .set("message.timeout.ms", TIMEOUT.as_millis().to_string());
-            Ok::<_, String>(Side {
+            Ok::<_, ClientError>(Side {
                 alias: alias.to_string(),
                 props: props.clone(),
                 producer: EventProducer::create(&config, ctx(alias))
-                    .map_err(|e| what("producer", &e))?,
+                    .context_with(|| format!("cluster {alias}: heartbeat producer"))?,
                 topic_ready: false,
                 replication_factor: None,
             })
@@ -149,7 +149,7 @@ impl Session {
             .set("fetch.wait.max.ms", "100");
         let reader = config
             .create_with_context(ctx(&spec.target.alias))
-            .map_err(|e| format!("cluster {}: heartbeat reader: {e}", spec.target.alias))?;
+            .context_with(|| format!("cluster {}: heartbeat reader", spec.target.alias))?;
         Ok(Self {
             key: Self::key_of(spec),
             built: Instant::now(),
@@ -170,7 +170,7 @@ impl Session {
     /// it when it first replicates the source's heartbeats). Each cluster on its own: a
     /// source that refuses the topic leaves the target's heartbeats going. Errors name the
     /// cluster.
-    async fn prepare(&mut self) -> Vec<String> {
+    async fn prepare(&mut self) -> Vec<ClientError> {
         let mut errors = Vec::new();
         for side in [&mut self.source, &mut self.target] {
             if !side.topic_ready {
@@ -182,22 +182,22 @@ impl Session {
         }
         if !self.assigned {
             if let Err(e) = self.assign_replica().await {
-                errors.push(format!("cluster {}: {e}", self.target.alias));
+                errors.push(e.context(format!("cluster {}", self.target.alias)));
             }
         }
         errors
     }
 
-    async fn assign_replica(&mut self) -> Result<(), String> {
+    async fn assign_replica(&mut self) -> Result<(), ClientError> {
         // All topics, as the engine's metadata client asks: naming one could create it on a
         // broker that auto-creates topics.
         let reader = Arc::clone(&self.reader);
         let topic = self.replica_topic.clone();
-        let exists = crate::kafka::blocking(move || {
+        let exists = crate::kafka::run_blocking(move || {
             let md = reader
                 .fetch_metadata(None, TIMEOUT)
-                .map_err(|e| format!("fetch metadata: {e}"))?;
-            Ok::<_, String>(
+                .context("fetch metadata")?;
+            Ok::<_, ClientError>(
                 md.topics()
                     .iter()
                     .any(|t| t.name() == topic && t.error().is_none()),
@@ -206,11 +206,10 @@ impl Session {
         .await??;
         if exists {
             let mut tpl = TopicPartitionList::new();
-            tpl.add_partition_offset(&self.replica_topic, 0, Offset::End)
-                .map_err(|e| e.to_string())?;
+            tpl.add_partition_offset(&self.replica_topic, 0, Offset::End)?;
             self.reader
                 .assign(&tpl)
-                .map_err(|e| format!("read {}: {e}", self.replica_topic))?;
+                .context_with(|| format!("read {}", self.replica_topic))?;
             self.assigned = true;
             info!(topic = %self.replica_topic, "reading heartbeat replicas on the target");
         }
@@ -225,7 +224,7 @@ impl Session {
         now_ms: i64,
         tracker: &mut LatencyTracker,
         metrics: &WorkerMetrics,
-    ) -> Vec<String> {
+    ) -> Vec<Error> {
         let mut errors = Vec::new();
         let sends =
             emissions(spec, now_ms)
@@ -250,11 +249,11 @@ impl Session {
             match result {
                 Ok(()) if cluster == Cluster::Source => tracker.emitted(now_ms),
                 Ok(()) => {}
-                Err(e) => errors.push(format!(
-                    "cannot write heartbeats to topic {HEARTBEATS_TOPIC} on {} cluster {}: {e}",
+                Err(e) => errors.push(e.context(format!(
+                    "cannot write heartbeats to topic {HEARTBEATS_TOPIC} on {} cluster {}",
                     cluster.as_str(),
                     side.alias
-                )),
+                ))),
             }
         }
         errors
@@ -265,13 +264,12 @@ impl Side {
     /// Creates its `heartbeats` topic unless it exists, with a metadata and an admin client
     /// made for the call and dropped after: a session needs them once, and kept they idled
     /// with their threads and connections (about 3 MiB for both clusters').
-    async fn ensure_topic(&self) -> Result<(), String> {
+    async fn ensure_topic(&self) -> Result<(), ClientError> {
         let alias = &self.alias;
-        let what =
-            |c: &str, e: &dyn std::fmt::Display| format!("cluster {alias}: heartbeat {c}: {e}");
+        let what = |c: &str| format!("cluster {alias}: heartbeat {c}");
         let ctx = LogContext::new(alias);
-        let meta = topics::meta_client(&self.props, ctx.clone()).map_err(|e| what("client", &e))?;
-        let admin = topics::admin_client(&self.props, ctx).map_err(|e| what("admin client", &e))?;
+        let meta = topics::meta_client(&self.props, ctx.clone()).context_with(|| what("client"))?;
+        let admin = topics::admin_client(&self.props, ctx).context_with(|| what("admin client"))?;
         let topics = [HEARTBEATS_TOPIC.to_string()];
         let result = topics::ensure_compacted(
             &meta,
@@ -290,9 +288,11 @@ impl Side {
 
 /// Writes one heartbeat to partition 0 (MM2: one partition, the heartbeat's timestamp as
 /// the record's).
-async fn write(producer: &EventProducer, hb: &Heartbeat) -> Result<(), String> {
-    let key = hb.encode_key().map_err(|e| e.to_string())?;
-    let value = hb.encode_value().map_err(|e| e.to_string())?;
+async fn write(producer: &EventProducer, hb: &Heartbeat) -> Result<(), Error> {
+    let key = hb.encode_key().map_err(|e| Error::Record(e.to_string()))?;
+    let value = hb
+        .encode_value()
+        .map_err(|e| Error::Record(e.to_string()))?;
     let record = Outgoing {
         topic: HEARTBEATS_TOPIC,
         partition: Some(0),
@@ -302,13 +302,13 @@ async fn write(producer: &EventProducer, hb: &Heartbeat) -> Result<(), String> {
     };
     match producer.send_all(&[record], TIMEOUT).await.pop() {
         Some(Ok(_)) => Ok(()),
-        Some(Err(e)) => Err(e.to_string()),
-        None => Err("no delivery report".to_string()),
+        Some(Err(e)) => Err(ClientError::from(e).into()),
+        None => Err(ClientError::Client("no delivery report".into()).into()),
     }
 }
 
 /// The next replica read on the target, as `(key, value)`; pending while nothing is read.
-async fn next_replica(session: &Option<Session>) -> Result<(Vec<u8>, Vec<u8>), String> {
+async fn next_replica(session: &Option<Session>) -> Result<(Vec<u8>, Vec<u8>), ClientError> {
     match session {
         Some(s) if s.assigned => loop {
             match s.reader.recv().await {
@@ -323,7 +323,9 @@ async fn next_replica(session: &Option<Session>) -> Result<(Vec<u8>, Vec<u8>), S
                 // assigned, never in the group, and reads on (docs/SECURITY.md).
                 Err(KafkaError::MessageConsumption(RDKafkaErrorCode::GroupAuthorizationFailed)) => {
                 }
-                Err(e) => return Err(format!("reading {}: {e}", s.replica_topic)),
+                Err(e) => {
+                    return Err(ClientError::from(e).context(format!("reading {}", s.replica_topic)))
+                }
             }
         },
         _ => std::future::pending().await,
@@ -376,7 +378,11 @@ impl HeartbeatRunner {
                 session = None;
                 tracker = LatencyTracker::default();
             }
-            let result = self.beat(&spec, &mut session, &mut tracker).await;
+            // As text: the status shows it, and a repeated error is logged once.
+            let result = self
+                .beat(&spec, &mut session, &mut tracker)
+                .await
+                .map_err(|e| e.to_string());
             match &result {
                 Err(e) if error.as_ref() != Some(e) => warn!("heartbeats: {e}"),
                 Ok(()) if error.is_some() => info!("heartbeats flow again"),
@@ -406,6 +412,7 @@ impl HeartbeatRunner {
                         match r {
                             Ok((key, value)) => self.on_replica(&spec, &key, &value, &mut tracker),
                             Err(e) => {
+                                let e = e.to_string();
                                 if error.as_ref() != Some(&e) {
                                     warn!("heartbeats: {e}");
                                 }
@@ -425,7 +432,7 @@ impl HeartbeatRunner {
         spec: &MirrorFlowSpec,
         session: &mut Option<Session>,
         tracker: &mut LatencyTracker,
-    ) -> Result<(), String> {
+    ) -> Result<(), Error> {
         if session.is_none() {
             *session = Some(Session::connect(
                 spec,
@@ -434,16 +441,22 @@ impl HeartbeatRunner {
             )?);
         }
         let s = session.as_mut().expect("connected above");
-        let mut errors = s.prepare().await;
+        let mut errors: Vec<Error> = s.prepare().await.into_iter().map(Error::from).collect();
         errors.extend(s.emit(spec, now_ms(), tracker, &self.metrics).await);
         if spec.paused {
             // Nothing is replicated while paused: a missing replica is no latency.
             tracker.forget_pending();
         }
-        if errors.is_empty() {
-            Ok(())
-        } else {
-            Err(errors.join("; "))
+        match errors.len() {
+            0 => Ok(()),
+            1 => Err(errors.swap_remove(0)),
+            _ => Err(Error::Partial(
+                errors
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            )),
         }
     }
 

@@ -19,7 +19,9 @@ use rdkafka::producer::{BaseProducer, BaseRecord};
 use rdkafka::ClientConfig;
 use serde::{Deserialize, Serialize};
 
+use crate::kafka::error::{Context as _, Error as KafkaError};
 use crate::kafka::tail::TopicTail;
+use crate::worker::error::Error;
 
 /// The store topic of a flow (on the target).
 pub fn created_topics_store(namespace: &str, flow: &str) -> String {
@@ -62,7 +64,7 @@ pub struct CreatedTopics {
 
 impl CreatedTopics {
     /// A store in `topic` with the target's client config.
-    pub fn new(target: &ClientConfig, topic: &str, timeout: Duration) -> Result<Self, String> {
+    pub fn new(target: &ClientConfig, topic: &str, timeout: Duration) -> Result<Self, KafkaError> {
         Ok(Self {
             topic: topic.to_string(),
             tail: TopicTail::new(target, topic, "target cluster")?,
@@ -77,7 +79,7 @@ impl CreatedTopics {
     /// Blocking: reads what was recorded since the last call (a missing store reads as
     /// empty). A record that does not decode fails the read: guessing could touch a topic
     /// that is not the flow's.
-    pub fn catch_up(&mut self) -> Result<&BTreeMap<String, CreatedTopic>, String> {
+    pub fn catch_up(&mut self) -> Result<&BTreeMap<String, CreatedTopic>, Error> {
         let mut bad = None;
         let known = &mut self.known;
         let store = &self.topic;
@@ -99,15 +101,17 @@ impl CreatedTopics {
             self.exists = true;
         }
         if let Some(e) = bad {
-            return Err(format!("created-topics store record does not decode: {e}"));
+            return Err(Error::Record(format!(
+                "created-topics store record does not decode: {e}"
+            )));
         }
         Ok(&self.known)
     }
 
     /// Blocking: records that the flow created `topic` (the store topic must exist),
     /// durably (acknowledged) before returning.
-    pub fn record(&mut self, topic: &str, value: CreatedTopic) -> Result<(), String> {
-        let payload = serde_json::to_vec(&value).map_err(|e| e.to_string())?;
+    pub fn record(&mut self, topic: &str, value: CreatedTopic) -> Result<(), Error> {
+        let payload = serde_json::to_vec(&value).map_err(|e| Error::Record(e.to_string()))?;
         if self.producer.is_none() {
             let mut c = self.config.clone();
             // Not idempotent: a fresh idempotent producer waits 500 ms for its producer id
@@ -118,7 +122,7 @@ impl CreatedTopics {
             c.set("acks", "all").set("enable.idempotence", "false");
             let p = c
                 .create()
-                .map_err(|e| format!("target cluster: created-topics store producer: {e}"))?;
+                .context("target cluster: created-topics store producer")?;
             self.producer = Some(p);
         }
         let producer = self.producer.as_ref().expect("made above");
@@ -128,9 +132,10 @@ impl CreatedTopics {
                     .key(topic.as_bytes())
                     .payload(&payload),
             )
-            .map_err(|(e, _)| format!("write created-topics store {}: {e}", self.topic))?;
+            .map_err(|(e, _)| e)
+            .context_with(|| format!("write created-topics store {}", self.topic))?;
         crate::kafka::producer::flush(producer, self.timeout)
-            .map_err(|e| format!("write created-topics store {}: {e}", self.topic))?;
+            .context_with(|| format!("write created-topics store {}", self.topic))?;
         self.known.insert(topic.to_string(), value);
         Ok(())
     }

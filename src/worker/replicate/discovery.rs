@@ -27,10 +27,12 @@ use super::validate::{check_observation, confirm_with_fetch, CheckOutcome, Topic
 use crate::api::{StartFrom, TopicPartitionRef};
 use crate::kafka::config::ClientProperties;
 use crate::kafka::context::LogContext;
+use crate::kafka::error::{Context as _, Error as KafkaError};
 use crate::kafka::topics::unwritable;
 use crate::kafka::topics::{self, Admin, ConfigEntry, MetaClient};
 use crate::kafka::wire::Progress;
 use crate::telemetry::metrics::{ErrorKind, WorkerMetrics};
+use crate::worker::error::Error;
 use crate::worker::topic_filter::{TopicDecision, TopicFilter};
 use crate::worker::validation::classify::{Detection, KnownPartition, PartitionObservation};
 
@@ -64,7 +66,7 @@ pub struct RefreshInput {
     pub sync_topic_configs: bool,
     /// MM2's config exclusions plus `spec.topicConfigs.exclude` (an error for a pattern
     /// that does not compile, which a validated spec never has).
-    pub config_exclusions: Result<ConfigExclusions, String>,
+    pub config_exclusions: Result<ConfigExclusions, Error>,
     /// `spec.target.replicationFactor`.
     pub replication_factor: Option<i32>,
     /// `spec.internalTopics.replicationFactor`.
@@ -615,7 +617,7 @@ impl Discovery {
         partitions: i32,
         action: TargetTopicAction,
         input: &RefreshInput,
-    ) -> Result<(), String> {
+    ) -> Result<(), Error> {
         let timeout = self.io_timeout;
         match action {
             TargetTopicAction::Ready => Ok(()),
@@ -625,23 +627,27 @@ impl Discovery {
                         info!(topic = %target, from, to, "grew target topic");
                         Ok(())
                     }
-                    Err(e) => Err(e),
+                    Err(e) => Err(e.into()),
                 }
             }
             TargetTopicAction::Create => {
                 let configs = if input.sync_topic_configs {
                     let exclusions = match &input.config_exclusions {
                         Ok(x) => x,
-                        Err(e) => return Err(format!("not creating target topic {target}: {e}")),
+                        Err(e) => {
+                            return Err(e
+                                .clone()
+                                .context(format!("not creating target topic {target}")))
+                        }
                     };
                     match io::syncable_topic_configs(&self.source_admin, topic, exclusions, timeout)
                         .await
                     {
                         Ok(c) => c,
                         Err(e) => {
-                            return Err(format!(
-                                "not creating target topic {target} yet (spec.syncTopicConfigs is true): {e}"
-                            ))
+                            return Err(Error::from(e).context(format!(
+                                "not creating target topic {target} yet (spec.syncTopicConfigs is true)"
+                            )))
                         }
                     }
                 } else {
@@ -668,7 +674,7 @@ impl Discovery {
                         }
                         Ok(())
                     }
-                    Err(e) => Err(e),
+                    Err(e) => Err(e.into()),
                 }
             }
         }
@@ -677,7 +683,7 @@ impl Discovery {
     /// Records that the flow created `target` in the created-topics store (creating the
     /// store first), with the topic's id. Without an id answer nothing is recorded: a
     /// record without one would match any topic of that name.
-    async fn record_created(&self, target: &str, input: &RefreshInput) -> Result<(), String> {
+    async fn record_created(&self, target: &str, input: &RefreshInput) -> Result<(), Error> {
         let timeout = self.io_timeout;
         // Just created: on a cluster of several brokers the one that answers may not know
         // the topic yet (UNKNOWN_TOPIC_OR_PARTITION for a moment). Ask again, within the bound.
@@ -695,7 +701,11 @@ impl Discovery {
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_secs(1));
                 }
-                Err(e) => return Err(format!("topic id of {target}: {e}")),
+                Err(e) => {
+                    return Err(KafkaError::Client(e)
+                        .context(format!("topic id of {target}"))
+                        .into())
+                }
             }
         };
         let mut store = self.take_store()?;
@@ -708,12 +718,12 @@ impl Discovery {
                 // Created or created meanwhile by another worker: either way it exists.
                 topics::create_topic(&self.target_admin, store_topic, 1, rf, &configs, timeout)
                     .await
-                    .map_err(|e| format!("cannot create internal topic {store_topic}: {e}"))?;
+                    .context_with(|| format!("cannot create internal topic {store_topic}"))?;
             }
             store.exists = true;
         }
         let target = target.to_string();
-        let (store, r) = crate::kafka::blocking(move || {
+        let (store, r) = crate::kafka::run_blocking(move || {
             let r = store.record(&target, CreatedTopic { topic_id });
             (store, r)
         })
@@ -723,11 +733,19 @@ impl Discovery {
     }
 
     /// The store, opened on first use.
-    fn take_store(&self) -> Result<CreatedTopics, String> {
-        let taken = self.created.lock().map_err(|e| e.to_string())?.take();
+    fn take_store(&self) -> Result<CreatedTopics, Error> {
+        let taken = self
+            .created
+            .lock()
+            .map_err(|e| Error::Internal(e.to_string()))?
+            .take();
         match taken {
             Some(s) => Ok(s),
-            None => CreatedTopics::new(&self.target_config, &self.store_topic, self.io_timeout),
+            None => Ok(CreatedTopics::new(
+                &self.target_config,
+                &self.store_topic,
+                self.io_timeout,
+            )?),
         }
     }
 
@@ -738,9 +756,9 @@ impl Discovery {
     }
 
     /// What the store holds now (read on from where the last refresh stopped).
-    async fn created_topics(&self) -> Result<BTreeMap<String, CreatedTopic>, String> {
+    async fn created_topics(&self) -> Result<BTreeMap<String, CreatedTopic>, Error> {
         let store = self.take_store()?;
-        let (store, r) = crate::kafka::blocking(move || {
+        let (store, r) = crate::kafka::run_blocking(move || {
             let mut store = store;
             let r = store.catch_up().cloned();
             (store, r)
@@ -777,7 +795,7 @@ impl Discovery {
         }
         let known = match self.created_topics().await {
             Ok(k) => k,
-            Err(e) => return fail(e),
+            Err(e) => return fail(e.to_string()),
         };
         let recorded: Vec<(&String, &String)> = mine
             .into_iter()
@@ -811,7 +829,7 @@ impl Discovery {
         let target_configs =
             match topics::describe_topic_configs(&self.target_admin, &targets, timeout).await {
                 Ok(c) => c,
-                Err(e) => return fail(e),
+                Err(e) => return fail(e.to_string()),
             };
         let mut problems = BTreeMap::new();
         for t in &targets {
@@ -838,7 +856,7 @@ impl Discovery {
     async fn resync_configs(
         &self,
         ours: &[(String, String)],
-        target_configs: &BTreeMap<String, Result<Vec<ConfigEntry>, String>>,
+        target_configs: &BTreeMap<String, Result<Vec<ConfigEntry>, KafkaError>>,
         input: &RefreshInput,
     ) {
         let timeout = self.io_timeout;

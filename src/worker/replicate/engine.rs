@@ -415,7 +415,7 @@ impl Engine {
         }
         if !self.settings.retired_workers.is_empty() {
             if let Err(e) = self.fence_retired().await {
-                self.start_problem(e);
+                self.start_problem(e.to_string());
                 return Ok(false);
             }
         }
@@ -437,7 +437,7 @@ impl Engine {
                 timeout,
             );
             if let Err(e) = r.await {
-                self.start_problem(e);
+                self.start_problem(e.to_string());
                 return Ok(false);
             }
             self.internal_topics_ready = true;
@@ -471,7 +471,7 @@ impl Engine {
     /// Fences the transactional ids of the workers scaled away (worker 0, ExactlyOnce):
     /// `init_transactions` with each id aborts what it left open, so the progress read that
     /// follows does not wait for the coordinator's timeout. Done once.
-    async fn fence_retired(&mut self) -> Result<(), String> {
+    async fn fence_retired(&mut self) -> Result<(), crate::kafka::Error> {
         if self.spec.delivery != crate::api::Delivery::ExactlyOnce {
             self.settings.retired_workers.clear();
             return Ok(());
@@ -487,7 +487,9 @@ impl Engine {
             super::writer::fence(&self.clients.target_props, ctx, &id, limits)
                 .await
                 .map_err(|e| {
-                    format!("fencing transactional.id {id} of worker {index}, scaled away: {e}")
+                    crate::kafka::Error::from(e).context(format!(
+                        "fencing transactional.id {id} of worker {index}, scaled away"
+                    ))
                 })?;
             info!(transactional_id = %id, worker = index, "fenced the transactions of a worker scaled away");
             self.settings.retired_workers.remove(0);

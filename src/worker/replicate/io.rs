@@ -14,15 +14,16 @@ use rdkafka::{Message, Offset, TopicPartitionList};
 use super::select::{syncable_configs, ConfigExclusions};
 use crate::kafka::config::{ClientProperties, FETCH_QUEUE_BACKOFF_MS};
 use crate::kafka::context::LogContext;
+use crate::kafka::error::{Context as _, Error};
 use crate::kafka::tail::TopicTail;
 use crate::kafka::topics::{describe_topic_configs, served, Admin, MetaClient};
 use crate::kafka::wire::Progress;
 
-/// A blocking librdkafka call that fails with a message, on tokio's blocking pool.
+/// A blocking librdkafka call that can fail, on tokio's blocking pool.
 async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, String> + Send + 'static,
-) -> Result<T, String> {
-    crate::kafka::blocking(f).await?
+    f: impl FnOnce() -> Result<T, Error> + Send + 'static,
+) -> Result<T, Error> {
+    crate::kafka::run_blocking(f).await?
 }
 
 /// `(log start, high watermark)` of each partition: two ListOffsets rounds (earliest,
@@ -34,7 +35,7 @@ pub async fn watermarks(
     client: &MetaClient,
     partitions: Vec<(String, i32)>,
     timeout: Duration,
-) -> Result<BTreeMap<(String, i32), Result<(i64, i64), String>>, String> {
+) -> Result<BTreeMap<(String, i32), Result<(i64, i64), Error>>, Error> {
     if partitions.is_empty() {
         return Ok(BTreeMap::new());
     }
@@ -45,30 +46,28 @@ pub async fn watermarks(
             let mut tpl = TopicPartitionList::with_capacity(partitions.len());
             for (t, p) in &partitions {
                 tpl.add_partition_offset(t, *p, at)
-                    .map_err(|e| format!("list offsets of {t}/{p}: {e}"))?;
+                    .context_with(|| format!("list offsets of {t}/{p}"))?;
             }
             served(&client, client.offsets_for_times(tpl, timeout))
-                .map_err(|e| format!("list offsets of {} partitions: {e}", partitions.len()))
+                .context_with(|| format!("list offsets of {} partitions", partitions.len()))
         })
     };
     let (low, high) = futures::try_join!(list(Offset::Beginning), list(Offset::End))?;
-    let offset = |e: &rdkafka::topic_partition_list::TopicPartitionListElem<'_>| match (
-        e.error(),
-        e.offset(),
-    ) {
-        (Err(err), _) => Err(format!(
-            "watermarks of {}/{}: {err}",
-            e.topic(),
-            e.partition()
-        )),
-        (Ok(()), Offset::Offset(o)) => Ok(o),
-        (Ok(()), other) => Err(format!(
-            "watermarks of {}/{}: no offset ({other:?})",
-            e.topic(),
-            e.partition()
-        )),
-    };
-    let by_partition = |tpl: &TopicPartitionList| -> HashMap<(String, i32), Result<i64, String>> {
+    let offset =
+        |e: &rdkafka::topic_partition_list::TopicPartitionListElem<'_>| match (
+            e.error(),
+            e.offset(),
+        ) {
+            (Err(err), _) => Err(Error::from(err).context(format!(
+                "watermarks of {}/{}",
+                e.topic(),
+                e.partition()
+            ))),
+            (Ok(()), Offset::Offset(o)) => Ok(o),
+            (Ok(()), other) => Err(Error::Protocol(format!("no offset ({other:?})"))
+                .context(format!("watermarks of {}/{}", e.topic(), e.partition()))),
+        };
+    let by_partition = |tpl: &TopicPartitionList| -> HashMap<(String, i32), Result<i64, Error>> {
         tpl.elements()
             .iter()
             .map(|e| ((e.topic().to_string(), e.partition()), offset(e)))
@@ -81,10 +80,8 @@ pub async fn watermarks(
             let r = match (low.get(&key), high.get(&key)) {
                 (Some(Ok(l)), Some(Ok(h))) => Ok((*l, *h)),
                 (Some(Err(e)), _) | (_, Some(Err(e))) => Err(e.clone()),
-                _ => Err(format!(
-                    "watermarks of {}/{}: missing from the answer",
-                    key.0, key.1
-                )),
+                _ => Err(Error::Protocol("missing from the answer".into())
+                    .context(format!("watermarks of {}/{}", key.0, key.1))),
             };
             (key, r)
         })
@@ -102,7 +99,7 @@ pub async fn fetch_high_watermarks(
     ctx: LogContext,
     positions: Vec<(String, i32, i64)>,
     timeout: Duration,
-) -> Result<HashMap<(String, i32), i64>, String> {
+) -> Result<HashMap<(String, i32), i64>, Error> {
     let mut config = props.to_client_config();
     config
         .set("group.id", "mirrorflow-validation-probe")
@@ -116,15 +113,13 @@ pub async fn fetch_high_watermarks(
     blocking(move || {
         let consumer: BaseConsumer<LogContext> = config
             .create_with_context(ctx)
-            .map_err(|e| format!("fetch probe consumer: {e}"))?;
+            .context("fetch probe consumer")?;
         let mut tpl = TopicPartitionList::new();
         for (t, p, pos) in &positions {
             tpl.add_partition_offset(t, *p, Offset::Offset(*pos))
-                .map_err(|e| format!("fetch probe {t}/{p}: {e}"))?;
+                .context_with(|| format!("fetch probe {t}/{p}"))?;
         }
-        consumer
-            .assign(&tpl)
-            .map_err(|e| format!("fetch probe assign: {e}"))?;
+        consumer.assign(&tpl).context("fetch probe assign")?;
         let mut out = HashMap::new();
         let begin = Instant::now();
         while out.len() < positions.len() && begin.elapsed() < timeout {
@@ -151,7 +146,7 @@ pub async fn topic_ids(
     admin: &Arc<Admin>,
     topics: Vec<String>,
     timeout: Duration,
-) -> Result<BTreeMap<String, crate::kafka::topic_id::TopicIdResult>, String> {
+) -> Result<BTreeMap<String, crate::kafka::topic_id::TopicIdResult>, Error> {
     let admin = admin.clone();
     blocking(move || crate::kafka::topic_id::describe_topic_ids(&admin, &topics, timeout)).await
 }
@@ -162,11 +157,12 @@ pub async fn syncable_topic_configs(
     topic: &str,
     exclusions: &ConfigExclusions,
     timeout: Duration,
-) -> Result<Vec<(String, String)>, String> {
+) -> Result<Vec<(String, String)>, Error> {
     let mut all = describe_topic_configs(admin, &[topic.to_string()], timeout).await?;
-    let entries = all
-        .remove(topic)
-        .unwrap_or_else(|| Err(format!("describe configs of topic {topic}: no answer")))?;
+    let entries = all.remove(topic).unwrap_or_else(|| {
+        Err(Error::Protocol("no answer".into())
+            .context(format!("describe configs of topic {topic}")))
+    })?;
     Ok(syncable_configs(&entries, exclusions))
 }
 
@@ -178,7 +174,7 @@ pub async fn newest_syncs(
     topic: &str,
     partitions: Vec<(String, i32)>,
     timeout: Duration,
-) -> Result<HashMap<(String, i32), (i64, i64)>, String> {
+) -> Result<HashMap<(String, i32), (i64, i64)>, Error> {
     let config = props.to_client_config();
     let topic = topic.to_string();
     blocking(move || {

@@ -16,10 +16,12 @@ use crate::api::{AppliedReset, PartitionFailure, ResetOutcome, ResetRequest, Top
 use crate::kafka::config::ClientProperties;
 use crate::kafka::topics::MetaClient;
 use crate::kafka::wire::Progress;
+use crate::kafka::Error as KafkaError;
+use crate::worker::error::Error;
 use crate::worker::replicate::assign::is_owned;
 use crate::worker::validation::reset::{
     describe_tp, failed_status, plan_reset, record_seek, strategy_name, PartitionResetAction,
-    ResetDecision, SeekTarget,
+    ResetDecision, SeekError, SeekTarget,
 };
 
 /// What a reset needs from both clusters, and who this worker is.
@@ -86,7 +88,8 @@ impl Resets {
                 match resolve(actions, table, io).await {
                     Err(e) => {
                         warn!(id = %req.id, "reset failed: {e}; trying again later");
-                        self.last_applied = Some(failed_status(req, actions, &e, now()));
+                        self.last_applied =
+                            Some(failed_status(req, actions, &e.to_string(), now()));
                         // Not handled: nothing moved, and the next attempt may succeed.
                         return Some(reset);
                     }
@@ -122,7 +125,7 @@ async fn resolve(
         Vec<(TopicPartitionRef, i64, (i64, i64))>,
         HashMap<String, String>,
     ),
-    String,
+    Error,
 > {
     let tps: Vec<(String, i32)> = actions
         .iter()
@@ -137,12 +140,13 @@ async fn resolve(
     for a in actions {
         let (low, high) = match marks.get(&(a.tp.topic.clone(), a.tp.partition)) {
             Some(Ok(m)) => *m,
-            Some(Err(e)) => return Err(e.clone()),
+            Some(Err(e)) => return Err(e.clone().into()),
             None => {
-                return Err(format!(
+                return Err(KafkaError::Protocol(format!(
                     "no watermarks for {}/{}",
                     a.tp.topic, a.tp.partition
                 ))
+                .into())
             }
         };
         let to = match a.target {
@@ -151,12 +155,12 @@ async fn resolve(
             SeekTarget::AfterTarget => {
                 let to = after.get(&a.tp).copied().unwrap_or(low);
                 if to < low {
-                    return Err(format!(
+                    return Err(Error::Refused(format!(
                         "{}/{}: the records after the last offset sync (from offset {to}) were \
                          deleted on the source (log start {low}); choose RestartFromEarliest \
                          (from the log start) or SkipToLatest",
                         a.tp.topic, a.tp.partition
-                    ));
+                    )));
                 }
                 to
             }
@@ -167,7 +171,13 @@ async fn resolve(
                 a.previous_failure.requested_offset,
                 table.get(&a.tp).and_then(|p| p.position),
             )
-            .map_err(|e| format!("{}/{}: {e}", a.tp.topic, a.tp.partition))?,
+            .map_err(|e| {
+                let e = match e {
+                    SeekError::PositionMoved { .. } => Error::Refused(e.to_string()),
+                    SeekError::NotARecordSeek(_) => Error::Internal(e.to_string()),
+                };
+                e.context(format!("{}/{}", a.tp.topic, a.tp.partition))
+            })?,
         };
         resolved.push((a.tp.clone(), to, (low, high)));
     }
@@ -180,7 +190,7 @@ async fn after_target(
     actions: &[PartitionResetAction],
     table: &PartitionTable,
     io: &ResetIo<'_>,
-) -> Result<HashMap<TopicPartitionRef, i64>, String> {
+) -> Result<HashMap<TopicPartitionRef, i64>, Error> {
     let wanted: Vec<&PartitionResetAction> = actions
         .iter()
         .filter(|a| a.target == SeekTarget::AfterTarget)
@@ -203,24 +213,29 @@ async fn after_target(
     for a in wanted {
         let (topic, partition) = (&a.tp.topic, a.tp.partition);
         let Some((up, down)) = syncs.get(&(topic.clone(), partition)).copied() else {
-            return Err(format!(
+            return Err(Error::Refused(format!(
                 "{topic}/{partition}: no offset sync on the target tells which source records \
                  it holds (topic {}); choose RestartFromEarliest or SkipToLatest",
                 io.syncs_topic
-            ));
+            )));
         };
         let target = target_of(&a.tp).unwrap_or_default();
         let end = match ends.get(&(target.clone(), partition)) {
             Some(Ok((_, high))) => *high,
-            Some(Err(e)) => return Err(e.clone()),
-            None => return Err(format!("no watermarks for target {target}/{partition}")),
+            Some(Err(e)) => return Err(e.clone().into()),
+            None => {
+                return Err(KafkaError::Protocol(format!(
+                    "no watermarks for target {target}/{partition}"
+                ))
+                .into())
+            }
         };
         if down >= end {
-            return Err(format!(
+            return Err(Error::Refused(format!(
                 "{topic}/{partition}: the last offset sync points at target offset {down}, but \
                  {target}/{partition} ends at {end} (the target lost records); choose \
                  RestartFromEarliest or SkipToLatest"
-            ));
+            )));
         }
         out.insert(a.tp.clone(), up + 1);
     }

@@ -8,6 +8,7 @@ use crate::api::validate::full_match_regex;
 use crate::api::MirrorFlowSpec;
 use crate::kafka::topic_config::ConfigChange;
 use crate::kafka::topics::ConfigEntry;
+use crate::worker::error::Error;
 
 /// What to do with a target topic, given the source topic's partition count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,12 +75,13 @@ impl Default for ConfigExclusions {
 impl ConfigExclusions {
     /// The defaults plus the spec's patterns; the error names the field and pattern (specs
     /// that passed `validate_flow` always compile).
-    pub fn new(spec: &MirrorFlowSpec) -> Result<Self, String> {
+    pub fn new(spec: &MirrorFlowSpec) -> Result<Self, Error> {
         let mut out = Self::default();
         for (i, p) in spec.topic_configs.exclude.iter().enumerate() {
             out.0.push(
-                full_match_regex(p)
-                    .map_err(|e| format!("spec.topicConfigs.exclude[{i}] {p:?}: {e}"))?,
+                full_match_regex(p).map_err(|e| {
+                    Error::Spec(format!("spec.topicConfigs.exclude[{i}] {p:?}: {e}"))
+                })?,
             );
         }
         Ok(out)
@@ -258,7 +260,11 @@ mod tests {
         assert!(!x.excludes("cleanup.policy"));
         s.topic_configs.exclude = vec!["ok".into(), "(".into()];
         let err = ConfigExclusions::new(&s).unwrap_err();
-        assert!(err.contains("spec.topicConfigs.exclude[1]"), "{err}");
+        assert_eq!(err.reason(), "InvalidSpec");
+        assert!(
+            err.to_string().contains("spec.topicConfigs.exclude[1]"),
+            "{err}"
+        );
     }
 
     #[test]

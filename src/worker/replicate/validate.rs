@@ -17,6 +17,7 @@ use super::partitions::PartitionTable;
 use super::status::{FailureKind, PartitionFailed};
 use crate::api::{FailureType, TopicPartitionRef};
 use crate::kafka::topics::{Admin, MetaClient};
+use crate::kafka::Error as KafkaError;
 use crate::worker::validation::classify::{
     check_partition, classify_out_of_range, Detection, FlowRef, KnownPartition,
     PartitionObservation, ReportedFailures, Signal,
@@ -35,7 +36,7 @@ pub struct OutOfRangeCandidate {
     /// Its committed position (the next offset to replicate).
     pub position: i64,
     /// `(log start, high watermark)` from ListOffsets, or the lookup error.
-    pub marks: Result<(i64, i64), String>,
+    pub marks: Result<(i64, i64), KafkaError>,
     /// Whether the topic id differs from the recorded one; `None` when not compared.
     pub topic_id_changed: Option<bool>,
 }
@@ -63,7 +64,11 @@ pub fn attribute_out_of_range(candidates: &[OutOfRangeCandidate]) -> Attribution
         let mut d = classify_out_of_range(
             c.tp.clone(),
             c.position,
-            c.marks.clone().map(|(low, _)| low),
+            // The decision only shows why a lookup failed.
+            c.marks
+                .as_ref()
+                .map(|(low, _)| *low)
+                .map_err(ToString::to_string),
             c.topic_id_changed,
         );
         d.high_watermark = c.marks.as_ref().ok().map(|(_, high)| *high);
@@ -233,7 +238,7 @@ pub async fn out_of_range(
     meta: &MetaClient,
     ids: &TopicIds,
     timeout: Duration,
-) -> Result<Vec<OutOfRangeCandidate>, String> {
+) -> Result<Vec<OutOfRangeCandidate>, KafkaError> {
     let assigned: Vec<(TopicPartitionRef, i64, String)> = table
         .owned()
         .filter(|(_, o)| o.replicating())
@@ -260,7 +265,7 @@ pub async fn out_of_range(
 /// the current watermarks and topic ids.
 pub fn out_of_range_candidates(
     assigned: Vec<(TopicPartitionRef, i64, String)>,
-    mut marks: BTreeMap<(String, i32), Result<(i64, i64), String>>,
+    mut marks: BTreeMap<(String, i32), Result<(i64, i64), KafkaError>>,
     ids: &HashMap<String, String>,
 ) -> Vec<OutOfRangeCandidate> {
     assigned
@@ -272,7 +277,12 @@ pub fn out_of_range_candidates(
             };
             let marks = marks
                 .remove(&(tp.topic.clone(), tp.partition))
-                .unwrap_or_else(|| Err(format!("no watermarks for {}/{}", tp.topic, tp.partition)));
+                .unwrap_or_else(|| {
+                    Err(KafkaError::Protocol(format!(
+                        "no watermarks for {}/{}",
+                        tp.topic, tp.partition
+                    )))
+                });
             OutOfRangeCandidate {
                 tp,
                 position,
@@ -383,7 +393,7 @@ mod tests {
         OutOfRangeCandidate {
             tp: tp("orders", partition),
             position,
-            marks: marks.map_err(String::from),
+            marks: marks.map_err(|e| KafkaError::Client(e.into())),
             topic_id_changed: changed,
         }
     }
@@ -600,9 +610,12 @@ mod tests {
 
     #[test]
     fn out_of_range_candidates_compare_recorded_ids() {
-        let marks: BTreeMap<(String, i32), Result<(i64, i64), String>> = [
+        let marks: BTreeMap<(String, i32), Result<(i64, i64), KafkaError>> = [
             (("orders".to_string(), 0), Ok((0, 50))),
-            (("orders".to_string(), 1), Err("boom".to_string())),
+            (
+                ("orders".to_string(), 1),
+                Err(KafkaError::Client("boom".into())),
+            ),
         ]
         .into();
         let ids: HashMap<String, String> = [("orders".to_string(), "NEW".to_string())].into();
@@ -628,7 +641,10 @@ mod tests {
             ],
             "no recorded id: not compared; no watermarks: an error naming the partition"
         );
-        assert_eq!(got[2].marks, Err("no watermarks for orders/2".into()));
+        assert_eq!(
+            got[2].marks.as_ref().unwrap_err().to_string(),
+            "no watermarks for orders/2"
+        );
     }
 
     #[test]

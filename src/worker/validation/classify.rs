@@ -186,6 +186,8 @@ pub struct FlowRef<'a> {
 /// TopicReset. A failed lookup is DataLoss with unknown counts (Kafka PR 23091 chose
 /// TopicReset): loss cannot be ruled out, and TopicReset's `RestartFromEarliest` would accept
 /// a gap silently where DataLoss's `ResumeFromLogStart` does the same seek acknowledged.
+/// The lookup error is text: the decision only shows it (a signal of the detection), it
+/// never acts on why the lookup failed.
 pub fn classify_out_of_range(
     tp: TopicPartitionRef,
     position: i64,

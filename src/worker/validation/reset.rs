@@ -127,19 +127,38 @@ pub fn record_seek(
     target: SeekTarget,
     rejected_offset: i64,
     position: Option<i64>,
-) -> Result<i64, String> {
+) -> Result<i64, SeekError> {
     if position != Some(rejected_offset) {
-        let at = position.map_or_else(|| "unknown".to_string(), |p| p.to_string());
-        return Err(format!(
-            "the partition's position is {at}, not the rejected record's offset \
-             {rejected_offset}; nothing was moved"
-        ));
+        return Err(SeekError::PositionMoved {
+            position,
+            rejected: rejected_offset,
+        });
     }
     match target {
         SeekTarget::AfterRecord => Ok(rejected_offset + 1),
         SeekTarget::AtRecord => Ok(rejected_offset),
-        other => Err(format!("{other:?} is not a record seek")),
+        other => Err(SeekError::NotARecordSeek(other)),
     }
+}
+
+/// Why [`record_seek`] moves nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SeekError {
+    /// The partition is no longer at the rejected record.
+    #[error(
+        "the partition's position is {}, not the rejected record's offset {rejected}; \
+         nothing was moved",
+        position.map_or_else(|| "unknown".to_string(), |p| p.to_string())
+    )]
+    PositionMoved {
+        /// Where the partition is (`None`: unknown).
+        position: Option<i64>,
+        /// The rejected record's offset.
+        rejected: i64,
+    },
+    /// Asked of a seek that is not to a record (a caller's mistake).
+    #[error("{0:?} is not a record seek")]
+    NotARecordSeek(SeekTarget),
 }
 
 /// The spelling used in the CRD (`spec.reset.strategy`).
@@ -838,7 +857,7 @@ mod tests {
             let got = record_seek(target, offset, position);
             match (want, &got) {
                 (Ok(w), Ok(g)) => assert_eq!(*g, w, "{target:?} {offset} {position:?}"),
-                (Err(w), Err(g)) => assert!(g.contains(w), "{g}"),
+                (Err(w), Err(g)) => assert!(g.to_string().contains(w), "{g}"),
                 _ => panic!("{target:?} {offset} {position:?}: want {want:?}, got {got:?}"),
             }
         }
