@@ -34,6 +34,8 @@ pub struct Mm2Figures {
     pub version: String,
     /// MM2 spawn → every group of round 0 checkpointed (s).
     pub startup: Option<f64>,
+    /// Groups checkpointed at the offsets committed before MM2 started, of `groups`.
+    pub first_groups: (usize, usize),
     /// RPO samples (commit → checkpoint written), every round, sorted.
     pub rpo: Vec<f64>,
     pub round_max: Vec<f64>,
@@ -145,11 +147,15 @@ fn spawn_producer(
     })
 }
 
+/// The checkpoints topic's reader and, per (group, partition), the latest checkpoint's
+/// upstream offset and record timestamp.
+type Written = Arc<std::sync::Mutex<(TopicTail, HashMap<(String, i32), (i64, i64)>)>>;
+
 /// Reads the checkpoints topic until every group's checkpoints (all partitions) carry the
 /// offsets committed, or `limit` passes; per group, when its last partition's checkpoint was
 /// written (s after `t0`, from record timestamps).
 async fn wait_checkpoints(
-    tail: Arc<std::sync::Mutex<(TopicTail, HashMap<(String, i32), (i64, i64)>)>>,
+    tail: Written,
     groups: &[String],
     expected: &[Vec<i64>],
     t0: Instant,
@@ -266,6 +272,7 @@ pub async fn run(
         &mut sample,
     )
     .await;
+    let first_groups = (first.len(), groups.len());
     let startup =
         (first.len() == groups.len()).then(|| first.values().copied().fold(0.0, f64::max));
 
@@ -319,6 +326,7 @@ pub async fn run(
     Ok(Mm2Figures {
         version,
         startup,
+        first_groups,
         rpo: sorted(rpo),
         round_max: sorted(round_max),
         missing,
@@ -397,18 +405,30 @@ pub fn print(
             }),
     );
     row(
+        "groups checkpointed at their first offsets after start",
+        "all".to_string(),
+        format!("{} of {}", m.first_groups.0, m.first_groups.1),
+    );
+    row(
         "MM2 peak RSS (MiB)",
         "-".to_string(),
         format!("{:.0}", m.peak_rss_mib),
     );
-    let all_in = m.missing.iter().all(|n| *n == 0);
-    let rpo_ok =
-        all_in && mf_round_max_median <= p(&m.round_max, 0.5) && mf_rpo_max <= p(&m.rpo, 1.0);
+    // A goal against MM2 needs MM2's figure: a round in which it did not checkpoint every
+    // group has no worst sample to compare with.
+    let missed: usize = m.missing.iter().sum();
+    if missed > 0 {
+        println!(
+            "goal: RPO ≤ MM2's                                              NOT JUDGED: MM2 left {missed} group-rounds without the committed offset's checkpoint"
+        );
+    } else {
+        let rpo_ok = mf_round_max_median <= p(&m.round_max, 0.5) && mf_rpo_max <= p(&m.rpo, 1.0);
+        println!(
+            "goal: RPO ≤ MM2's (median of round maxima and worst)          {}",
+            if rpo_ok { "PASS" } else { "MISS" }
+        );
+    }
     let cpu_ok = mf_cpu_busy <= m.cpu_busy_pct / 3.0;
-    println!(
-        "goal: RPO ≤ MM2's (median of round maxima and worst)          {}",
-        if rpo_ok { "PASS" } else { "MISS" }
-    );
     println!(
         "goal: CPU during the rounds ≤ 1/3 of MM2's ({:.2}×)            {}",
         mf_cpu_busy / m.cpu_busy_pct,

@@ -19,6 +19,9 @@ const START_GOAL: f64 = 1.0 / 3.0;
 /// MM2 as judged: `tasks.max` = 1, the worker count of the bench's mirrorflow.
 const MM2: Contender = Contender::Mm2(1);
 
+/// A table row: its name, its figure, its digits.
+type Row<'a> = (&'a str, &'a dyn Fn(&Measured) -> f64, usize);
+
 /// A scenario and partition count of the throughput or scale runs.
 type Case = (crate::contender::Scenario, i32);
 
@@ -133,7 +136,7 @@ fn print_case(runs: &[&Measured], case: Case, contenders: &[Contender]) {
         print!(" {:>12}", c.short());
     }
     println!();
-    let rows: [(&str, &dyn Fn(&Measured) -> f64, usize); 5] = [
+    let rows: [Row; 5] = [
         ("MB/s", &mb_s, 1),
         ("CPU s per GB (10-90 %)", &steady_cpu_s_gb, 1),
         ("CPU s per GB (whole run)", &cpu_s_gb, 1),
