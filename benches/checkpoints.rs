@@ -1,10 +1,12 @@
 //! Checkpoint bench: latency from a group commit on the source to the translated offset
 //! committed on the target, cycle time, CPU and RPO, for many groups on real brokers (two
-//! Apache Kafka nodes). Prints a table.
+//! Apache Kafka nodes). Prints a table; then MirrorMaker 2's `MirrorCheckpointConnector` on
+//! the same groups at the same interval, side by side with PASS/MISS against issue #50's goal
+//! (RPO ≤ MM2's at ≤ 1/3 of its CPU; see `benches/checkpoints/mm2.rs`).
 //!
 //! `cargo bench --bench checkpoints` (defaults: 10,000 groups × 10 partitions, interval 5 s).
 //! Environment: `BENCH_GROUPS`, `BENCH_PARTITIONS`, `BENCH_INTERVAL_SECONDS`,
-//! `BENCH_ROUNDS`, `BENCH_IDLE_SECONDS`; `MIRRORFLOW_DIRECT_GROUP_CALLS=0` makes the runner
+//! `BENCH_ROUNDS`, `BENCH_IDLE_SECONDS`, `BENCH_MM2` (`0`: without MirrorMaker 2); `MIRRORFLOW_DIRECT_GROUP_CALLS=0` makes the runner
 //! read and commit group offsets one group per request (librdkafka), as before batching.
 //!
 //! Targets (issue #19): RPO (source commit → translated offset on the target) ≤ 2 ×
@@ -16,6 +18,8 @@
 //! both sides and sequenced offset syncs every 50 records, so every translation is exact and
 //! the expected target offset equals the source offset.
 
+#[path = "checkpoints/mm2.rs"]
+mod mm2;
 #[path = "common/procfs.rs"]
 mod procfs;
 
@@ -667,4 +671,16 @@ spec:
         "≤ 10",
         verdict(cpu_busy_pct <= 10.0)
     );
+    // MirrorMaker 2 on the same groups and interval, after mirrorflow's runner stopped.
+    if env("BENCH_MM2", 1) != 0 {
+        let figures = mm2::run(&src, &dst, &groups, partitions, interval, rounds, idle_secs).await;
+        mm2::print(
+            percentile(&all_cp, 0.5),
+            percentile(&all_cp, 1.0),
+            percentile(&round_max_cp, 0.5),
+            cpu_busy_pct,
+            cpu_idle_pct,
+            &figures,
+        );
+    }
 }

@@ -1,16 +1,17 @@
-//! Replication bench: throughput (records/s, MB/s), CPU seconds per MB and peak RSS of
-//! mirrorflow against (a) a bare rdkafka consume→produce copy loop and (b) a
-//! `kcat -C … | kcat -P …` pipe, on the same two local Apache Kafka nodes in one run, for
-//! 100 B, 1 KB and 1 KB lz4-compressed records; a scale curve (1 KB records over 1, 8, 100
-//! and 1,000 partitions, worker beside bare loop); then the peak RSS of a worker owning 1,000
-//! partitions; then the cost of a topic refresh at 1,000 partitions behind 20 ms of added
-//! round trip, and whether replication goes on while it runs (`refresh`, below). Prints
-//! tables with the ratios and PASS/MISS against the targets of issue #19:
-//! ≥ 95 % of the bare loop's rate and CPU ms/MB ≤ 1.05× the bare loop's (offset validation
-//! and offset syncs on), peak RSS at 1,000 partitions ≤ window (`workers.inFlightMiB`) + 32
-//! MiB, idle worker ≤ 24 MiB, idle worker reading a long offset-syncs history ≤ 32 MiB, no
-//! pause of replication during a topic refresh; kcat is a reference. No assertion depends on
-//! timing: a missed target is reported.
+//! Replication bench: mirrorflow beside Apache Kafka's MirrorMaker 2 and a bare rdkafka
+//! consume→produce loop (the ceiling), with a `kcat -C … | kcat -P …` pipe for reference, on
+//! the same two local Apache Kafka nodes and the same records in one run. Throughput (MB/s),
+//! CPU seconds per GB, peak RSS and start to first record for 100 B, 1 KB, 1 KB lz4 and 10 KB
+//! records; a scale curve (1 KB records over 1, 100 and 1,000 partitions); end-to-end latency
+//! at a fixed offered rate (`latency`); time to resume after SIGKILL (`resume`); then peak
+//! RSS of a worker owning 1,000 partitions and the cost of a topic refresh behind 20 ms of
+//! added round trip (`refresh`, below). Prints a side-by-side table per scenario and the
+//! goals of issue #50 as ratios of the same run with PASS/MISS (against MM2 with `tasks.max`
+//! 1, the worker count): MB per CPU s ≥ 3×, throughput ≥ 2×, peak RSS ≤ 1/5, p99 latency ≤,
+//! start to first record ≤ 1/3 of MM2's; and the remaining targets of issue #19 (peak RSS at
+//! 1,000 partitions ≤ window + 32 MiB, idle worker reading a long offset-syncs history ≤ 32
+//! MiB, no pause of replication during a topic refresh). The bare loop and kcat are
+//! references. No assertion depends on timing: a missed goal is reported.
 //!
 //! `cargo bench --bench replication`
 //!
@@ -37,6 +38,18 @@
 //!   from the `librdkafka.a` (2.12.1) that rdkafka-sys built for this crate — the same
 //!   librdkafka as the other two contenders (Debian's is 2.0.2). `MIRRORFLOW_BENCH_KCAT_LIBDIR` overrides the
 //!   directory; without a usable library the kcat rows are reported as not run.
+//!
+//! - **MirrorMaker 2**: `org.apache.kafka.connect.mirror.MirrorMaker` (dedicated mode, the
+//!   jars of `scripts/setup-kafka.sh`) from the testkit's typed config, with `tasks.max` 1
+//!   and 2 (`MIRRORFLOW_BENCH_CONTENDERS`), its defaults (2 GiB heap as
+//!   `connect-mirror-maker.sh`, Connect's producer: `acks=all`, offset syncs every 100
+//!   records on the source, checkpoints every 60 s, heartbeats every second) except what
+//!   makes the comparison fair: the same single topic, lz4 on the target's producer in the
+//!   compressed scenario, no heartbeat flow back from the target (a second Connect worker
+//!   mirrorflow has no counterpart of). Each run has its own cluster aliases (so empty
+//!   Connect offsets and syncs) and its internal topics are deleted after it. Its CPU and RSS
+//!   are the JVM's, from /proc. The worker runs with an OffsetCheckpoint in these rounds, as
+//!   MM2 checkpoints.
 //!
 //! # What is measured
 //! Each contender copies the same source topic (produced once per record size) into its own,
@@ -93,14 +106,20 @@
 //! the loop passed them too (see `benches/replication/refresh.rs`).
 //!
 //! # Environment
-//! `MIRRORFLOW_BENCH_RECORDS` (100 B records, default 1,000,000; 1 KB records are 2/5 of
-//! it), `MIRRORFLOW_BENCH_PARTITIONS` (default 8), `MIRRORFLOW_BENCH_ROUNDS` (default 5; each
+//! `MIRRORFLOW_BENCH_QUICK=1` (a quick subset: 400,000 × 100 B, 2 rounds, no kcat, no
+//! scale, rss or refresh; a variable set explicitly still wins),
+//! `MIRRORFLOW_BENCH_CONTENDERS` (default `bare,mirrorflow,kcat,mm2t1,mm2t2`; `mm2tN` is MM2
+//! with `tasks.max` N), `MIRRORFLOW_BENCH_RECORDS` (100 B records, default 1,000,000; 1 KB
+//! records are 2/5 of it, 10 KB records 1/25), `MIRRORFLOW_BENCH_PARTITIONS` (default 8), `MIRRORFLOW_BENCH_ROUNDS` (default 5; each
 //! contender's median round by records/s is shown, ratios are medians of per-round ratios), `MIRRORFLOW_BENCH_RSS_PARTITIONS` (default 1000),
 //! `MIRRORFLOW_BENCH_RSS_RECORDS` / `MIRRORFLOW_BENCH_RSS_LIGHT_RECORDS` (1 KB records per
 //! partition of the loaded / light RSS run, defaults 100 / 5), `MIRRORFLOW_BENCH_SCENARIOS`
-//! (comma list of `100`, `1024`, `1024-lz4`, `scale`, `rss`, `idle` (in `rss`), `refresh`;
-//! default all),
-//! `MIRRORFLOW_BENCH_SCALE_PARTITIONS` (default `1,8,100,1000`),
+//! (comma list of `100`, `1024`, `1024-lz4`, `10240`, `scale`, `latency`, `resume`, `rss`,
+//! `idle` (in `rss`), `refresh`; default all),
+//! `MIRRORFLOW_BENCH_SCALE_PARTITIONS` (default `1,100,1000`),
+//! `MIRRORFLOW_BENCH_LATENCY_RATE` (offered 1 KB records/s, default 2,000),
+//! `MIRRORFLOW_BENCH_LATENCY_SECONDS` (default 20), `MIRRORFLOW_BENCH_RESUME_RECORDS` (1 KB
+//! records of the resume topic, default 200,000; killed at 30 %),
 //! `MIRRORFLOW_BENCH_SCALE_RECORDS` (1 KB records per scale run, default 200,000),
 //! `MIRRORFLOW_BENCH_IDLE_SECONDS` (how long the idle worker runs, default 6; its settled RSS
 //! is the last sample), `MIRRORFLOW_BENCH_TIMEOUT_SECONDS` (per
@@ -124,7 +143,8 @@
 //! This file is the entry: the bare role, the configuration, the orchestration. Under
 //! `benches/replication/`: the rounds (`rounds.rs`), one contender run (`contender.rs`,
 //! `process.rs`), the contenders' specifics (`worker.rs`, `bare.rs`, `kcat.rs`), the Kafka
-//! helpers (`kafka.rs`), the refresh scenario (`refresh.rs`) and the report (`report.rs`); the /proc readings
+//! helpers (`kafka.rs`), MM2 (`mm2.rs`), latency and resume (`live.rs`), the refresh
+//! scenario (`refresh.rs`) and the reports (`report.rs`, `versus.rs`); the /proc readings
 //! (`benches/common/procfs.rs`) are shared with the checkpoint bench.
 
 #[path = "replication/bare.rs"]
@@ -135,6 +155,10 @@ mod contender;
 mod kafka;
 #[path = "replication/kcat.rs"]
 mod kcat;
+#[path = "replication/live.rs"]
+mod live;
+#[path = "replication/mm2.rs"]
+mod mm2;
 #[path = "replication/process.rs"]
 mod process;
 #[path = "common/procfs.rs"]
@@ -145,6 +169,8 @@ mod refresh;
 mod report;
 #[path = "replication/rounds.rs"]
 mod rounds;
+#[path = "replication/versus.rs"]
+mod versus;
 #[path = "replication/worker.rs"]
 mod worker;
 
@@ -191,6 +217,11 @@ fn env_u64(name: &str, default: u64) -> u64 {
 struct Config {
     records_100: u64,
     records_1k: u64,
+    records_10k: u64,
+    /// Who runs in the throughput and scale rounds (`MIRRORFLOW_BENCH_CONTENDERS`).
+    contenders: Vec<contender::Contender>,
+    /// The latency and resume scenarios' knobs.
+    live: live::LiveConfig,
     partitions: i32,
     rounds: usize,
     rss_partitions: i32,
@@ -207,18 +238,57 @@ struct Config {
 
 impl Config {
     fn from_env() -> Self {
-        let records_100 = env_u64("MIRRORFLOW_BENCH_RECORDS", 1_000_000).max(1);
+        // The quick subset: smaller runs, fewer rounds and scenarios (defaults only: every
+        // variable set still wins).
+        let quick = std::env::var_os("MIRRORFLOW_BENCH_QUICK").is_some_and(|v| v != "0");
+        let records_100 = env_u64(
+            "MIRRORFLOW_BENCH_RECORDS",
+            if quick { 400_000 } else { 1_000_000 },
+        )
+        .max(1);
         let scenarios = std::env::var("MIRRORFLOW_BENCH_SCENARIOS")
-            .unwrap_or_else(|_| "100,1024,1024-lz4,scale,rss,refresh".to_string())
+            .unwrap_or_else(|_| {
+                if quick {
+                    "100,1024,1024-lz4,10240,latency,resume".to_string()
+                } else {
+                    "100,1024,1024-lz4,10240,scale,latency,resume,rss,refresh".to_string()
+                }
+            })
             .split(',')
             .map(|s| s.trim().to_string())
             .filter(|s| !s.is_empty())
             .collect();
+        let contenders = std::env::var("MIRRORFLOW_BENCH_CONTENDERS")
+            .unwrap_or_else(|_| {
+                if quick {
+                    "bare,mirrorflow,mm2t1,mm2t2".to_string()
+                } else {
+                    "bare,mirrorflow,kcat,mm2t1,mm2t2".to_string()
+                }
+            })
+            .split(',')
+            .filter_map(|c| match c.trim() {
+                "bare" => Some(contender::Contender::Bare),
+                "mirrorflow" => Some(contender::Contender::Mirrorflow),
+                "kcat" => Some(contender::Contender::Kcat),
+                other => match other.strip_prefix("mm2t").map(str::parse::<u32>) {
+                    Some(Ok(t)) if t > 0 => Some(contender::Contender::Mm2(t)),
+                    _ => {
+                        eprintln!("MIRRORFLOW_BENCH_CONTENDERS: {other:?} is not a contender");
+                        None
+                    }
+                },
+            })
+            .collect();
         Self {
             records_100,
             records_1k: (records_100 * 2 / 5).max(1),
+            records_10k: (records_100 / 25).max(1),
+            contenders,
+            live: live::LiveConfig::from_env(quick),
             partitions: env_u64("MIRRORFLOW_BENCH_PARTITIONS", 8).clamp(1, 10_000) as i32,
-            rounds: env_u64("MIRRORFLOW_BENCH_ROUNDS", 5).clamp(1, 20) as usize,
+            rounds: env_u64("MIRRORFLOW_BENCH_ROUNDS", if quick { 2 } else { 5 }).clamp(1, 20)
+                as usize,
             rss_partitions: env_u64("MIRRORFLOW_BENCH_RSS_PARTITIONS", 1000).clamp(1, 10_000)
                 as i32,
             rss_records_per_partition: env_u64("MIRRORFLOW_BENCH_RSS_RECORDS", 100).max(1),
@@ -227,12 +297,16 @@ impl Config {
             rss_sync_history: env_u64("MIRRORFLOW_BENCH_SYNC_HISTORY", 200_000),
             idle_settle: Duration::from_secs(env_u64("MIRRORFLOW_BENCH_IDLE_SECONDS", 6).max(1)),
             scale_partitions: std::env::var("MIRRORFLOW_BENCH_SCALE_PARTITIONS")
-                .unwrap_or_else(|_| "1,8,100,1000".to_string())
+                .unwrap_or_else(|_| "1,100,1000".to_string())
                 .split(',')
                 .filter_map(|p| p.trim().parse::<i32>().ok())
                 .map(|p| p.clamp(1, 10_000))
                 .collect(),
-            scale_records: env_u64("MIRRORFLOW_BENCH_SCALE_RECORDS", 200_000).max(1),
+            scale_records: env_u64(
+                "MIRRORFLOW_BENCH_SCALE_RECORDS",
+                if quick { 100_000 } else { 200_000 },
+            )
+            .max(1),
             scenarios,
             timeout: Duration::from_secs(env_u64("MIRRORFLOW_BENCH_TIMEOUT_SECONDS", 300)),
         }
@@ -315,6 +389,12 @@ fn run() -> anyhow::Result<()> {
     bench.throughput(&mut out)?;
     if cfg.wants("scale") {
         bench.scale(&mut out)?;
+    }
+    if cfg.wants("latency") {
+        bench.latency(&mut out)?;
+    }
+    if cfg.wants("resume") {
+        bench.resume(&mut out)?;
     }
     if cfg.wants("rss") {
         bench.rss(&mut out)?;

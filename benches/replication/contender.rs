@@ -21,6 +21,8 @@ pub enum Contender {
     Bare,
     Mirrorflow,
     Kcat,
+    /// MirrorMaker 2 with this `tasks.max`.
+    Mm2(u32),
 }
 
 impl Contender {
@@ -29,15 +31,24 @@ impl Contender {
             Contender::Bare => "bare rdkafka loop",
             Contender::Mirrorflow => "mirrorflow (AtLeastOnce)",
             Contender::Kcat => "kcat -C | kcat -P",
+            Contender::Mm2(1) => "MirrorMaker 2 (tasks.max 1)",
+            Contender::Mm2(2) => "MirrorMaker 2 (tasks.max 2)",
+            Contender::Mm2(_) => "MirrorMaker 2",
         }
     }
 
-    fn tag(self) -> &'static str {
+    /// Short name in tables (`mm2 t1`).
+    pub fn short(self) -> String {
         match self {
-            Contender::Bare => "bare",
-            Contender::Mirrorflow => "mirrorflow",
-            Contender::Kcat => "kcat",
+            Contender::Bare => "bare".to_string(),
+            Contender::Mirrorflow => "mirrorflow".to_string(),
+            Contender::Kcat => "kcat".to_string(),
+            Contender::Mm2(t) => format!("mm2 t{t}"),
         }
+    }
+
+    pub fn tag(self) -> String {
+        self.short().replace(' ', "")
     }
 }
 
@@ -54,10 +65,10 @@ impl Scenario {
         Self { size, lz4: false }
     }
 
-    /// `100 B`, `1 KB`, `1 KB lz4`.
+    /// `100 B`, `1 KB`, `1 KB lz4`, `10 KB`.
     pub fn label(self) -> String {
-        let size = if self.size == 1024 {
-            "1 KB".to_string()
+        let size = if self.size >= 1024 && self.size.is_multiple_of(1024) {
+            format!("{} KB", self.size / 1024)
         } else {
             format!("{} B", self.size)
         };
@@ -167,10 +178,12 @@ impl Run<'_> {
         format!("{}-r{}{}", self.topic, self.round, self.alias_suffix)
     }
 
-    fn target_topic(&self, c: Contender) -> String {
+    pub fn target_topic(&self, c: Contender) -> String {
         match c {
             // The worker names it: `<sourceAlias>.<topic>` (default policy).
             Contender::Mirrorflow => format!("{}.{}", self.alias(), self.topic),
+            // MM2 names it too, after its source alias.
+            Contender::Mm2(tasks) => crate::mm2::target_topic(self, tasks),
             _ => format!("{}.{}", c.tag(), self.topic),
         }
     }
@@ -197,7 +210,7 @@ impl Run<'_> {
     /// Runs contender `c` and measures it; the target topic is deleted afterwards.
     pub fn measure(&self, c: Contender) -> anyhow::Result<Measured> {
         let target_topic = self.target_topic(c);
-        if c != Contender::Mirrorflow {
+        if matches!(c, Contender::Bare | Contender::Kcat) {
             self.rt
                 .block_on(brokers::create_topic(
                     self.tgt,
@@ -215,6 +228,9 @@ impl Run<'_> {
             .block_on(brokers::delete_topic(self.tgt, &target_topic))
         {
             eprintln!("  note: could not delete {target_topic}: {e}");
+        }
+        if let Contender::Mm2(tasks) = c {
+            crate::mm2::clean_up(self, tasks);
         }
         result
     }
@@ -237,6 +253,7 @@ impl Run<'_> {
                 vec![p]
             }
             Contender::Kcat => kcat::spawn_pipe(self, target_topic)?,
+            Contender::Mm2(tasks) => vec![crate::mm2::spawn(self, tasks, "mm2")?],
         };
         let outcome = self.watch(c, &mut procs, target_topic, counter, t0, broker_cpu0);
         if let (Some(port), Ok(_)) = (worker_port, &outcome) {

@@ -25,6 +25,9 @@ pub struct Proc {
     pub exit: Option<std::process::ExitStatus>,
     /// Whether the contender ends by itself (false: the worker, stopped by us).
     pub exits_by_itself: bool,
+    /// Stopped with SIGKILL at once (MM2: a graceful stop can take a minute, and nothing
+    /// after the copy is measured).
+    pub kill_on_stop: bool,
 }
 
 impl Proc {
@@ -40,6 +43,7 @@ impl Proc {
             rss_kib: 0,
             exit: None,
             exits_by_itself: true,
+            kill_on_stop: false,
         }
     }
 
@@ -82,9 +86,14 @@ impl Proc {
     }
 }
 
-/// Stops a process still running: SIGTERM (graceful), then SIGKILL after 20 s.
+/// Stops a process still running: SIGTERM (graceful), then SIGKILL after 20 s; SIGKILL at
+/// once when it is to be killed.
 pub fn stop(p: &mut Proc) {
     if p.exit.is_some() || matches!(p.child.try_wait(), Ok(Some(_))) {
+        return;
+    }
+    if p.kill_on_stop {
+        kill(p);
         return;
     }
     let _ = Command::new("kill")
@@ -99,6 +108,12 @@ pub fn stop(p: &mut Proc) {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+    let _ = p.child.kill();
+    p.exit = p.child.wait().ok();
+}
+
+/// SIGKILL (a crash: nothing flushed or committed), and reaps the process.
+pub fn kill(p: &mut Proc) {
     let _ = p.child.kill();
     p.exit = p.child.wait().ok();
 }

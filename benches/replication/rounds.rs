@@ -34,6 +34,10 @@ pub struct Outcome {
     /// Topic refresh runs (`refresh` scenario), with the scenario's knobs.
     pub refresh: Vec<crate::refresh::RefreshMeasured>,
     pub refresh_config: Option<crate::refresh::RefreshConfig>,
+    /// Latency runs of the worker and MM2 at a fixed offered rate.
+    pub latency: Vec<crate::live::LatencyMeasured>,
+    /// Resume-after-SIGKILL runs of the worker and MM2.
+    pub resume: Vec<crate::live::ResumeMeasured>,
     pub failures: Vec<String>,
 }
 
@@ -87,6 +91,7 @@ impl Bench<'_> {
                 },
                 cfg.records_1k,
             ),
+            (Scenario::plain(10240), cfg.records_10k),
         ]
         .into_iter()
         .filter(|(s, _)| cfg.wants(&s.tag()))
@@ -102,18 +107,19 @@ impl Bench<'_> {
                     records: *n,
                     scenario: *scenario,
                     round,
+                    // MM2 checkpoints (and offset syncs): so does the worker.
+                    checkpoint: true,
                     ..self.run(&topic)
                 };
-                let contenders = [Contender::Bare, Contender::Mirrorflow, Contender::Kcat];
                 out.results
-                    .extend(self.round(&run, &contenders, &mut out.failures));
+                    .extend(self.round(&run, &cfg.contenders, &mut out.failures));
             }
         }
         Ok(())
     }
 
-    /// The scale curve: 1 KB records over 1, 8, 100 and 1,000 partitions, the worker beside
-    /// the bare loop (rate, CPU and peak RSS per partition count).
+    /// The scale curve: 1 KB records over 1, 100 and 1,000 partitions, the worker beside the
+    /// bare loop and MM2 (rate, CPU and peak RSS per partition count).
     pub fn scale(&self, out: &mut Outcome) -> anyhow::Result<()> {
         let cfg = self.cfg;
         let scenario = Scenario::plain(1024);
@@ -138,9 +144,15 @@ impl Bench<'_> {
                     } else {
                         POLL
                     },
+                    checkpoint: true,
                     ..self.run(&topic)
                 };
-                let contenders = [Contender::Bare, Contender::Mirrorflow];
+                let contenders: Vec<Contender> = cfg
+                    .contenders
+                    .iter()
+                    .copied()
+                    .filter(|c| *c != Contender::Kcat)
+                    .collect();
                 out.scale
                     .extend(self.round(&run, &contenders, &mut out.failures));
             }

@@ -20,14 +20,20 @@ impl Run<'_> {
     /// with the port of its /status and /metrics.
     pub fn spawn_worker(&self) -> anyhow::Result<(Proc, u16)> {
         let port = free_port()?;
+        Ok((self.spawn_worker_on(port, "mirrorflow")?, port))
+    }
+
+    /// Starts a worker on `port`, its log named `name`: the same port is the same flow (its
+    /// name holds the port), so a worker started again on it resumes from its progress.
+    pub fn spawn_worker_on(&self, port: u16, name: &str) -> anyhow::Result<Proc> {
         let flow = self
             .logs
             .join(format!("flow-{}-r{}.yaml", self.topic, self.round));
         std::fs::write(&flow, flow_yaml(self, port))?;
         let mut cmd = self.worker_command(&flow, port);
-        let mut p = self.spawn("mirrorflow", &mut cmd, Stdio::null())?;
+        let mut p = self.spawn(name, &mut cmd, Stdio::null())?;
         p.exits_by_itself = false;
-        Ok((p, port))
+        Ok(p)
     }
 
     /// `mirrorflow worker --flow FLOW --listen 127.0.0.1:PORT`.

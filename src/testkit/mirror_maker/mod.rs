@@ -84,35 +84,23 @@ impl MirrorMaker {
     /// Starts MM2 and waits until it logs that it started (not that it replicates).
     /// [`BrokerError::BinaryNotFound`] when the jars are not fetched.
     pub async fn start(config: MirrorMakerConfig) -> Result<MirrorMaker, BrokerError> {
-        config.check().map_err(|detail| BrokerError::Failed {
-            op: "configure MirrorMaker 2".to_owned(),
-            detail,
-        })?;
-        let install = find_install(Distribution::MirrorMaker).map_err(not_installed)?;
         let dir = tempfile::Builder::new()
             .prefix("mirrorflow-mm2-")
             .tempdir()
             .map_err(BrokerError::io("create MirrorMaker 2's directory"))?
             .keep();
-        write(&dir.join("mm2.properties"), &mm2_properties(&config))?;
-        write(&dir.join("log4j2.properties"), LOG4J)?;
+        let (mut command, install) = match Self::command(&config, &dir) {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = fs::remove_dir_all(&dir);
+                return Err(e);
+            }
+        };
+        let java = PathBuf::from(command.get_program());
         let log = dir.join("mm2.log");
         let out =
             fs::File::create(&log).map_err(BrokerError::io(format!("create {}", log.display())))?;
-        let java = java_from_env();
-        let mut command = Command::new(&java);
         command
-            .arg(format!("-Xmx{}m", config.heap_mib))
-            .arg(format!("-Xms{}m", config.heap_mib.min(256)))
-            .args(&config.jvm_options)
-            .arg(format!(
-                "-Dlog4j2.configurationFile={}",
-                dir.join("log4j2.properties").display()
-            ))
-            .arg("-cp")
-            .arg(install.classpath())
-            .arg("org.apache.kafka.connect.mirror.MirrorMaker")
-            .arg(dir.join("mm2.properties"))
             .stdin(Stdio::null())
             .stdout(
                 out.try_clone()
@@ -142,6 +130,36 @@ impl MirrorMaker {
         }
         mm.started_in = spawned_at.elapsed();
         Ok(mm)
+    }
+
+    /// The JVM's command line for `config`, its `mm2.properties` and `log4j2.properties`
+    /// written into `dir`; stdin and output are the caller's (a bench spawns and samples the
+    /// JVM itself). [`BrokerError::BinaryNotFound`] when the jars are not fetched.
+    pub fn command(
+        config: &MirrorMakerConfig,
+        dir: &Path,
+    ) -> Result<(Command, Install), BrokerError> {
+        config.check().map_err(|detail| BrokerError::Failed {
+            op: "configure MirrorMaker 2".to_owned(),
+            detail,
+        })?;
+        let install = find_install(Distribution::MirrorMaker).map_err(not_installed)?;
+        write(&dir.join("mm2.properties"), &mm2_properties(config))?;
+        write(&dir.join("log4j2.properties"), LOG4J)?;
+        let mut command = Command::new(java_from_env());
+        command
+            .arg(format!("-Xmx{}m", config.heap_mib))
+            .arg(format!("-Xms{}m", config.heap_mib.min(256)))
+            .args(&config.jvm_options)
+            .arg(format!(
+                "-Dlog4j2.configurationFile={}",
+                dir.join("log4j2.properties").display()
+            ))
+            .arg("-cp")
+            .arg(install.classpath())
+            .arg("org.apache.kafka.connect.mirror.MirrorMaker")
+            .arg(dir.join("mm2.properties"));
+        Ok((command, install))
     }
 
     /// Waits until the log holds `needle`; an error if the JVM exits first or `timeout`
