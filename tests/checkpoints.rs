@@ -24,6 +24,7 @@ use jiff::Timestamp;
 use mirrorflow::api::{parse_flow_file, FlowFile, GroupFailureReason, OffsetCheckpoint};
 use mirrorflow::cli::translate::{plan_apply, run_translate, translate_group, TranslateArgs};
 use mirrorflow::kafka::admin::{GroupAdmin, GroupOffset};
+use mirrorflow::kafka::Code;
 use mirrorflow::telemetry::metrics::encode_registry;
 use mirrorflow::testkit::brokers::{
     broker_or_skip, consume_all, create_topic, delete_topic, produce, watermarks, BrokerKind,
@@ -273,7 +274,6 @@ async fn consume_on_source(
 
 /// Commits offsets for `group` on a cluster directly (like a consumer that stopped there).
 async fn commit(bootstrap: &str, group: &str, offsets: &[(&str, i32, i64)]) {
-    let a = admin(bootstrap);
     let offsets: Vec<GroupOffset> = offsets
         .iter()
         .map(|(t, p, o)| GroupOffset {
@@ -284,10 +284,29 @@ async fn commit(bootstrap: &str, group: &str, offsets: &[(&str, i32, i64)]) {
         })
         .collect();
     let group = group.to_string();
-    let r = tokio::task::spawn_blocking(move || a.alter_offsets(&[(group, offsets)]))
-        .await
-        .unwrap();
-    r.into_iter().for_each(|r| r.unwrap());
+    // A cluster just started may still be electing or loading the group's coordinator
+    // (the client's own few rounds can pass within that): the commit is asked again.
+    let begin = Instant::now();
+    loop {
+        let (a, commits) = (admin(bootstrap), vec![(group.clone(), offsets.clone())]);
+        let r = tokio::task::spawn_blocking(move || a.alter_offsets(&commits))
+            .await
+            .unwrap();
+        let moving = r.iter().any(|r| {
+            r.as_ref().is_err_and(|e| {
+                e.error_code().is_some_and(|c| {
+                    c == Code::NOT_COORDINATOR
+                        || c == Code::COORDINATOR_NOT_AVAILABLE
+                        || c == Code::COORDINATOR_LOAD_IN_PROGRESS
+                })
+            })
+        });
+        if !moving || begin.elapsed() > Duration::from_secs(30) {
+            r.into_iter().for_each(|r| r.unwrap());
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 /// Committed offsets of `group` by (topic, partition).

@@ -12,6 +12,7 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::{Header, Headers, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 
 use crate::testkit::local::BrokerError;
@@ -558,9 +559,28 @@ pub async fn commit_group(
             tpl.add_partition_offset(&topic, *p, Offset::Offset(*o))
                 .map_err(kafka)?;
         }
-        group_consumer(&bootstrap, &group)?
-            .commit(&tpl, CommitMode::Sync)
-            .map_err(kafka)
+        let consumer = group_consumer(&bootstrap, &group)?;
+        // A cluster just started may still be electing or loading the group's coordinator:
+        // the commit is asked again, for a while.
+        let begin = std::time::Instant::now();
+        loop {
+            match consumer.commit(&tpl, CommitMode::Sync) {
+                Err(e)
+                    if begin.elapsed() < std::time::Duration::from_secs(30)
+                        && matches!(
+                            e.rdkafka_error_code(),
+                            Some(
+                                RDKafkaErrorCode::NotCoordinator
+                                    | RDKafkaErrorCode::CoordinatorNotAvailable
+                                    | RDKafkaErrorCode::CoordinatorLoadInProgress
+                            )
+                        ) =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(500));
+                }
+                r => return r.map_err(kafka),
+            }
+        }
     })
     .await
 }
