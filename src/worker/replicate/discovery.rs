@@ -114,6 +114,11 @@ fn view(tp: &TopicPartitionRef, p: &Partition, parked: bool, fetching: bool) -> 
     }
 }
 
+/// Lookups of the ends of target partitions that are to start fresh, within one refresh.
+const NEW_PARTITION_TRIES: u32 = 5;
+/// The wait before the next of those lookups, times the attempts so far (2.5 s in all).
+const NEW_PARTITION_RETRY: Duration = Duration::from_millis(250);
+
 /// One periodic check's result for a partition.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Check {
@@ -563,20 +568,30 @@ impl Discovery {
         if fresh.is_empty() {
             return;
         }
-        let targets = fresh
+        let mut unanswered: Vec<(String, i32)> = fresh
             .iter()
             .map(|(tp, t)| (t.clone(), tp.partition))
             .collect();
-        let ends = match io::watermarks(&self.target_meta, targets, self.io_timeout).await {
-            Ok(e) => e,
-            Err(e) => {
-                warn!(
+        // A target topic created a moment ago may have no leader elected yet (its ends
+        // answer NOT_LEADER_OR_FOLLOWER for a second or so): ask again shortly rather than
+        // leave its partitions for the next refresh.
+        let mut ends = BTreeMap::new();
+        for attempt in 1..=NEW_PARTITION_TRIES {
+            let asked = unanswered.clone();
+            match io::watermarks(&self.target_meta, asked, self.io_timeout).await {
+                Ok(e) => ends.extend(e.into_iter().filter(|(_, r)| r.is_ok())),
+                Err(e) if attempt == NEW_PARTITION_TRIES => warn!(
                     "target cluster {}: {e}; new partitions start later",
                     self.target_alias
-                );
-                BTreeMap::new()
+                ),
+                Err(_) => {}
             }
-        };
+            unanswered.retain(|k| !ends.contains_key(k));
+            if unanswered.is_empty() || attempt == NEW_PARTITION_TRIES {
+                break;
+            }
+            tokio::time::sleep(NEW_PARTITION_RETRY * attempt).await;
+        }
         for (tp, target) in fresh {
             match ends.get(&(target.clone(), tp.partition)) {
                 Some(Ok((_, 0))) => {}
