@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use fault_support::{batch, check_copy, now_ms, read_to_end, Isolation, WorkDir, WorkerProcess};
 use mirrorflow::api::{Delivery, MirrorFlow, MirrorFlowSpec, ReplicationPolicyType};
 use mirrorflow::cli::audit::{audit, render, AuditArgs, AuditOutput, AuditReport};
+use mirrorflow::cli::flow_source::FlowSource;
 use mirrorflow::testkit::brokers::{
     delete_records_before, delete_topic, produce, watermarks, LocalBroker, ProduceRecord,
 };
@@ -47,14 +48,12 @@ async fn run_audit(name: &str, spec: &MirrorFlowSpec, topic: &str) -> AuditRepor
     flow.metadata.namespace = Some("test".into());
     std::fs::write(&path, serde_yaml::to_string(&flow).unwrap()).unwrap();
     let args = AuditArgs {
-        flow: Some(path),
-        flow_ref: None,
+        source: FlowSource::file(path, dir.path()),
         topic: Some(topic.into()),
         partition: None,
         from: None,
         to: None,
         output: AuditOutput::Table,
-        secrets_dir: dir.path().into(),
         timeout_seconds: 60,
     };
     let report = audit(&args).await.expect("audit runs");
