@@ -18,6 +18,7 @@ use mirrorflow::testkit::brokers::{
     delete_records_before, delete_topic, produce, watermarks, LocalBroker, ProduceRecord,
 };
 use mirrorflow::worker::audit::compare::Kind;
+use mirrorflow::worker::audit::runner::mismatch_text;
 use replication_support::*;
 
 fn spec_for(
@@ -58,6 +59,16 @@ async fn run_audit(name: &str, spec: &MirrorFlowSpec, topic: &str) -> AuditRepor
     };
     let report = audit(&args).await.expect("audit runs");
     eprintln!("{}", render(&report));
+    // The first finding of each kind, as the Audited condition names it.
+    for p in &report.partitions {
+        let mut seen = Vec::new();
+        for f in &p.outcome.findings {
+            if !seen.contains(&f.kind) {
+                seen.push(f.kind);
+                eprintln!("  {}", mismatch_text(&p.topic, p.partition, f));
+            }
+        }
+    }
     report
 }
 
