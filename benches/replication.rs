@@ -98,8 +98,8 @@
 //! contender's median round by records/s is shown, ratios are medians of per-round ratios), `MIRRORFLOW_BENCH_RSS_PARTITIONS` (default 1000),
 //! `MIRRORFLOW_BENCH_RSS_RECORDS` / `MIRRORFLOW_BENCH_RSS_LIGHT_RECORDS` (1 KB records per
 //! partition of the loaded / light RSS run, defaults 100 / 5), `MIRRORFLOW_BENCH_SCENARIOS`
-//! (comma list of `100`, `1024`, `1024-lz4`, `scale`, `rss`, `idle` (in `rss`), `refresh`;
-//! default all),
+//! (comma list of `100`, `1024`, `1024-lz4`, `scale`, `rss`, `idle` (in `rss`), `refresh`,
+//! `audit` (the integrity audit's cost, `benches/replication/audit.rs`); default all),
 //! `MIRRORFLOW_BENCH_SCALE_PARTITIONS` (default `1,8,100,1000`),
 //! `MIRRORFLOW_BENCH_SCALE_RECORDS` (1 KB records per scale run, default 200,000),
 //! `MIRRORFLOW_BENCH_IDLE_SECONDS` (how long the idle worker runs, default 6; its settled RSS
@@ -127,6 +127,8 @@
 //! helpers (`kafka.rs`), the refresh scenario (`refresh.rs`) and the report (`report.rs`); the /proc readings
 //! (`benches/common/procfs.rs`) are shared with the checkpoint bench.
 
+#[path = "replication/audit.rs"]
+mod audit;
 #[path = "replication/bare.rs"]
 mod bare;
 #[path = "replication/contender.rs"]
@@ -327,6 +329,11 @@ fn run() -> anyhow::Result<()> {
     }
 
     report::print(&cfg, &out);
+    if audit::wanted() {
+        if let Err(e) = audit::audit_cost(&bench) {
+            println!("  integrity audit cost: not measured ({e:#})");
+        }
+    }
     if keep_logs {
         println!("  logs kept in {}", logs.keep().display());
     }

@@ -19,11 +19,24 @@ impl Run<'_> {
     /// Starts a worker copying this run's topic (its own flow file and port); returns it
     /// with the port of its /status and /metrics.
     pub fn spawn_worker(&self) -> anyhow::Result<(Proc, u16)> {
+        self.spawn_worker_with("")
+    }
+
+    /// [`Run::spawn_worker`] with `spec_lines` (YAML indented under `spec:`) added to the
+    /// flow's spec.
+    pub fn spawn_worker_with(&self, spec_lines: &str) -> anyhow::Result<(Proc, u16)> {
         let port = free_port()?;
-        let flow = self
-            .logs
-            .join(format!("flow-{}-r{}.yaml", self.topic, self.round));
-        std::fs::write(&flow, flow_yaml(self, port))?;
+        let flow = self.logs.join(format!(
+            "flow-{}-r{}{}.yaml",
+            self.topic, self.round, self.alias_suffix
+        ));
+        let yaml = flow_yaml(self, port);
+        // The spec ends where the OffsetCheckpoint's document (if any) begins.
+        let yaml = match yaml.split_once("---\n") {
+            Some((flow, rest)) => format!("{flow}{spec_lines}---\n{rest}"),
+            None => format!("{yaml}{spec_lines}"),
+        };
+        std::fs::write(&flow, yaml)?;
         let mut cmd = self.worker_command(&flow, port);
         let mut p = self.spawn("mirrorflow", &mut cmd, Stdio::null())?;
         p.exits_by_itself = false;
