@@ -115,7 +115,8 @@
 //! `MIRRORFLOW_BENCH_RSS_RECORDS` / `MIRRORFLOW_BENCH_RSS_LIGHT_RECORDS` (1 KB records per
 //! partition of the loaded / light RSS run, defaults 100 / 5), `MIRRORFLOW_BENCH_SCENARIOS`
 //! (comma list of `100`, `1024`, `1024-lz4`, `10240`, `scale`, `latency`, `resume`, `rss`,
-//! `idle` (in `rss`), `refresh`; default all),
+//! `idle` (in `rss`), `refresh`, `audit` (the integrity audit's cost,
+//! `benches/replication/audit.rs`); default all),
 //! `MIRRORFLOW_BENCH_SCALE_PARTITIONS` (default `1,100,1000`),
 //! `MIRRORFLOW_BENCH_LATENCY_RATE` (offered 1 KB records/s, default 2,000),
 //! `MIRRORFLOW_BENCH_LATENCY_SECONDS` (default 20), `MIRRORFLOW_BENCH_RESUME_RECORDS` (1 KB
@@ -147,6 +148,8 @@
 //! scenario (`refresh.rs`) and the reports (`report.rs`, `versus.rs`); the /proc readings
 //! (`benches/common/procfs.rs`) are shared with the checkpoint bench.
 
+#[path = "replication/audit.rs"]
+mod audit;
 #[path = "replication/bare.rs"]
 mod bare;
 #[path = "replication/contender.rs"]
@@ -407,6 +410,11 @@ fn run() -> anyhow::Result<()> {
     }
 
     report::print(&cfg, &out);
+    if audit::wanted() {
+        if let Err(e) = audit::audit_cost(&bench) {
+            println!("  integrity audit cost: not measured ({e:#})");
+        }
+    }
     if keep_logs {
         println!("  logs kept in {}", logs.keep().display());
     }

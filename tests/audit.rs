@@ -2,18 +2,23 @@
 //! in-process on the shared source and target, then the audit compares what both hold.
 //! Skipped (`SKIPPED ...` on stderr) when Kafka's jars are not fetched, unless
 //! `MIRRORFLOW_REQUIRE_BROKERS=1`. Each test prints the audit's table (`--no-capture`).
+//! The kill -9 tests run a real `mirrorflow worker --flow` process (`fault_support`).
 
+mod fault_support;
 mod replication_support;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use fault_support::{batch, check_copy, now_ms, read_to_end, Isolation, WorkDir, WorkerProcess};
 use mirrorflow::api::{Delivery, MirrorFlow, MirrorFlowSpec, ReplicationPolicyType};
 use mirrorflow::cli::audit::{audit, render, AuditArgs, AuditOutput, AuditReport};
+use mirrorflow::cli::flow_source::FlowSource;
 use mirrorflow::testkit::brokers::{
     delete_records_before, delete_topic, produce, watermarks, LocalBroker, ProduceRecord,
 };
 use mirrorflow::worker::audit::compare::Kind;
+use mirrorflow::worker::audit::runner::mismatch_text;
 use replication_support::*;
 
 fn spec_for(
@@ -44,18 +49,26 @@ async fn run_audit(name: &str, spec: &MirrorFlowSpec, topic: &str) -> AuditRepor
     flow.metadata.namespace = Some("test".into());
     std::fs::write(&path, serde_yaml::to_string(&flow).unwrap()).unwrap();
     let args = AuditArgs {
-        flow: Some(path),
-        flow_ref: None,
+        source: FlowSource::file(path, dir.path()),
         topic: Some(topic.into()),
         partition: None,
         from: None,
         to: None,
         output: AuditOutput::Table,
-        secrets_dir: dir.path().into(),
         timeout_seconds: 60,
     };
     let report = audit(&args).await.expect("audit runs");
     eprintln!("{}", render(&report));
+    // The first finding of each kind, as the Audited condition names it.
+    for p in &report.partitions {
+        let mut seen = Vec::new();
+        for f in &p.outcome.findings {
+            if !seen.contains(&f.kind) {
+                seen.push(f.kind);
+                eprintln!("  {}", mismatch_text(&p.topic, p.partition, f));
+            }
+        }
+    }
     report
 }
 
@@ -361,4 +374,203 @@ async fn the_continuous_audit_reports_a_foreign_record_and_replication_goes_on()
         .expect("the audit metric");
     assert!(!extra.ends_with(" 0"), "{extra}");
     w.stop().await;
+}
+
+/// Source records produced while the flow's worker process is killed with SIGKILL after lives
+/// of 2 to 3.5 s (long enough to be copying, not only starting; at least `min_kills` times),
+/// then replicated to the end; returns the audit of the target and the duplicates per
+/// partition a record-by-record reading of both topics finds.
+async fn audit_after_kills(
+    delivery: Delivery,
+    tag: &str,
+    min_kills: usize,
+) -> Option<(AuditReport, BTreeMap<i32, usize>)> {
+    const PARTITIONS: i32 = 2;
+    const CHUNK: usize = 2_000;
+    const CHUNKS: usize = 10;
+    const LIVES_MS: [u64; 3] = [2_000, 3_500, 2_500];
+    let (source, target) = shared_pair().await?;
+    let (sb, tb) = (source.bootstrap_servers(), target.bootstrap_servers());
+    let topic = unique(tag);
+    source.create_topic(&topic, PARTITIONS, &[]).await.unwrap();
+    let spec = spec_for(
+        &source,
+        &target,
+        delivery,
+        &topic,
+        ReplicationPolicyType::Prefix,
+    );
+    let name = unique(tag);
+    let dir = WorkDir::new();
+    let mut w = WorkerProcess::start(dir.path(), &name, &spec);
+    let producer = {
+        let (sb, topic) = (sb.clone(), topic.clone());
+        tokio::spawn(async move {
+            for chunk in 0..CHUNKS {
+                let b = batch(&topic, PARTITIONS, chunk * CHUNK, CHUNK);
+                produce(&sb, &topic, &b).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(800)).await;
+            }
+        })
+    };
+    let mut kills = 0;
+    while !producer.is_finished() || kills < min_kills {
+        tokio::time::sleep(Duration::from_millis(LIVES_MS[kills % LIVES_MS.len()])).await;
+        assert!(w.alive(), "the worker died by itself:\n{}", w.log_tail());
+        w = w.kill9().restart(dir.path(), &name);
+        kills += 1;
+        assert!(kills < 100, "the producer never finished");
+    }
+    producer.await.unwrap();
+    let src = read_to_end(&sb, &topic, Isolation::Committed).await;
+    assert_eq!(src.len(), CHUNK * CHUNKS);
+    let ends: BTreeMap<i32, i64> = src.iter().map(|r| (r.partition, r.offset + 1)).collect();
+    w.wait_positions(&topic, &ends).await;
+    w.stop();
+    let dst = read_to_end(&tb, &format!("dc1.{topic}"), Isolation::Committed).await;
+    let dups = check_copy(&src, &dst).unwrap_or_else(|e| panic!("after {kills} kills: {e}"));
+    eprintln!("{tag}: {kills} kill -9 of the worker, duplicates on the target: {dups:?}");
+    let report = run_audit(&name, &spec, &topic).await;
+    Some((report, dups))
+}
+
+/// AtLeastOnce re-sends after each kill -9: the audit counts every duplicate the target
+/// holds (as a reading of both topics does) and, each run within the duplicate bound (one
+/// window per kill), flags none and finds nothing missing, extra or different.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn at_least_once_through_kill9_duplicates_are_counted_not_flagged() {
+    let Some((report, dups)) = audit_after_kills(Delivery::AtLeastOnce, "alo-kill9", 4).await
+    else {
+        return;
+    };
+    assert!(report.clean, "{report:?}");
+    assert_eq!(report.partitions.len(), 2);
+    for p in &report.partitions {
+        let o = &p.outcome;
+        assert_eq!(
+            o.duplicated, dups[&p.partition] as u64,
+            "partition {}: the audit's duplicates are the target's",
+            p.partition
+        );
+        assert!(!o.duplicates_flagged, "{o:?}");
+        assert_eq!((o.missing, o.extra, o.different), (0, 0, 0), "{o:?}");
+        assert!(o.findings.is_empty(), "{o:?}");
+    }
+    let duplicated = total(&report, Kind::Duplicated);
+    assert!(
+        duplicated > 0,
+        "the kills made no re-send: the test proves nothing"
+    );
+    assert_eq!(total(&report, Kind::Matched), 20_000);
+}
+
+/// ExactlyOnce through kill -9: the audit finds every record once, nothing of any other kind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn exactly_once_through_kill9_audits_with_nothing_of_any_kind() {
+    let Some((report, dups)) = audit_after_kills(Delivery::ExactlyOnce, "eos-kill9", 4).await
+    else {
+        return;
+    };
+    assert!(dups.values().all(|d| *d == 0), "{dups:?}");
+    assert!(report.clean, "{report:?}");
+    assert_eq!(report.partitions.len(), 2);
+    assert_eq!(total(&report, Kind::Matched), 20_000);
+    for k in [
+        Kind::Missing,
+        Kind::Extra,
+        Kind::Different,
+        Kind::Duplicated,
+        Kind::Skipped,
+    ] {
+        assert_eq!(total(&report, k), 0, "{k:?}");
+    }
+}
+
+/// A compacted source topic whose log cleaner removed overwritten records after they were
+/// replicated: their copies on the target are skipped and counted, never a mismatch. (The
+/// target topic is compacted too but keeps every copy: the settings that make the source's
+/// cleaner run early do not travel.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn records_a_compacted_source_removed_are_skipped_not_reported() {
+    let Some((source, target)) = shared_pair().await else {
+        return;
+    };
+    let sb = source.bootstrap_servers();
+    let topic = unique("compacted");
+    source
+        .create_topic(
+            &topic,
+            1,
+            &[
+                ("cleanup.policy", "compact"),
+                ("segment.ms", "100"),
+                ("min.cleanable.dirty.ratio", "0.001"),
+                ("min.compaction.lag.ms", "0"),
+            ],
+        )
+        .await
+        .unwrap();
+    // Ten keys written three times: the cleaner keeps the last round only.
+    let round = |r: usize| -> Vec<ProduceRecord> {
+        (0..10)
+            .map(|k| {
+                ProduceRecord::new(format!("key-{k}"), format!("round-{r}-{k}"))
+                    .partition(0)
+                    .timestamp(now_ms())
+            })
+            .collect()
+    };
+    for r in 0..3 {
+        produce(&sb, &topic, &round(r)).await.unwrap();
+    }
+    let mut spec = spec_for(
+        &source,
+        &target,
+        Delivery::AtLeastOnce,
+        &topic,
+        ReplicationPolicyType::Prefix,
+    );
+    spec.topic_configs.exclude = vec![
+        "segment\\.ms".into(),
+        "min\\.cleanable\\.dirty\\.ratio".into(),
+    ];
+    let name = unique("compacted");
+    replicate(&name, &spec, &topic, &[(0, 30)].into()).await;
+    // New keys after segment.ms roll the segment, so the first three rounds can be cleaned.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let fresh: Vec<ProduceRecord> = (0..5)
+        .map(|i| {
+            ProduceRecord::new(format!("fresh-{i}"), "v")
+                .partition(0)
+                .timestamp(now_ms())
+        })
+        .collect();
+    produce(&sb, &topic, &fresh).await.unwrap();
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let held = read_to_end(&sb, &topic, Isolation::Committed).await;
+        if held.len() == 15 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the log cleaner never compacted {topic}: {} records held",
+            held.len()
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    replicate(&name, &spec, &topic, &[(0, 35)].into()).await;
+
+    let report = run_audit(&name, &spec, &topic).await;
+    assert!(report.clean, "{report:?}");
+    let p = &report.partitions[0].outcome;
+    assert_eq!(
+        (p.matched, p.skipped),
+        (15, 20),
+        "the copies of the 20 overwritten records are skipped: {p:?}"
+    );
+    assert_eq!(
+        (p.missing, p.extra, p.different, p.duplicated),
+        (0, 0, 0, 0)
+    );
 }

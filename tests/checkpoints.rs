@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
 use mirrorflow::api::{parse_flow_file, FlowFile, GroupFailureReason, OffsetCheckpoint};
+use mirrorflow::cli::flow_source::FlowSource;
 use mirrorflow::cli::translate::{plan_apply, run_translate, translate_group, TranslateArgs};
 use mirrorflow::kafka::admin::{GroupAdmin, GroupOffset};
 use mirrorflow::kafka::Code;
@@ -632,12 +633,10 @@ async fn failover_reads_exactly_the_unconsumed_records() {
 
     // `mirrorflow translate` reads the same.
     let args = TranslateArgs {
-        flow: Some(c.write_flow_file("app", true)),
-        flow_ref: None,
+        source: FlowSource::file(c.write_flow_file("app", true), c.secrets().to_path_buf()),
         output: Default::default(),
         group: "app".into(),
         apply: false,
-        secrets_dir: c.secrets().to_path_buf(),
         timeout_seconds: 30,
     };
     let report = translate_group(&args).await.unwrap();
@@ -990,12 +989,10 @@ async fn active_target_group_is_left_alone() {
 
     // The CLI refuses too.
     let args = TranslateArgs {
-        flow: Some(c.write_flow_file("busy", true)),
-        flow_ref: None,
+        source: FlowSource::file(c.write_flow_file("busy", true), c.secrets().to_path_buf()),
         output: Default::default(),
         group: "busy".into(),
         apply: true,
-        secrets_dir: c.secrets().to_path_buf(),
         timeout_seconds: 30,
     };
     let report = translate_group(&args).await.unwrap();
@@ -1045,12 +1042,10 @@ async fn translate_cli_applies_checkpoints() {
         "syncGroupOffsets=false commits nothing"
     );
     let args = TranslateArgs {
-        flow: Some(c.write_flow_file("cli", false)),
-        flow_ref: None,
+        source: FlowSource::file(c.write_flow_file("cli", false), c.secrets().to_path_buf()),
         output: Default::default(),
         group: "cli".into(),
         apply: true,
-        secrets_dir: c.secrets().to_path_buf(),
         timeout_seconds: 30,
     };
     run_translate(args).await.unwrap();

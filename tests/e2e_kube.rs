@@ -196,6 +196,7 @@ fn edited_examples(source: &str, target: &str) -> String {
     ] {
         for mut doc in parse_docs(&read(file)) {
             if doc["kind"] == "MirrorFlow" {
+                let audited = doc["metadata"]["name"] == "orders-dr";
                 let spec = &mut doc["spec"];
                 for (side, bootstrap) in [("source", source), ("target", target)] {
                     let c = spec[side].as_mapping_mut().unwrap();
@@ -211,6 +212,10 @@ fn edited_examples(source: &str, target: &str) -> String {
                     .is_some()
                 {
                     spec["internalTopics"]["replicationFactor"] = 1.into();
+                }
+                // The audit runs within the test (default: every 300 s).
+                if audited {
+                    spec["audit"] = serde_yaml::from_str("intervalSeconds: 10").unwrap();
                 }
                 if spec["workers"]["replicas"].as_i64().is_some() {
                     spec["workers"]["replicas"] = 2.into();
@@ -491,12 +496,14 @@ async fn checkpoint_syncs_a_group(stack: &Stack) {
     // would read its target's Secrets) and finds the group's checkpoints on the target;
     // `status` renders the flow's workers.
     let args = mirrorflow::cli::translate::TranslateArgs {
-        flow: None,
-        flow_ref: Some(format!("{EXAMPLES_NS}/orders-dr")),
+        source: mirrorflow::cli::flow_source::FlowSource {
+            flow: None,
+            flow_ref: Some(format!("{EXAMPLES_NS}/orders-dr")),
+            secrets_dir: "/nonexistent".into(),
+        },
         output: mirrorflow::cli::translate::TranslateOutput::Csv,
         group: "orders-app".into(),
         apply: false,
-        secrets_dir: "/nonexistent".into(),
         timeout_seconds: 10,
     };
     let access = mirrorflow::cli::translate::target_from_api(
@@ -530,6 +537,41 @@ async fn checkpoint_syncs_a_group(stack: &Stack) {
         "{page}"
     );
     stack.step("translate --flow-ref and status read the flow through the API server");
+
+    // The integrity audit (every 10 s on orders-dr here): the Audited condition in `kubectl
+    // describe`, and `mirrorflow audit --flow-ref` through this API server.
+    let audited = stack
+        .until("orders-dr Audited", EXAMPLES_NS, "orders-dr", |f| {
+            condition(f, "Audited")
+                .filter(|c| c.0 == "True")
+                .map(|c| c.2)
+        })
+        .await;
+    let describe =
+        stack
+            .cluster
+            .kubectl_ok(&["describe", "mirrorflow", "orders-dr", "-n", EXAMPLES_NS]);
+    eprintln!("orders-dr Audited True: {audited}");
+    assert!(
+        describe.contains("Audited") && describe.contains(audited.as_str()),
+        "the Audited condition ({audited}) in:\n{describe}"
+    );
+    let out = std::process::Command::new(kube_support::process::binary())
+        .args(["audit", "--flow-ref", &format!("{EXAMPLES_NS}/orders-dr")])
+        .env("KUBECONFIG", &stack.cluster.kubeconfig)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    eprintln!("---- mirrorflow audit --flow-ref {EXAMPLES_NS}/orders-dr\n{stdout}----");
+    assert!(
+        out.status.success() && stdout.contains("clean: ") && stdout.contains("orders.created"),
+        "{}\n{stdout}\n{stderr}",
+        out.status
+    );
+    stack.step("Audited in kubectl describe; audit --flow-ref compares through the API server");
 }
 
 /// The Argo CD health (status, message) of `kind/name` as the API server returns it, by the

@@ -1,5 +1,6 @@
 //! The chart's alerts (PrometheusRule), the Grafana dashboard and the metric names they use:
-//! each documented in docs/PACKAGING.md and registered by the controller or the workers.
+//! each documented in docs/PACKAGING.md and registered by the controller or the workers (a
+//! file under `src/` that registers metrics names it).
 mod kube_support;
 
 use kube_support::chart::*;
@@ -163,32 +164,12 @@ fn alerts_and_dashboard_use_documented_metrics() {
             .0;
         metric_names(&[list.to_string()])
     };
-    let sources = [
-        (
-            "mirrorflow_",
-            "src/controller/metrics.rs",
-            read("src/controller/metrics.rs"),
-        ),
-        (
-            "mirrorflow_checkpoint_",
-            "src/worker/checkpoint/metrics.rs",
-            read("src/worker/checkpoint/metrics.rs"),
-        ),
-        (
-            "mirrorflow_worker_",
-            "src/telemetry/metrics.rs",
-            read("src/telemetry/metrics.rs"),
-        ),
-    ];
-    // Registered when the source names the series, in full or as the suffix after its prefix
-    // (the worker builds names with `opts("<suffix>", ...)`).
+    let sources = registering_sources();
+    // Registered when a file that registers metrics names the series, in full or, after a
+    // prefix it builds names with, as its suffix.
     let registered = |m: &str| {
         let family = m.trim_end_matches("_count").trim_end_matches("_sum");
-        sources.iter().any(|(prefix, _, src)| {
-            family.starts_with(prefix)
-                && (src.contains(&format!("\"{family}\""))
-                    || src.contains(&format!("\"{}\"", &family[prefix.len()..])))
-        })
+        sources.iter().any(|s| s.names(family))
     };
     let used = metric_names(&exprs);
     assert!(used.len() >= 8, "{used:?}");
@@ -202,15 +183,17 @@ fn alerts_and_dashboard_use_documented_metrics() {
                 !registered(m),
                 "{m} is registered now: remove it from the pending list in docs/PACKAGING.md"
             );
-        } else if let Some((_, file, _)) =
-            sources.iter().find(|(prefix, _, _)| m.starts_with(prefix))
-        {
+        } else {
             assert!(
                 registered(m),
-                "{m} is not registered in {file} (nor listed as pending in docs/PACKAGING.md)"
+                "{m} is not registered by any file under src/ that registers metrics ({}), nor \
+                 listed as pending in docs/PACKAGING.md",
+                sources
+                    .iter()
+                    .map(|s| s.path.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             );
-        } else {
-            panic!("{m}: neither registered by the controller or workers nor listed as pending");
         }
     }
     for m in &pending {
@@ -219,4 +202,70 @@ fn alerts_and_dashboard_use_documented_metrics() {
             "pending metric {m} is not used by the chart"
         );
     }
+}
+
+/// A file under `src/` that registers Prometheus collectors, and the name prefixes it builds
+/// series names with.
+struct Registering {
+    path: String,
+    text: String,
+    prefixes: Vec<String>,
+}
+
+impl Registering {
+    fn names(&self, family: &str) -> bool {
+        self.text.contains(&format!("\"{family}\""))
+            || self.prefixes.iter().any(|p| {
+                family
+                    .strip_prefix(p.as_str())
+                    .is_some_and(|suffix| self.text.contains(&format!("\"{suffix}\"")))
+            })
+    }
+}
+
+/// Every file under `src/` that registers collectors on a registry (`registry.register(`).
+fn registering_sources() -> Vec<Registering> {
+    // A prefix: a literal of its own (`const PREFIX: &str = "mirrorflow_checkpoint_"`) or
+    // the start of a format string (`format!("mirrorflow_worker_{name}")`).
+    let prefix = regex::Regex::new(r#""(mirrorflow_[a-z0-9_]*_)(\{|")"#).unwrap();
+    let mut out = Vec::new();
+    let mut dirs = vec![std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+                continue;
+            }
+            if path.extension().is_none_or(|e| e != "rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            if !text.contains("registry.register(") {
+                continue;
+            }
+            let prefixes = prefix
+                .captures_iter(&text)
+                .map(|c| c[1].to_string())
+                .collect();
+            let path = path
+                .strip_prefix(env!("CARGO_MANIFEST_DIR"))
+                .unwrap()
+                .display()
+                .to_string();
+            out.push(Registering {
+                path,
+                text,
+                prefixes,
+            });
+        }
+    }
+    assert!(
+        out.iter()
+            .any(|s| s.path.ends_with("src/telemetry/metrics.rs")),
+        "the worker's metrics file is found: {:?}",
+        out.iter().map(|s| &s.path).collect::<Vec<_>>()
+    );
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    out
 }

@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use mirrorflow::cli::flow_source::FlowSource;
 use mirrorflow::cli::translate::{
     render_csv, run_translate, translate_group, TranslateArgs, TranslateOutput, TranslateReport,
 };
@@ -102,12 +103,10 @@ fn consumer(bootstrap: &str, group: &str) -> BaseConsumer {
 
 fn translate_args(flow: &Path, dir: &Path, group: &str, apply: bool) -> TranslateArgs {
     TranslateArgs {
-        flow: Some(flow.to_path_buf()),
-        flow_ref: None,
+        source: FlowSource::file(flow, dir.join("secrets")),
         output: TranslateOutput::Csv,
         group: group.into(),
         apply,
-        secrets_dir: dir.join("secrets"),
         timeout_seconds: 10,
     }
 }

@@ -19,17 +19,43 @@ impl Run<'_> {
     /// Starts a worker copying this run's topic (its own flow file and port); returns it
     /// with the port of its /status and /metrics.
     pub fn spawn_worker(&self) -> anyhow::Result<(Proc, u16)> {
+        self.spawn_worker_with("")
+    }
+
+    /// [`Run::spawn_worker`] with `spec_lines` (YAML indented under `spec:`) added to the
+    /// flow's spec.
+    pub fn spawn_worker_with(&self, spec_lines: &str) -> anyhow::Result<(Proc, u16)> {
         let port = free_port()?;
-        Ok((self.spawn_worker_on(port, "mirrorflow")?, port))
+        Ok((
+            self.spawn_worker_on_with(port, "mirrorflow", spec_lines)?,
+            port,
+        ))
     }
 
     /// Starts a worker on `port`, its log named `name`: the same port is the same flow (its
     /// name holds the port), so a worker started again on it resumes from its progress.
     pub fn spawn_worker_on(&self, port: u16, name: &str) -> anyhow::Result<Proc> {
-        let flow = self
-            .logs
-            .join(format!("flow-{}-r{}.yaml", self.topic, self.round));
-        std::fs::write(&flow, flow_yaml(self, port))?;
+        self.spawn_worker_on_with(port, name, "")
+    }
+
+    /// [`Run::spawn_worker_on`] with `spec_lines` added to the flow's spec.
+    fn spawn_worker_on_with(
+        &self,
+        port: u16,
+        name: &str,
+        spec_lines: &str,
+    ) -> anyhow::Result<Proc> {
+        let flow = self.logs.join(format!(
+            "flow-{}-r{}{}.yaml",
+            self.topic, self.round, self.alias_suffix
+        ));
+        let yaml = flow_yaml(self, port);
+        // The spec ends where the OffsetCheckpoint's document (if any) begins.
+        let yaml = match yaml.split_once("---\n") {
+            Some((flow, rest)) => format!("{flow}{spec_lines}---\n{rest}"),
+            None => format!("{yaml}{spec_lines}"),
+        };
+        std::fs::write(&flow, yaml)?;
         let mut cmd = self.worker_command(&flow, port);
         let mut p = self.spawn(name, &mut cmd, Stdio::null())?;
         p.exits_by_itself = false;

@@ -8,15 +8,13 @@
 //! never payloads); narrow a very long partition with `--from`/`--to`.
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use serde::Serialize;
 
-use super::translate::secrets_from_api;
-use super::{kube_client, read_flow, table};
-use crate::api::load_flow_file;
+use super::flow_source::{FlowSource, LoadedFlow, Side};
+use super::table;
 use crate::kafka::config::client_properties;
 use crate::kafka::wire::offset_syncs_topic;
 use crate::worker::audit::compare::Kind;
@@ -25,7 +23,6 @@ use crate::worker::audit::flow::{
 };
 use crate::worker::audit::plan::Request;
 use crate::worker::audit::read::offset_syncs;
-use crate::worker::process::k8s::parse_flow_ref;
 
 /// Output format of `audit`.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -40,18 +37,9 @@ pub enum AuditOutput {
 /// Arguments of `mirrorflow audit`.
 #[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
 pub struct AuditArgs {
-    /// Flow file holding the MirrorFlow (clusters, aliases, secret references).
-    #[arg(
-        long,
-        value_name = "FILE",
-        required_unless_present = "flow_ref",
-        conflicts_with = "flow_ref"
-    )]
-    pub flow: Option<PathBuf>,
-    /// The MirrorFlow in a cluster (default kubeconfig); its clusters' Secrets are read
-    /// through the API too.
-    #[arg(long, value_name = "NAMESPACE/NAME")]
-    pub flow_ref: Option<String>,
+    /// The flow (`--flow` or `--flow-ref`) and its Secrets.
+    #[command(flatten)]
+    pub source: FlowSource,
     /// Only this topic (source or target name).
     #[arg(long, value_name = "TOPIC")]
     pub topic: Option<String>,
@@ -67,14 +55,6 @@ pub struct AuditArgs {
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value_t = AuditOutput::Table)]
     pub output: AuditOutput,
-    /// Directory holding the referenced Secrets as `<secretName>/<key>` files (with `--flow`).
-    #[arg(
-        long,
-        value_name = "DIR",
-        env = "MIRRORFLOW_SECRETS_DIR",
-        default_value = crate::api::SECRETS_DIR
-    )]
-    pub secrets_dir: PathBuf,
     /// Bound for each cluster call and range read, in seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 60)]
     pub timeout_seconds: u64,
@@ -158,52 +138,19 @@ pub fn render(report: &AuditReport) -> String {
 
 /// The flow and both clusters' client properties, from `--flow` or `--flow-ref`; the
 /// temporary Secrets directory (flow-ref) lives as long as the returned value.
-async fn access(args: &AuditArgs) -> anyhow::Result<(FlowClusters, Option<tempfile::TempDir>)> {
-    let (flow, secrets_dir, temp) = match (&args.flow, &args.flow_ref) {
-        (Some(path), None) => {
-            let file =
-                load_flow_file(path).with_context(|| format!("--flow {}", path.display()))?;
-            (file.flow, args.secrets_dir.clone(), None)
-        }
-        (None, Some(flow_ref)) => {
-            let (ns, name) = parse_flow_ref(flow_ref)?;
-            let client = kube_client().await?;
-            let flow = read_flow(&client, &ns, &name).await?;
-            crate::api::validate_flow(&flow.spec)
-                .map_err(|e| anyhow::anyhow!("MirrorFlow {ns}/{name} is invalid: {e}"))?;
-            let dir = secrets_from_api(
-                &client,
-                &ns,
-                &name,
-                &[
-                    ("spec.source", &flow.spec.source),
-                    ("spec.target", &flow.spec.target),
-                ],
-            )
-            .await?;
-            (flow, dir.path().to_path_buf(), Some(dir))
-        }
-        _ => bail!("give exactly one of --flow FILE and --flow-ref NAMESPACE/NAME"),
+async fn access(args: &AuditArgs) -> anyhow::Result<(FlowClusters, LoadedFlow)> {
+    let loaded = args.source.load(&[Side::Source, Side::Target]).await?;
+    let spec = loaded.flow.spec.clone();
+    let source = client_properties(&spec.source, loaded.secrets_dir()).context("spec.source")?;
+    let target = client_properties(&spec.target, loaded.secrets_dir()).context("spec.target")?;
+    let flow = FlowClusters {
+        namespace: loaded.namespace(),
+        name: loaded.name(),
+        spec,
+        source,
+        target,
     };
-    let namespace = flow
-        .metadata
-        .namespace
-        .clone()
-        .filter(|n| !n.is_empty())
-        .unwrap_or_else(|| "default".into());
-    let name = flow.metadata.name.clone().unwrap_or_default();
-    let source = client_properties(&flow.spec.source, &secrets_dir).context("spec.source")?;
-    let target = client_properties(&flow.spec.target, &secrets_dir).context("spec.target")?;
-    Ok((
-        FlowClusters {
-            spec: flow.spec,
-            namespace,
-            name,
-            source,
-            target,
-        },
-        temp,
-    ))
+    Ok((flow, loaded))
 }
 
 /// Audits the flow as `args` say.

@@ -9,6 +9,7 @@ use kube::Api;
 use crate::api::MirrorFlow;
 
 pub mod audit;
+pub mod flow_source;
 pub mod status;
 pub mod translate;
 

@@ -18,17 +18,14 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use rdkafka::Message as _;
 
-use k8s_openapi::api::core::v1::Secret;
-use kube::Api;
-
-use super::{kube_client, read_flow, table};
-use crate::api::{load_flow_file, MirrorFlowSpec};
+use super::flow_source::{load_from_api, FlowSource, LoadedFlow, Side};
+use super::table;
+use crate::api::MirrorFlowSpec;
 use crate::kafka::admin::{GroupAdmin, GroupOffset};
 use crate::kafka::config::client_properties;
 use crate::kafka::tail::TopicTail;
@@ -37,7 +34,6 @@ use crate::worker::checkpoint::runner::checkpoints_topic;
 use crate::worker::checkpoint::translate::{
     decide_group_sync, GroupSyncDecision, TargetGroupState,
 };
-use crate::worker::process::k8s::parse_flow_ref;
 
 /// Output format of `translate`.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -56,18 +52,9 @@ pub enum TranslateOutput {
 /// Arguments of `mirrorflow translate`.
 #[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
 pub struct TranslateArgs {
-    /// Flow file holding the MirrorFlow (clusters, aliases, secret references).
-    #[arg(
-        long,
-        value_name = "FILE",
-        required_unless_present = "flow_ref",
-        conflicts_with = "flow_ref"
-    )]
-    pub flow: Option<PathBuf>,
-    /// The MirrorFlow in a cluster (default kubeconfig); its target's Secrets are read
-    /// through the API too.
-    #[arg(long, value_name = "NAMESPACE/NAME")]
-    pub flow_ref: Option<String>,
+    /// The flow (`--flow` or `--flow-ref`) and its target's Secrets.
+    #[command(flatten)]
+    pub source: FlowSource,
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value_t = TranslateOutput::Table)]
     pub output: TranslateOutput,
@@ -78,14 +65,6 @@ pub struct TranslateArgs {
     /// active members there; never moves a partition backwards).
     #[arg(long)]
     pub apply: bool,
-    /// Directory holding the referenced Secrets as `<secretName>/<key>` files (with `--flow`).
-    #[arg(
-        long,
-        value_name = "DIR",
-        env = "MIRRORFLOW_SECRETS_DIR",
-        default_value = crate::api::SECRETS_DIR
-    )]
-    pub secrets_dir: PathBuf,
     /// Bound for each cluster call, in seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 30)]
     pub timeout_seconds: u64,
@@ -340,116 +319,39 @@ pub fn render(report: &TranslateReport, actions: Option<&[RowAction]>) -> String
 }
 
 /// The flow's target cluster, ready to connect: the spec and the client config (whose
-/// secret files live in `_secrets` when they were read through the API).
+/// secret files live as long as `_flow` when they were read through the API).
 pub struct TargetAccess {
     pub spec: MirrorFlowSpec,
     pub config: rdkafka::ClientConfig,
-    _secrets: Option<tempfile::TempDir>,
+    _flow: LoadedFlow,
+}
+
+impl TargetAccess {
+    fn new(flow: LoadedFlow) -> anyhow::Result<Self> {
+        let config = client_properties(&flow.flow.spec.target, flow.secrets_dir())
+            .context("spec.target")?
+            .to_client_config();
+        Ok(Self {
+            spec: flow.flow.spec.clone(),
+            config,
+            _flow: flow,
+        })
+    }
 }
 
 /// Loads the flow from `--flow` or `--flow-ref` and builds the target's client config.
 pub async fn target_access(args: &TranslateArgs) -> anyhow::Result<TargetAccess> {
-    match (&args.flow, &args.flow_ref) {
-        (Some(path), None) => {
-            let file =
-                load_flow_file(path).with_context(|| format!("--flow {}", path.display()))?;
-            let spec = file.flow.spec;
-            let config = client_properties(&spec.target, &args.secrets_dir)
-                .context("spec.target")?
-                .to_client_config();
-            Ok(TargetAccess {
-                spec,
-                config,
-                _secrets: None,
-            })
-        }
-        (None, Some(flow_ref)) => {
-            let (ns, name) = parse_flow_ref(flow_ref)?;
-            target_from_api(&kube_client().await?, &ns, &name).await
-        }
-        _ => bail!("give exactly one of --flow FILE and --flow-ref NAMESPACE/NAME"),
-    }
+    TargetAccess::new(args.source.load(&[Side::Target]).await?)
 }
 
-/// The MirrorFlow `ns/name` and its target's Secrets, read through `client`: the Secrets are
-/// written as the worker's layout (`<secretName>/<key>` files, mode 0600) into a private
-/// temporary directory, removed with the returned value, so the same code builds the client
-/// as in a pod.
+/// The MirrorFlow `ns/name` and its target's Secrets, read through `client` (see
+/// [`load_from_api`]).
 pub async fn target_from_api(
     client: &kube::Client,
     ns: &str,
     name: &str,
 ) -> anyhow::Result<TargetAccess> {
-    let flow = read_flow(client, ns, name).await?;
-    crate::api::validate_flow(&flow.spec)
-        .map_err(|e| anyhow::anyhow!("MirrorFlow {ns}/{name} is invalid: {e}"))?;
-    let dir = secrets_from_api(client, ns, name, &[("spec.target", &flow.spec.target)]).await?;
-    let config = client_properties(&flow.spec.target, dir.path())
-        .context("spec.target")?
-        .to_client_config();
-    Ok(TargetAccess {
-        spec: flow.spec,
-        config,
-        _secrets: Some(dir),
-    })
-}
-
-/// The Secrets `clusters` reference (each named by its field, e.g. `spec.target`), read
-/// through `client` and written as the worker's layout (`<secretName>/<key>` files, mode
-/// 0600) into a private temporary directory, removed when the value is dropped.
-pub async fn secrets_from_api(
-    client: &kube::Client,
-    ns: &str,
-    name: &str,
-    clusters: &[(&str, &crate::api::ClusterSpec)],
-) -> anyhow::Result<tempfile::TempDir> {
-    let dir = tempfile::Builder::new()
-        .prefix("mirrorflow-secrets-")
-        .tempdir()
-        .context("temporary directory for the flow's Secrets")?;
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
-    let mut read: BTreeMap<&str, Secret> = BTreeMap::new();
-    for (field, cluster) in clusters {
-        for (secret, key) in cluster.secret_keys() {
-            if !read.contains_key(secret) {
-                let s = secrets.get(secret).await.map_err(|e| {
-                    anyhow::anyhow!(
-                        "reading Secret {ns}/{secret} ({field} of MirrorFlow {ns}/{name}): {e}"
-                    )
-                })?;
-                read.insert(secret, s);
-            }
-            let value = read[secret]
-                .data
-                .as_ref()
-                .and_then(|d| d.get(key))
-                .map(|b| b.0.clone())
-                .ok_or_else(|| {
-                    anyhow::anyhow!(
-                        "Secret {ns}/{secret} has no key {key:?} ({field} of MirrorFlow {ns}/{name})"
-                    )
-                })?;
-            let path = crate::kafka::config::secret_path(dir.path(), secret, key);
-            if !path.exists() {
-                std::fs::create_dir_all(path.parent().expect("under the directory"))?;
-                write_private(&path, &value)?;
-            }
-        }
-    }
-    Ok(dir)
-}
-
-fn write_private(path: &std::path::Path, value: &[u8]) -> anyhow::Result<()> {
-    use std::io::Write as _;
-    let mut opts = std::fs::OpenOptions::new();
-    opts.write(true).create_new(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
-    let mut f = opts
-        .open(path)
-        .with_context(|| format!("writing {}", path.display()))?;
-    f.write_all(value)?;
-    Ok(())
+    TargetAccess::new(load_from_api(client, ns, name, &[Side::Target]).await?)
 }
 
 /// Reads the group's checkpoints and the target's view of the group.
@@ -723,12 +625,10 @@ mod tests {
         assert_eq!(
             cli.args,
             TranslateArgs {
-                flow: Some("f.yaml".into()),
-                flow_ref: None,
+                source: FlowSource::file("f.yaml", "/s"),
                 output: TranslateOutput::Table,
                 group: "g".into(),
                 apply: true,
-                secrets_dir: "/s".into(),
                 timeout_seconds: 30,
             }
         );
@@ -747,7 +647,11 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(
-            (cli.args.flow, cli.args.flow_ref, cli.args.output),
+            (
+                cli.args.source.flow,
+                cli.args.source.flow_ref,
+                cli.args.output
+            ),
             (None, Some("kafka/orders".into()), TranslateOutput::Csv)
         );
         for bad in [
