@@ -583,10 +583,13 @@ async fn records_a_compacted_source_removed_are_skipped_not_reported() {
     let report = run_audit(&name, &spec, &topic).await;
     assert!(report.clean, "{report:?}");
     let p = &report.partitions[0].outcome;
+    // A segment the cleaner emptied may be deleted, moving the log start past its offsets:
+    // those are outside what the source holds, not skipped.
+    let (low, _) = watermarks(&sb, &topic, 0).await.unwrap();
     assert_eq!(
-        (p.matched, p.skipped),
+        (p.matched, p.skipped + u64::try_from(low).unwrap()),
         (15, 20),
-        "the copies of the 20 overwritten records are skipped: {p:?}"
+        "the copies of the 20 overwritten records are skipped (log start {low}): {p:?}"
     );
     assert_eq!(
         (p.missing, p.extra, p.different, p.duplicated),
