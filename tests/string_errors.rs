@@ -13,6 +13,9 @@ use std::path::{Path, PathBuf};
 use syn::spanned::Spanned;
 use syn::visit::Visit;
 
+mod source_support;
+use source_support::{path_attr, test_only};
+
 /// The bound. Lower it as string errors go; never raise it. The ones left, and why:
 /// - `worker/audit/` (10) and `cli/translate.rs` (1): not converted yet (other work was
 ///   changing them);
@@ -20,44 +23,6 @@ use syn::visit::Visit;
 ///   test kit (`kafka::run_blocking` is the typed one);
 /// - `worker::validation::classify::classify_out_of_range`: the lookup error is only shown.
 const MAX_STRING_ERRORS: usize = 14;
-
-/// `#[cfg(test)]`, `#[cfg(all(test, ...))]` or `#[test]`: code compiled only for tests.
-fn test_only(attrs: &[syn::Attribute]) -> bool {
-    attrs.iter().any(|a| {
-        let path = a.path();
-        if path.is_ident("test") {
-            return true;
-        }
-        if !path.is_ident("cfg") {
-            return false;
-        }
-        let Ok(pred) = a.parse_args::<syn::Meta>() else {
-            return false;
-        };
-        match pred {
-            syn::Meta::Path(p) => p.is_ident("test"),
-            syn::Meta::List(l) if l.path.is_ident("all") => l
-                .parse_args_with(
-                    syn::punctuated::Punctuated::<syn::Meta, syn::Token![,]>::parse_terminated,
-                )
-                .is_ok_and(|args| args.iter().any(|m| m.path().is_ident("test"))),
-            _ => false,
-        }
-    })
-}
-
-fn path_attr(attrs: &[syn::Attribute]) -> Option<String> {
-    attrs.iter().find_map(|a| match &a.meta {
-        syn::Meta::NameValue(nv) if nv.path.is_ident("path") => match &nv.value {
-            syn::Expr::Lit(syn::ExprLit {
-                lit: syn::Lit::Str(s),
-                ..
-            }) => Some(s.value()),
-            _ => None,
-        },
-        _ => None,
-    })
-}
 
 /// `Result<_, String>` (any path ending in `Result`, `String` as the error type).
 fn is_string_result(p: &syn::TypePath) -> bool {
