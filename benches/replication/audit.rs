@@ -2,8 +2,8 @@
 //! `spec.audit.enabled: false` and by one with the audit on every `intervalSeconds: 10`
 //! (the API's minimum, so runs fall in a short window; `recordsPerPartition` at its default),
 //! each then left running for a window after the copy. The audit's CPU per run is the
-//! difference of the two workers' CPU in that window divided by the runs it made (records it
-//! compared ÷ partitions × records per run); its share of the worker's CPU at the default
+//! difference of the two workers' CPU in that window divided by the runs it finished
+//! (`mirrorflow_worker_audit_runs_total`); its share of the worker's CPU at the default
 //! interval (300 s) is that cost every 300 s against the worker's CPU while it copies at the
 //! bench's full rate (the audit-off copy). Its memory: the largest heap (`RssAnon`) in the
 //! window, audit on minus audit off, beside the bound of the data it holds (its clients' own
@@ -45,6 +45,8 @@ struct Measured {
     window_anon_kib: u64,
     /// Records the audit compared in the window.
     compared: f64,
+    /// Runs the audit finished in the window.
+    runs: f64,
 }
 
 /// Whether the `audit` scenario runs (`MIRRORFLOW_BENCH_SCENARIOS` names it, or is unset).
@@ -84,7 +86,7 @@ pub fn audit_cost(bench: &Bench<'_>) -> anyhow::Result<()> {
         &format!("  audit:\n    intervalSeconds: {MEASURED_INTERVAL_SECONDS}\n"),
         window,
     )?;
-    let runs = on.compared / (RECORDS_PER_PARTITION * f64::from(partitions));
+    let runs = on.runs;
     if runs < 1.0 {
         bail!(
             "the audit compared {} records in the {} s window: not one run",
@@ -164,12 +166,14 @@ fn measure(run: &Run<'_>, spec_lines: &str, window: Duration) -> anyhow::Result<
             std::thread::sleep(run.poll);
         }
         let (copy_cpu, copy_secs) = (p.cpu, t0.elapsed().as_secs_f64());
-        let compared = |port| {
+        let metric = |name: &str| {
             http_get(port, "/metrics")
-                .map(|m| metric_sum(&m, "mirrorflow_worker_audit_records_total"))
+                .map(|m| metric_sum(&m, name))
                 .unwrap_or(0.0)
         };
-        let compared0 = compared(port);
+        let compared = || metric("mirrorflow_worker_audit_records_total");
+        let finished = || metric("mirrorflow_worker_audit_runs_total{outcome=\"finished\"}");
+        let (compared0, runs0) = (compared(), finished());
         let w0 = Instant::now();
         let mut anon = 0;
         while w0.elapsed() < window {
@@ -182,7 +186,8 @@ fn measure(run: &Run<'_>, spec_lines: &str, window: Duration) -> anyhow::Result<
             copy_secs,
             window_cpu: p.cpu - copy_cpu,
             window_anon_kib: anon,
-            compared: compared(port) - compared0,
+            compared: compared() - compared0,
+            runs: finished() - runs0,
         })
     })();
     stop(&mut p);

@@ -2,7 +2,8 @@
 //! of about `recordsPerPartition` records of each partition the engine owns, the next range
 //! of each partition starting where the last ended and going back to the log start once it
 //! reaches the committed progress. It reports into the worker's entry (`audit`) and the
-//! metric `mirrorflow_worker_audit_records_total{result}`; it never touches replication.
+//! metrics `mirrorflow_worker_audit_records_total{result}` and
+//! `mirrorflow_worker_audit_runs_total{outcome}`; it never touches replication.
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -26,10 +27,11 @@ use crate::kafka::config::client_properties;
 use crate::kafka::wire::offset_syncs_topic;
 use crate::worker::replicate::WorkerSnapshot;
 
-/// `mirrorflow_worker_audit_records_total{result}`.
+/// `mirrorflow_worker_audit_records_total{result}` and `mirrorflow_worker_audit_runs_total{outcome}`.
 #[derive(Clone)]
 pub struct AuditMetrics {
     records: IntCounterVec,
+    runs: IntCounterVec,
 }
 
 /// Every `result` label.
@@ -56,7 +58,19 @@ impl AuditMetrics {
         for k in RESULTS {
             records.with_label_values(&[k.label()]);
         }
-        Ok(Self { records })
+        // A run that stops happening (or keeps failing) shows here before anything else does.
+        let runs = IntCounterVec::new(
+            Opts::new(
+                "mirrorflow_worker_audit_runs_total",
+                "Runs of the continuous audit, by outcome: finished (compared what it owned) or failed (see status.workers[].audit.lastError)",
+            ),
+            &["outcome"],
+        )?;
+        registry.register(Box::new(runs.clone()))?;
+        for o in ["finished", "failed"] {
+            runs.with_label_values(&[o]);
+        }
+        Ok(Self { records, runs })
     }
 }
 
@@ -111,6 +125,10 @@ impl AuditRunner {
                 _ = &mut stop => return,
                 r = run => r,
             };
+            if let Some(m) = &self.metrics {
+                let outcome = if result.is_ok() { "finished" } else { "failed" };
+                m.runs.with_label_values(&[outcome]).inc();
+            }
             memory.report.last_error = result.err();
             if let Some(e) = &memory.report.last_error {
                 warn!(error = %e, "integrity audit could not run");
