@@ -90,6 +90,7 @@ const ROOMS: &[(&str, &[&str])] = &[
             "kafka",
             "worker::audit",
             "worker::checkpoint",
+            "worker::failover",
             "worker::process",
             "worker::validation",
         ],

@@ -225,6 +225,43 @@ impl FailoverRunner {
         .await
     }
 
+    /// What `req` would do now, changing nothing (`mirrorflow failover --dry-run`): the
+    /// partitions as they stand and, per group, what would be committed were the drain done.
+    pub async fn preview(&self, req: &FailoverRequest) -> Result<FailoverReport, FailoverError> {
+        let spec = self.spec.borrow().clone();
+        let target = self.config(true)?;
+        let holds = self.holds().await?;
+        let (partitions, groups) = match req.mode {
+            FailoverMode::Planned => {
+                let filter = TopicFilter::new(&spec)
+                    .map_err(|e| FailoverError::Config(format!("spec.topics: {e}")))?;
+                let source = self.config(false)?;
+                let ends = source_ends(&source, &filter).await?;
+                let groups = self
+                    .planned_groups(&spec, &filter, &source, &target)
+                    .await?;
+                (planned_partitions(&ends, &holds), groups)
+            }
+            FailoverMode::Unplanned => (
+                unplanned_partitions(&holds),
+                self.checkpointed_groups(&spec, &target).await?,
+            ),
+        };
+        let not_replicated = (req.mode == FailoverMode::Planned)
+            .then(|| partitions.iter().filter_map(|p| p.not_replicated).sum());
+        Ok(FailoverReport {
+            id: req.id.clone(),
+            mode: req.mode,
+            phase: FailoverPhase::Draining,
+            message: Some("dry run: nothing changed; groups as they would be committed now".into()),
+            started_at: None,
+            finished_at: None,
+            not_replicated,
+            partitions,
+            groups: groups.iter().map(|g| plan_group(g).1).collect(),
+        })
+    }
+
     /// Runs one failover to its final phase, publishing each phase.
     async fn execute(&self, req: &FailoverRequest) -> FailoverReport {
         let mut report = FailoverReport {
@@ -313,17 +350,7 @@ impl FailoverRunner {
 
     async fn unplanned(&self, report: &mut FailoverReport) -> Result<(), FailoverError> {
         let spec = self.spec.borrow().clone();
-        let holds = self.holds().await?;
-        report.partitions = holds
-            .iter()
-            .map(|((topic, partition), &held)| FailoverPartition {
-                topic: topic.clone(),
-                partition: *partition,
-                source_end: None,
-                target_holds: held,
-                not_replicated: None,
-            })
-            .collect();
+        report.partitions = unplanned_partitions(&self.holds().await?);
         report.phase = FailoverPhase::Committing;
         self.publish(report);
         let target = self.config(true)?;
@@ -529,6 +556,20 @@ impl FailoverRunner {
             report.groups.push(line);
         }
     }
+}
+
+/// Unplanned: what the target holds per partition (the recovery point).
+fn unplanned_partitions(holds: &BTreeMap<Tp, i64>) -> Vec<FailoverPartition> {
+    holds
+        .iter()
+        .map(|((topic, partition), &held)| FailoverPartition {
+            topic: topic.clone(),
+            partition: *partition,
+            source_end: None,
+            target_holds: held,
+            not_replicated: None,
+        })
+        .collect()
 }
 
 /// The target's view of `groups` (members, committed offsets), in order; no proposals yet.
