@@ -88,7 +88,9 @@ pub struct FailoverPartition {
 pub struct FailoverGroup {
     /// Group id.
     pub group: String,
-    /// Committed on the target, as `topic/partition@offset` (target topic names).
+    /// Where the group is on the target after the failover, as `topic/partition@offset`
+    /// (target topic names): the translated offset, or its own where it already was at or
+    /// past it (never moved backwards).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub committed: Vec<String>,
     /// Records its consumers read again on the target: 0 when every translation is exact

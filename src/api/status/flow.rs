@@ -752,7 +752,7 @@ fn failed_over_verdict(f: Option<&crate::api::FailoverReport>) -> Option<Verdict
         .map(|g| g.group.clone())
         .collect();
     let mut msg = format!(
-        "failover {:?} ({:?}) done: replication stopped, {moved} group(s) committed on the target",
+        "failover {:?} ({:?}) done: replication stopped, {moved} group(s) at their translated offsets on the target",
         f.id, f.mode
     );
     if !skipped.is_empty() {

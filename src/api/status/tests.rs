@@ -1585,8 +1585,8 @@ fn a_done_failover_is_ready_false_failed_over_and_its_report_is_copied() {
     );
     assert_eq!(
         ready.message,
-        "failover \"move-1\" (Planned) done: replication stopped, 1 group(s) committed on the \
-         target, not touched: live; see status.failover (remove spec.failover to replicate again)"
+        "failover \"move-1\" (Planned) done: replication stopped, 1 group(s) at their translated \
+         offsets on the target, not touched: live; see status.failover (remove spec.failover to replicate again)"
     );
     assert!(
         st.conditions.iter().all(|c| c.type_ != "Stalled"),

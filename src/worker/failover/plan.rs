@@ -156,8 +156,13 @@ pub fn plan_group(g: &GroupInput) -> (Vec<GroupOffset>, FailoverGroup) {
                     metadata: String::new(),
                 });
             }
-            // Already at or past it: never moved backwards.
-            GroupSyncDecision::SkipNotAhead | GroupSyncDecision::SkipActiveMembers => {}
+            // Already at or past it: never moved backwards; it stays where it is.
+            GroupSyncDecision::SkipNotAhead | GroupSyncDecision::SkipActiveMembers => {
+                let at = state.committed.unwrap_or(offset).max(offset);
+                report
+                    .committed
+                    .push(format!("{}/{}@{at}", p.topic, p.partition));
+            }
         }
     }
     report.records_read_again = g.proposals.iter().all(|p| p.exact).then_some(0);
@@ -274,7 +279,7 @@ mod tests {
                 what: "empty group behind: moved forward, never backward",
                 input: group(Some(0), &[(0, 3), (1, 9)], vec![proposal("dc1.a", 0, Some(7), true), proposal("dc1.a", 1, Some(5), true)]),
                 commits: vec![(0, 7)],
-                committed: vec!["dc1.a/0@7"],
+                committed: vec!["dc1.a/0@7", "dc1.a/1@9"],
                 read_again: Some(0),
                 skipped: None,
             },

@@ -100,7 +100,8 @@ pub struct FailoverRunner {
     pub checkpoints: watch::Receiver<Vec<OffsetCheckpoint>>,
     /// The report, for the worker's entry (worker 0).
     pub state: watch::Sender<Option<FailoverReport>>,
-    /// True while replication must stay stopped (a failover of the current id is done).
+    /// True while replication must stay stopped: a failover of the current id is done, or
+    /// (at start, while `spec.failover` is set) the store has not said yet whether it is.
     pub stopped: watch::Sender<bool>,
 }
 
@@ -118,33 +119,50 @@ impl FailoverRunner {
                     self.state.send_if_modified(|s| s.take().is_some());
                 }
                 Some(req) => {
-                    if !known.contains_key(&req.id) {
-                        match self.read_store().await {
-                            Ok(stored) => known.extend(stored),
-                            Err(e) => warn!(id = %req.id, "reading the failover store: {e}"),
-                        }
-                    }
-                    if !known.contains_key(&req.id) && self.index == 0 {
-                        let report = tokio::select! {
-                            r = self.execute(&req) => r,
-                            _ = shutdown.as_mut() => return,
+                    let read = known.contains_key(&req.id)
+                        || match self.read_store().await {
+                            Ok(stored) => {
+                                known.extend(stored);
+                                true
+                            }
+                            Err(e) => {
+                                warn!(id = %req.id, "reading the failover store: {e}; trying again");
+                                false
+                            }
                         };
-                        if let Err(e) = self.write_store(&report).await {
-                            // Not recorded: a restart runs it again (committing the same
-                            // offsets, never backwards).
-                            warn!(id = %req.id, "recording the failover outcome: {e}");
+                    match known.get(&req.id) {
+                        Some(report) => {
+                            let stop = report.phase == FailoverPhase::Done;
+                            self.stopped
+                                .send_if_modified(|s| std::mem::replace(s, stop) != stop);
+                            if self.index == 0 {
+                                let r = Some(report.clone());
+                                self.state
+                                    .send_if_modified(|s| std::mem::replace(s, r.clone()) != r);
+                            }
                         }
-                        known.insert(req.id.clone(), report);
-                    }
-                    if let Some(report) = known.get(&req.id) {
-                        let stop = report.phase == FailoverPhase::Done;
-                        self.stopped
-                            .send_if_modified(|s| std::mem::replace(s, stop) != stop);
-                        if self.index == 0 {
-                            let r = Some(report.clone());
-                            self.state
-                                .send_if_modified(|s| std::mem::replace(s, r.clone()) != r);
+                        // Not run yet: replicate (a planned failover drains by it); worker 0
+                        // runs it, then applies its outcome on the next turn.
+                        None if read => {
+                            self.stopped
+                                .send_if_modified(|s| std::mem::replace(s, false));
+                            if self.index == 0 {
+                                let report = tokio::select! {
+                                    r = self.execute(&req) => r,
+                                    _ = shutdown.as_mut() => return,
+                                };
+                                if let Err(e) = self.write_store(&report).await {
+                                    // Not recorded: a restart runs it again (committing the
+                                    // same offsets at most, never backwards).
+                                    warn!(id = %req.id, "recording the failover outcome: {e}");
+                                }
+                                known.insert(req.id.clone(), report);
+                                continue;
+                            }
                         }
+                        // The store did not answer: whether it is done is unknown; stay as
+                        // we are (stopped from the start while spec.failover is set).
+                        None => {}
                     }
                 }
             }

@@ -161,7 +161,9 @@ fn start_failover(
     state: watch::Sender<Option<crate::api::FailoverReport>>,
     stop: &watch::Receiver<bool>,
 ) -> (JoinHandle<()>, watch::Receiver<MirrorFlowSpec>) {
-    let (stopped_tx, stopped_rx) = watch::channel(false);
+    // A worker started under `spec.failover` replicates nothing until the store says that
+    // failover is not done (its outcome would stop it anyway).
+    let (stopped_tx, stopped_rx) = watch::channel(input.spec.borrow().failover.is_some());
     let task = tokio::spawn(
         FailoverRunner {
             namespace: input.namespace.clone(),
