@@ -37,6 +37,9 @@ enum Command {
     /// missing, extra, different or duplicated. Fails when anything is missing, extra or
     /// different.
     Audit(mirrorflow::cli::audit::AuditArgs),
+    /// Fail the flow's consumer groups over to the target: patch spec.failover (applied once
+    /// per --id); --wait prints the report; --dry-run prints what it would do now.
+    Failover(mirrorflow::cli::failover::FailoverArgs),
     /// A flow read through the Kubernetes API: conditions, workers and their lag, failed
     /// partitions with the command that clears each.
     Status(mirrorflow::cli::status::StatusArgs),
@@ -99,6 +102,9 @@ fn main() -> ExitCode {
         }
         Command::Audit(args) => {
             runtime().and_then(|rt| rt.block_on(mirrorflow::cli::audit::run_audit(args)))
+        }
+        Command::Failover(args) => {
+            runtime().and_then(|rt| rt.block_on(mirrorflow::cli::failover::run_failover(args)))
         }
         Command::Status(args) => {
             runtime().and_then(|rt| rt.block_on(mirrorflow::cli::status::run_status(args)))

@@ -39,6 +39,16 @@ const ROOMS: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "worker::failover",
+        &[
+            "api",
+            "kafka",
+            "worker::checkpoint",
+            "worker::replicate",
+            "worker::topic_filter",
+        ],
+    ),
+    (
         "worker::checkpoint",
         &[
             "api",
@@ -68,6 +78,7 @@ const ROOMS: &[(&str, &[&str])] = &[
             "worker::acl_sync",
             "worker::audit",
             "worker::checkpoint",
+            "worker::failover",
             "worker::heartbeats",
             "worker::replicate",
         ],
@@ -79,6 +90,7 @@ const ROOMS: &[(&str, &[&str])] = &[
             "kafka",
             "worker::audit",
             "worker::checkpoint",
+            "worker::failover",
             "worker::process",
             "worker::validation",
         ],

@@ -1045,6 +1045,119 @@ async fn resize_down_with_the_controller_killed(stack: &mut Stack) {
     assert_eq!(stack.kubelet().pods_of(NS, "dc1-to-dc2-worker").len(), 1);
 }
 
+/// `mirrorflow failover --wait` on orders-dr (2 workers): the report, `Ready=False`
+/// `FailedOver` in `kubectl describe`, both workers paused; the same id again changes nothing.
+async fn planned_failover_with_the_cli(stack: &Stack) {
+    stack.step("planned failover of orders-dr with mirrorflow failover --wait");
+    let src = stack.source.bootstrap_servers();
+    produce(&src, "orders.created", &records(200, "before-failover"))
+        .await
+        .unwrap();
+    let failover = |extra: &[&str]| {
+        let mut args = vec![
+            "failover".to_string(),
+            format!("{EXAMPLES_NS}/orders-dr"),
+            "--id".into(),
+            "e2e-move".into(),
+            "--drain-timeout-seconds".into(),
+            "120".into(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let out = std::process::Command::new(kube_support::process::binary())
+            .args(&args)
+            .env("KUBECONFIG", &stack.cluster.kubeconfig)
+            .output()
+            .unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        );
+        eprintln!("---- mirrorflow {}\n{stdout}{stderr}----", args.join(" "));
+        assert!(out.status.success(), "{}\n{stdout}\n{stderr}", out.status);
+        stdout
+    };
+    let dry = failover(&["--dry-run"]);
+    assert!(
+        dry.contains("would patch") && dry.contains("orders-app"),
+        "{dry}"
+    );
+    let stdout = failover(&["--wait"]);
+    assert!(
+        stdout.contains("Done, 0 record(s) not replicated") && stdout.contains("orders-app"),
+        "{stdout}"
+    );
+    let reason = stack
+        .until("orders-dr FailedOver", EXAMPLES_NS, "orders-dr", |f| {
+            condition(f, "Ready")
+                .filter(|c| c.0 == "False" && c.1 == "FailedOver")
+                .map(|c| c.2)
+        })
+        .await;
+    let flow = stack.flow(EXAMPLES_NS, "orders-dr").await;
+    let report = flow
+        .status
+        .as_ref()
+        .and_then(|s| s.failover.clone())
+        .unwrap();
+    let app = report.groups.iter().find(|g| g.group == "orders-app");
+    assert!(app.is_some_and(|g| g.skipped.is_none()), "{report:?}");
+    assert_eq!(report.not_replicated, Some(0), "{report:?}");
+    stack
+        .until("both workers paused", EXAMPLES_NS, "orders-dr", |f| {
+            let w = &f.status.as_ref()?.workers;
+            (w.len() == 2
+                && w.iter()
+                    .all(|e| e.state == mirrorflow::api::WorkerState::Paused))
+            .then_some(())
+        })
+        .await;
+    let describe =
+        stack
+            .cluster
+            .kubectl_ok(&["describe", "mirrorflow", "orders-dr", "-n", EXAMPLES_NS]);
+    let from_status = describe
+        .lines()
+        .skip_while(|l| !l.starts_with("Status:"))
+        .count();
+    eprintln!("---- kubectl describe after the failover ({from_status} lines from Status:)\n{describe}----");
+    assert!(
+        describe.contains("FailedOver")
+            && describe.contains(&reason)
+            && describe.contains("e2e-move"),
+        "{describe}"
+    );
+    // Nothing more reaches the target, and the same id again is a no-op.
+    let tgt = stack.target.bootstrap_servers();
+    let ends = || async {
+        let mut sum = 0;
+        for p in 0..4 {
+            sum += watermarks(&tgt, "eu-west.orders.created", p)
+                .await
+                .unwrap()
+                .1;
+        }
+        sum
+    };
+    let before = ends().await;
+    produce(&src, "orders.created", &records(50, "after-failover"))
+        .await
+        .unwrap();
+    failover(&[]);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        ends().await,
+        before,
+        "replication stopped after the failover"
+    );
+    let again = stack.flow(EXAMPLES_NS, "orders-dr").await;
+    assert_eq!(
+        again.status.and_then(|s| s.failover),
+        Some(report),
+        "applied once"
+    );
+    stack.step("failover done: FailedOver in kubectl describe, workers paused");
+}
+
 async fn deleted_flow_stops_its_workers(stack: &Stack) -> Timestamp {
     stack.step("delete orders-dr, then its children (no garbage collector runs here)");
     let uid = stack.flow(EXAMPLES_NS, "orders-dr").await.uid().unwrap();
@@ -1248,6 +1361,7 @@ async fn chart_full_stack() {
     assert!(ready_with(&flow, 2), "still Ready: {:?}", flow.status);
 
     resize_down_with_the_controller_killed(&mut stack).await;
+    planned_failover_with_the_cli(&stack).await;
     let deleted = deleted_flow_stops_its_workers(&stack).await;
 
     if let Some(k) = stack.kubelet.take() {

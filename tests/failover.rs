@@ -8,6 +8,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use mirrorflow::api::{FailoverGroup, FailoverPartition, FailoverPhase, FailoverReport};
+use mirrorflow::kafka::admin::GroupAdmin;
 use mirrorflow::testkit::brokers::{self, broker_or_skip, BrokerKind, ConsumeUntil, ProduceRecord};
 use mirrorflow::worker::process::args::WorkerArgs;
 use mirrorflow::worker::process::flow_file::watch_flow_file;
@@ -201,4 +203,471 @@ spec:
         got, want,
         "exactly the unconsumed records, no skips, no re-reads"
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// `spec.failover`: the declared operation.
+
+/// A standalone worker on a flow file the test rewrites (`spec.failover`, `spec.paused`).
+struct FlowRun {
+    dir: tempfile::TempDir,
+    src: String,
+    tgt: String,
+}
+
+impl FlowRun {
+    fn write(&self, extra: &str) {
+        let (src, tgt) = (&self.src, &self.tgt);
+        std::fs::write(
+            self.dir.path().join("flow.yaml"),
+            format!(
+                "apiVersion: mirrorflow.io/v1alpha1
+kind: MirrorFlow
+metadata: {{name: dr}}
+spec:
+  source: {{alias: dc1, bootstrapServers: '{src}'}}
+  target: {{alias: dc2, bootstrapServers: '{tgt}'}}
+  topics: {{include: [orders], refreshIntervalSeconds: 1}}
+  delivery: AtLeastOnce
+{extra}
+---
+apiVersion: mirrorflow.io/v1alpha1
+kind: OffsetCheckpoint
+metadata: {{name: groups}}
+spec:
+  flowRef: {{name: dr}}
+  groups: {{include: ['g-.*'], refreshIntervalSeconds: 1}}
+  intervalSeconds: 1
+  syncGroupOffsets: false
+"
+            ),
+        )
+        .unwrap();
+    }
+
+    /// Starts a worker; stop it by sending on the returned channel.
+    fn start(
+        &self,
+    ) -> (
+        Arc<Sink>,
+        tokio::sync::oneshot::Sender<()>,
+        tokio::task::JoinHandle<anyhow::Result<()>>,
+        tokio::task::JoinHandle<()>,
+    ) {
+        let flow = self.dir.path().join("flow.yaml");
+        let (input, watcher) = watch_flow_file(&flow, Duration::from_secs(1)).unwrap();
+        let args = WorkerArgs {
+            flow: Some(flow),
+            flow_ref: None,
+            worker_index: Some(0),
+            worker_count: 1,
+            listen: "127.0.0.1:0".parse().unwrap(),
+            secrets_dir: self.dir.path().join("secrets"),
+            checkpoints_file: None,
+            flow_reload_seconds: 1,
+        };
+        let (snap_tx, _) = tokio::sync::watch::channel(None);
+        let sink = Arc::new(Sink(snap_tx, Default::default()));
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let worker = tokio::spawn(run_with(args, input, vec![sink.clone()], async {
+            let _ = stop_rx.await;
+        }));
+        (sink, stop_tx, worker, watcher)
+    }
+}
+
+impl Sink {
+    fn failover(&self) -> Option<FailoverReport> {
+        self.0.borrow().as_ref().and_then(|s| s.failover.clone())
+    }
+
+    /// Waits for the failover `id` to reach a final phase.
+    async fn final_failover(&self, id: &str) -> FailoverReport {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            if let Some(r) = self.failover().filter(|r| r.id == id && r.phase.is_final()) {
+                return r;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "failover not finished; {}",
+                self.describe()
+            );
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+
+    async fn until(&self, what: &str, ok: impl Fn(&WorkerSnapshot) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(90);
+        while !self.0.borrow().as_ref().is_some_and(&ok) {
+            assert!(Instant::now() < deadline, "{what}; {}", self.describe());
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+}
+
+fn batch(from: i64, per_partition: i64) -> Vec<ProduceRecord> {
+    (from * PARTITIONS as i64..(from + per_partition) * PARTITIONS as i64)
+        .map(|i| {
+            ProduceRecord::new(format!("k{i}"), format!("v{i}"))
+                .partition((i % PARTITIONS as i64) as i32)
+        })
+        .collect()
+}
+
+async fn target_ends(tgt: &str) -> BTreeMap<i32, i64> {
+    let mut out = BTreeMap::new();
+    for p in 0..PARTITIONS {
+        out.insert(
+            p,
+            // -1 until the target topic exists.
+            brokers::watermarks(tgt, "dc1.orders", p)
+                .await
+                .map_or(-1, |w| w.1),
+        );
+    }
+    out
+}
+
+/// Reads what group `group` gets on the target from its committed offsets (keys per partition).
+fn read_group(tgt: &str, group: &str, want: usize) -> Vec<(i32, i64)> {
+    let c = consumer(tgt, group);
+    c.subscribe(&["dc1.orders"]).unwrap();
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut quiet_until = None;
+    while Instant::now() < deadline {
+        match c.poll(Duration::from_millis(200)) {
+            Some(Ok(m)) => got.push((m.partition(), m.offset())),
+            _ if got.len() >= want => {
+                // Give a duplicate the chance to show up.
+                let q = *quiet_until.get_or_insert(Instant::now() + Duration::from_secs(2));
+                if Instant::now() >= q {
+                    break;
+                }
+            }
+            _ => {}
+        }
+    }
+    got.sort();
+    got
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn planned_failover_drains_commits_the_idle_groups_names_the_active_one_and_stops() {
+    let (source, target) = tokio::join!(
+        broker_or_skip(BrokerKind::Kafka),
+        broker_or_skip(BrokerKind::Kafka)
+    );
+    let (Some(source), Some(target)) = (source, target) else {
+        return;
+    };
+    let run = FlowRun {
+        dir: tempfile::tempdir().unwrap(),
+        src: source.bootstrap_servers(),
+        tgt: target.bootstrap_servers(),
+    };
+    let (src, tgt) = (run.src.clone(), run.tgt.clone());
+    brokers::create_topic(&src, "orders", PARTITIONS, &[])
+        .await
+        .unwrap();
+    brokers::produce(&src, "orders", &batch(0, PER_PARTITION))
+        .await
+        .unwrap();
+    run.write("");
+    let (sink, stop, worker, watcher) = run.start();
+    let first: BTreeMap<i32, i64> = (0..PARTITIONS).map(|p| (p, PER_PARTITION)).collect();
+    sink.until("first records replicated", |_| true).await;
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while target_ends(&tgt).await != first {
+        assert!(
+            Instant::now() < deadline,
+            "not replicated; {}",
+            sink.describe()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+
+    // Mid-stream: 500 more per partition land on the source; the failover starts at once,
+    // so the drain has work to do.
+    const MORE: i64 = 500;
+    let end = PER_PARTITION + MORE;
+    brokers::produce(&src, "orders", &batch(PER_PARTITION, MORE))
+        .await
+        .unwrap();
+    let groups: [(&str, BTreeMap<i32, i64>); 3] = [
+        ("g-a", [(0, 0), (1, 25), (2, end)].into_iter().collect()),
+        ("g-b", [(0, end), (1, 300), (2, 7)].into_iter().collect()),
+        ("g-active", [(0, 1), (1, 1), (2, 1)].into_iter().collect()),
+    ];
+    for (g, at) in &groups {
+        brokers::commit_group(&src, g, "orders", at).await.unwrap();
+    }
+    // g-active has a live member on the target.
+    let active = consumer(&tgt, "g-active");
+    active.subscribe(&["dc1.orders"]).unwrap();
+    let stop_active = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let poller = {
+        let stop_active = stop_active.clone();
+        std::thread::spawn(move || {
+            while !stop_active.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = active.poll(Duration::from_millis(100));
+            }
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let admin = GroupAdmin::new(
+            ClientConfig::new().set("bootstrap.servers", &tgt),
+            "target",
+            Duration::from_secs(10),
+        )
+        .unwrap();
+        if admin
+            .list_groups()
+            .unwrap()
+            .iter()
+            .any(|g| g.group == "g-active" && g.members > 0)
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "g-active never got a member on the target"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+
+    run.write("  failover: {id: move-1, mode: Planned, drainTimeoutSeconds: 120}");
+    let report = sink.final_failover("move-1").await;
+    eprintln!("report: {}", serde_json::to_string_pretty(&report).unwrap());
+    assert_eq!(report.phase, FailoverPhase::Done, "{report:?}");
+    assert_eq!(report.not_replicated, Some(0));
+    // The source's `heartbeats` topic is replicated too (worker 0 writes it every second).
+    let parts: Vec<FailoverPartition> = report
+        .partitions
+        .iter()
+        .filter(|p| p.topic == "orders")
+        .cloned()
+        .collect();
+    let want_parts: Vec<FailoverPartition> = (0..PARTITIONS)
+        .map(|partition| FailoverPartition {
+            topic: "orders".into(),
+            partition,
+            source_end: Some(end),
+            target_holds: end,
+            not_replicated: Some(0),
+        })
+        .collect();
+    assert_eq!(
+        parts, want_parts,
+        "the report's partitions are what the test produced"
+    );
+    let by_group: BTreeMap<&str, &FailoverGroup> = report
+        .groups
+        .iter()
+        .map(|g| (g.group.as_str(), g))
+        .collect();
+    assert_eq!(by_group.len(), 3, "{report:?}");
+    for (g, at) in &groups[..2] {
+        let line = by_group[g];
+        assert_eq!(line.skipped, None, "{g}: {line:?}");
+        assert_eq!(
+            line.records_read_again,
+            Some(0),
+            "{g}: exact on a contiguous topic"
+        );
+        let want: Vec<String> = at
+            .iter()
+            .map(|(p, o)| format!("dc1.orders/{p}@{o}"))
+            .collect();
+        assert_eq!(line.committed, want, "{g}");
+        assert_eq!(
+            brokers::group_committed(&tgt, g, "dc1.orders", PARTITIONS)
+                .await
+                .unwrap(),
+            *at,
+            "{g} on the target"
+        );
+    }
+    let skipped = by_group["g-active"];
+    assert!(
+        skipped.committed.is_empty()
+            && skipped
+                .skipped
+                .as_deref()
+                .is_some_and(|s| s.contains("active member")),
+        "{skipped:?}"
+    );
+    stop_active.store(true, std::sync::atomic::Ordering::Relaxed);
+    poller.join().unwrap();
+    assert_eq!(
+        brokers::group_committed(&tgt, "g-active", "dc1.orders", PARTITIONS)
+            .await
+            .unwrap(),
+        BTreeMap::new(),
+        "the active group is untouched"
+    );
+
+    // Replication stopped: records produced now stay on the source.
+    sink.until("the worker paused after the failover", |s| {
+        s.state == mirrorflow::api::WorkerState::Paused
+    })
+    .await;
+    brokers::produce(&src, "orders", &batch(end, 10))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let stopped_at: BTreeMap<i32, i64> = (0..PARTITIONS).map(|p| (p, end)).collect();
+    assert_eq!(
+        target_ends(&tgt).await,
+        stopped_at,
+        "nothing replicated after the failover"
+    );
+
+    // Consumers moved to the target read exactly what they had not consumed: no re-read,
+    // no skip, the counts the report implies.
+    for (g, at) in &groups[..2] {
+        let want: Vec<(i32, i64)> = at
+            .iter()
+            .flat_map(|(&p, &o)| (o..end).map(move |off| (p, off)))
+            .collect();
+        let got = read_group(&tgt, g, want.len());
+        assert_eq!(got.len(), want.len(), "{g}: records read on the target");
+        assert_eq!(got, want, "{g}: exactly the unconsumed records");
+    }
+
+    // A restart neither runs it again nor replicates.
+    let _ = stop.send(());
+    worker.await.unwrap().unwrap();
+    watcher.abort();
+    let (sink, stop, worker, watcher) = run.start();
+    let again = sink.final_failover("move-1").await;
+    // Read back from the store (which keeps whole seconds), not run again.
+    let second = |r: &FailoverReport| r.started_at.as_ref().map(|t| t.0.as_second());
+    assert_eq!(second(&again), second(&report), "read back, not run again");
+    sink.until("paused after the restart", |s| {
+        s.state == mirrorflow::api::WorkerState::Paused
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        target_ends(&tgt).await,
+        stopped_at,
+        "still stopped after a restart"
+    );
+    let _ = stop.send(());
+    worker.await.unwrap().unwrap();
+    watcher.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unplanned_failover_commits_the_last_checkpoints_and_reports_the_recovery_point() {
+    let (source, target) = tokio::join!(
+        broker_or_skip(BrokerKind::Kafka),
+        broker_or_skip(BrokerKind::Kafka)
+    );
+    let (Some(mut source), Some(target)) = (source, target) else {
+        return;
+    };
+    let run = FlowRun {
+        dir: tempfile::tempdir().unwrap(),
+        src: source.bootstrap_servers(),
+        tgt: target.bootstrap_servers(),
+    };
+    let (src, tgt) = (run.src.clone(), run.tgt.clone());
+    brokers::create_topic(&src, "orders", PARTITIONS, &[])
+        .await
+        .unwrap();
+    brokers::produce(&src, "orders", &batch(0, PER_PARTITION))
+        .await
+        .unwrap();
+    let at: BTreeMap<i32, i64> = [(0, 10), (1, 20), (2, PER_PARTITION)].into_iter().collect();
+    brokers::commit_group(&src, "g-a", "orders", &at)
+        .await
+        .unwrap();
+    run.write("");
+    let (sink, stop, worker, watcher) = run.start();
+    let first: BTreeMap<i32, i64> = (0..PARTITIONS).map(|p| (p, PER_PARTITION)).collect();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while target_ends(&tgt).await != first {
+        assert!(
+            Instant::now() < deadline,
+            "not replicated; {}",
+            sink.describe()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    // A checkpoint for every partition of g-a.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let reports = sink
+            .1
+            .lock()
+            .unwrap()
+            .as_ref()
+            .map(checkpoint_reports)
+            .unwrap_or_default();
+        if reports.iter().flat_map(|r| &r.groups).any(|g| {
+            g.group == "g-a" && g.partitions == PARTITIONS && g.last_checkpoint_time.is_some()
+        }) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no checkpoints for g-a: {}",
+            sink.describe()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    // Replication is paused, 40 more per partition land on the source, then the source dies:
+    // those 40 never arrive.
+    run.write("  paused: true");
+    sink.until("paused", |s| {
+        s.state == mirrorflow::api::WorkerState::Paused
+    })
+    .await;
+    const LOST: i64 = 40;
+    brokers::produce(&src, "orders", &batch(PER_PARTITION, LOST))
+        .await
+        .unwrap();
+    source.stop().unwrap();
+
+    run.write("  paused: true\n  failover: {id: dc1-down, mode: Unplanned}");
+    let report = sink.final_failover("dc1-down").await;
+    eprintln!("report: {}", serde_json::to_string_pretty(&report).unwrap());
+    assert_eq!(report.phase, FailoverPhase::Done, "{report:?}");
+    // The recovery point: what the target holds; the test knows the source had LOST more.
+    for p in report.partitions.iter().filter(|p| p.topic == "orders") {
+        assert_eq!(
+            (p.topic.as_str(), p.target_holds),
+            ("orders", PER_PARTITION),
+            "{p:?}"
+        );
+        assert_eq!(PER_PARTITION + LOST - p.target_holds, LOST, "never arrived");
+    }
+    assert_eq!(
+        report
+            .partitions
+            .iter()
+            .filter(|p| p.topic == "orders")
+            .count(),
+        PARTITIONS as usize
+    );
+    let line = report
+        .groups
+        .iter()
+        .find(|g| g.group == "g-a")
+        .expect("g-a reported");
+    assert_eq!(line.skipped, None, "{line:?}");
+    assert_eq!(
+        brokers::group_committed(&tgt, "g-a", "dc1.orders", PARTITIONS)
+            .await
+            .unwrap(),
+        at,
+        "g-a at its last checkpoint on the target"
+    );
+    let _ = stop.send(());
+    worker.await.unwrap().unwrap();
+    watcher.abort();
 }

@@ -152,6 +152,10 @@ pub struct MirrorFlowSpec {
     /// that was already applied is a no-op.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reset: Option<ResetRequest>,
+    /// Patch this to fail the consumers over to the target (see `FailoverRequest`): the
+    /// report is `status.failover`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failover: Option<super::FailoverRequest>,
 }
 
 /// Connection to one Kafka cluster. Secrets are always referenced, never inline.
@@ -723,6 +727,9 @@ pub struct MirrorFlowStatus {
     /// The continuous integrity audit (`spec.audit`), summed over the workers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub audit: Option<super::AuditReport>,
+    /// The last failover (`spec.failover`), as worker 0 reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failover: Option<super::FailoverReport>,
 }
 
 /// A worker's own report.
@@ -787,6 +794,9 @@ pub struct WorkerStatus {
     /// The continuous integrity audit of this worker's partitions (`spec.audit`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub audit: Option<super::AuditReport>,
+    /// The failover this worker runs (`spec.failover`; only worker 0 runs it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failover: Option<super::FailoverReport>,
 }
 
 /// Which side of the flow a cluster is.

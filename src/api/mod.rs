@@ -4,6 +4,7 @@
 pub mod audit;
 pub mod checkpoint;
 pub mod defaults;
+pub mod failover;
 pub mod flow;
 pub mod load;
 pub mod status;
@@ -14,6 +15,9 @@ mod tests;
 
 pub use audit::{Audit, AuditCounts, AuditReport};
 pub use checkpoint::*;
+pub use failover::{
+    FailoverGroup, FailoverMode, FailoverPartition, FailoverPhase, FailoverReport, FailoverRequest,
+};
 pub use flow::*;
 pub use load::{load_flow_file, parse_flow_file, FlowFile, LoadError};
 pub use validate::{validate_checkpoint, validate_flow, FieldError, ValidationErrors};

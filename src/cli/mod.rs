@@ -1,6 +1,7 @@
 //! Operator tools: `mirrorflow status` ([`status`]: a flow read through the Kubernetes API,
 //! as a page), `mirrorflow translate` ([`translate`]: a group's checkpoints for failover) and
-//! `mirrorflow audit` ([`audit`]: source records compared with their target copies).
+//! `mirrorflow audit` ([`audit`]: source records compared with their target copies) and
+//! `mirrorflow failover` ([`failover`]: `spec.failover` patched, its report printed).
 //! The rendering is pure; the reads are thin edges beside it. They print the decisions of the
 //! rooms below (`worker::checkpoint`, `worker::validation`), never make their own.
 
@@ -9,6 +10,7 @@ use kube::Api;
 use crate::api::MirrorFlow;
 
 pub mod audit;
+pub mod failover;
 pub mod flow_source;
 pub mod status;
 pub mod translate;

@@ -62,6 +62,10 @@ pub fn render(flow: &MirrorFlow, now: Timestamp) -> String {
     if let Some(a) = &status.audit {
         out.push_str(&audit(a, now));
     }
+    if let Some(f) = &status.failover {
+        out.push_str("\nFAILOVER ");
+        out.push_str(&super::failover::render(f));
+    }
     if let Some(r) = &status.last_applied_reset {
         out.push_str(&format!(
             "\nLAST RESET {:?}: {:?} {} ago, {} partition(s){}\n",
@@ -319,6 +323,25 @@ mod tests {
             "{page}"
         );
         assert!(!render(&flow(json!({})), now()).contains("AUDIT"));
+    }
+
+    #[test]
+    fn the_failover_report_is_on_the_page() {
+        let f = flow(json!({
+            "failover": {
+                "id": "m1", "mode": "Unplanned", "phase": "Done",
+                "partitions": [{"topic": "orders", "partition": 0, "targetHolds": 60}],
+                "groups": [{"group": "g-a", "committed": ["dc1.orders/0@10"]}]
+            }
+        }));
+        let page = render(&f, now());
+        assert!(
+            page.contains(
+                "\nFAILOVER failover \"m1\" (Unplanned): Done\n\nPARTITIONS\nTOPIC   PARTITION  SOURCE-END  TARGET-HOLDS  NOT-REPLICATED\norders  0          -           60            -\n\nGROUPS\nGROUP  COMMITTED        READ-AGAIN  NOT-TOUCHED\ng-a    dc1.orders/0@10  -\n"
+            ),
+            "{page}"
+        );
+        assert!(!render(&flow(json!({})), now()).contains("FAILOVER"));
     }
 
     #[test]

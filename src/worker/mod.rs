@@ -3,6 +3,7 @@ pub mod acl_sync;
 pub mod audit;
 pub mod checkpoint;
 pub mod error;
+pub mod failover;
 pub mod heartbeats;
 pub mod process;
 pub mod replicate;

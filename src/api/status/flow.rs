@@ -740,6 +740,28 @@ fn replicating_verdict(w: &WorkerRollup, failed_partitions: i32) -> Verdict {
     }
 }
 
+/// `Ready=False` reason `FailedOver` once a failover is done: the flow stopped on purpose
+/// (not an error) and stays stopped while `spec.failover` names it.
+fn failed_over_verdict(f: Option<&crate::api::FailoverReport>) -> Option<Verdict> {
+    let f = f.filter(|f| f.phase == crate::api::FailoverPhase::Done)?;
+    let moved = f.groups.iter().filter(|g| !g.committed.is_empty()).count();
+    let skipped: Vec<String> = f
+        .groups
+        .iter()
+        .filter(|g| g.skipped.is_some())
+        .map(|g| g.group.clone())
+        .collect();
+    let mut msg = format!(
+        "failover {:?} ({:?}) done: replication stopped, {moved} group(s) at their translated offsets on the target",
+        f.id, f.mode
+    );
+    if !skipped.is_empty() {
+        msg.push_str(&format!(", not touched: {}", list_some(&skipped)));
+    }
+    msg.push_str("; see status.failover (remove spec.failover to replicate again)");
+    Some(Verdict::no("FailedOver", msg))
+}
+
 /// `InvalidSpec`: True with the validation errors.
 fn invalid_spec_verdict(invalid: Option<&ValidationErrors>) -> Verdict {
     match invalid {
@@ -805,6 +827,13 @@ pub fn fold_flow_status(obs: &FlowObservation<'_>) -> MirrorFlowStatus {
     );
     let connection = connection_trouble(&fresh);
 
+    // Worker 0 runs the failover; its entry reports it (kept once the entry goes, e.g.
+    // while the flow is stopped after it).
+    let failover = workers
+        .iter()
+        .find_map(|(_, e)| e.and_then(|e| e.failover.clone()))
+        .or(prev.failover.clone())
+        .filter(|f| flow.spec.failover.as_ref().is_some_and(|r| r.id == f.id));
     let (ready, phase) = ready_verdict(&ReadyInputs {
         invalid: obs.invalid,
         children: obs.children,
@@ -815,6 +844,10 @@ pub fn fold_flow_status(obs: &FlowObservation<'_>) -> MirrorFlowStatus {
         draining: obs.draining,
         statefulset: obs.statefulset,
     });
+    let (ready, phase) = match failed_over_verdict(failover.as_ref()) {
+        Some(v) => (v, Phase::Current),
+        None => (ready, phase),
+    };
     let mut conditions = vec![ready.clone().stamp(pc, READY, gen, now)];
     conditions.extend(phase_stamps(&ready, phase, pc, gen, now));
     conditions.push(replicating_verdict(&rollup, failed_partitions).stamp(
@@ -868,6 +901,7 @@ pub fn fold_flow_status(obs: &FlowObservation<'_>) -> MirrorFlowStatus {
         topic_acls,
         replication_latency,
         audit,
+        failover,
         workers: prev.workers,
     }
 }

@@ -43,6 +43,7 @@ fn worker(i: i32, state: WorkerState, heartbeat: i64) -> WorkerStatus {
         unwritable_topics: vec![],
         replication_latency: None,
         audit: None,
+        failover: None,
     }
 }
 
@@ -1526,4 +1527,89 @@ fn unwritable_topics_condition() {
         ..never
     };
     assert_eq!(cond(&fold(&c, t(100))), None);
+}
+
+#[test]
+fn a_done_failover_is_ready_false_failed_over_and_its_report_is_copied() {
+    use crate::api::{FailoverGroup, FailoverMode, FailoverPhase, FailoverReport, FailoverRequest};
+    let report = |id: &str, phase: FailoverPhase| FailoverReport {
+        id: id.into(),
+        mode: FailoverMode::Planned,
+        phase,
+        message: None,
+        started_at: None,
+        finished_at: None,
+        not_replicated: Some(0),
+        partitions: vec![],
+        groups: vec![
+            FailoverGroup {
+                group: "billing".into(),
+                committed: vec!["dc1.orders/0@7".into()],
+                records_read_again: Some(0),
+                skipped: None,
+            },
+            FailoverGroup {
+                group: "live".into(),
+                committed: vec![],
+                records_read_again: None,
+                skipped: Some("1 active member(s) on the target".into()),
+            },
+        ],
+    };
+    let observe = |requested: Option<&str>, phase: FailoverPhase, state: WorkerState| {
+        let mut f = flow(2);
+        f.spec.failover = requested.map(|id| FailoverRequest {
+            id: id.into(),
+            mode: FailoverMode::Planned,
+            drain_timeout_seconds: 300,
+        });
+        let mut w0 = worker(0, state, 95);
+        w0.failover = Some(report("move-1", phase));
+        let f = with_workers(f, vec![w0, worker(1, state, 95)]);
+        fold_flow_status(&FlowObservation {
+            flow: &f,
+            invalid: None,
+            statefulset: Some(&sts(2, 2)),
+            draining: None,
+            children: None,
+            now: t(100),
+            stale_after: STALE_AFTER,
+        })
+    };
+    // Done: Ready False, reason FailedOver, naming what was committed and what was not.
+    let st = observe(Some("move-1"), FailoverPhase::Done, WorkerState::Paused);
+    let ready = cond(&st, READY);
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("False", "FailedOver")
+    );
+    assert_eq!(
+        ready.message,
+        "failover \"move-1\" (Planned) done: replication stopped, 1 group(s) at their translated \
+         offsets on the target, not touched: live; see status.failover (remove spec.failover to replicate again)"
+    );
+    assert!(
+        st.conditions.iter().all(|c| c.type_ != "Stalled"),
+        "not an error"
+    );
+    assert_eq!(st.failover, Some(report("move-1", FailoverPhase::Done)));
+    // Draining: reported, Ready as the workers say.
+    let st = observe(
+        Some("move-1"),
+        FailoverPhase::Draining,
+        WorkerState::Running,
+    );
+    assert_eq!(cond(&st, READY).status, "True");
+    assert_eq!(st.failover.map(|f| f.phase), Some(FailoverPhase::Draining));
+    // A report of another id (or none asked for) is not shown.
+    let st = observe(Some("move-2"), FailoverPhase::Done, WorkerState::Running);
+    assert_eq!(
+        (cond(&st, READY).status.as_str(), st.failover.clone()),
+        ("True", None)
+    );
+    let st = observe(None, FailoverPhase::Done, WorkerState::Running);
+    assert_eq!(
+        (cond(&st, READY).status.as_str(), st.failover.clone()),
+        ("True", None)
+    );
 }

@@ -22,6 +22,8 @@ pub struct Extras {
     pub replication_latency: watch::Receiver<Option<ReplicationLatency>>,
     /// The continuous integrity audit (`worker::audit`).
     pub audit: watch::Receiver<Option<crate::api::AuditReport>>,
+    /// The failover (worker 0, `worker::failover`).
+    pub failover: watch::Receiver<Option<crate::api::FailoverReport>>,
 }
 
 impl Extras {
@@ -40,6 +42,7 @@ impl Extras {
             .filter(|t| t.synced + t.created_by_flow + t.skipped > 0 || t.last_error.is_some());
         snap.replication_latency = self.replication_latency.borrow().clone();
         snap.audit = self.audit.borrow().clone();
+        snap.failover = self.failover.borrow().clone();
     }
 }
 
@@ -122,6 +125,7 @@ mod tests {
                 topic_acls: acl_rx,
                 replication_latency: latency_rx,
                 audit: watch::channel(None).1,
+                failover: watch::channel(None).1,
             },
         };
         let ctx = health.target.context();

@@ -17,13 +17,14 @@ use super::sinks::{
     checkpoint_reports, CheckpointReport, CheckpointReportSource, Extras, Fanout, WithExtras,
     WorkerSink,
 };
-use crate::api::MirrorFlow;
+use crate::api::{MirrorFlow, MirrorFlowSpec};
 use crate::kafka::health::FlowHealth;
 use crate::telemetry::http::{self, HttpState, Readiness};
 use crate::telemetry::metrics::WorkerMetrics;
 use crate::worker::acl_sync::{AclMetrics, AclSyncRunner};
 use crate::worker::audit::runner::{AuditMetrics, AuditRunner};
 use crate::worker::checkpoint::runner::{self, CheckpointRunner};
+use crate::worker::failover::runner::FailoverRunner;
 use crate::worker::heartbeats::HeartbeatRunner;
 use crate::worker::replicate::{
     Engine, EngineOutputs, EngineSettings, StatusSink, Tuning, WorkerSnapshot,
@@ -62,11 +63,13 @@ pub async fn run_with(
     let (acl_state, acl_rx) = watch::channel(None);
     let (latency_state, latency_rx) = watch::channel(None);
     let (audit_state, audit_rx) = watch::channel(None);
+    let (failover_state, failover_rx) = watch::channel(None);
     let extras = Extras {
         health: health.clone(),
         topic_acls: acl_rx,
         replication_latency: latency_rx,
         audit: audit_rx,
+        failover: failover_rx,
     };
     let sink = engine_sink(status_tx, sinks, extras);
     let (addr, stop_http_tx, http_task) = serve_http(
@@ -124,13 +127,15 @@ pub async fn run_with(
             )
         })
         .flatten();
+    let (failover_task, engine_spec) =
+        start_failover(index, &args, &input, failover_state, &stop_rx);
     let outputs = EngineOutputs {
         health: health.clone(),
         metrics,
         sink,
         readiness,
     };
-    let result = match Engine::new(settings, input.spec, outputs) {
+    let result = match Engine::new(settings, engine_spec, outputs) {
         Ok(engine) => engine.watch_secrets(secrets).run(engine_shutdown).await,
         Err(e) => {
             drop(engine_shutdown); // releases `stop_tx`: the runner stops at once
@@ -141,9 +146,70 @@ pub async fn run_with(
     stop_side_tasks(checkpoints, acl_task).await;
     stop_side_tasks(None, heartbeat_task).await;
     stop_side_tasks(None, Some(audit_task)).await;
+    stop_side_tasks(None, Some(failover_task)).await;
     let _ = stop_http_tx.send(());
     let _ = http_task.await;
     result.map_err(anyhow::Error::from)
+}
+
+/// The failover (worker 0 runs it; every worker stops once it is done) and the flow as the
+/// engine sees it: paused while a failover is done.
+fn start_failover(
+    index: u32,
+    args: &WorkerArgs,
+    input: &FlowInput,
+    state: watch::Sender<Option<crate::api::FailoverReport>>,
+    stop: &watch::Receiver<bool>,
+) -> (JoinHandle<()>, watch::Receiver<MirrorFlowSpec>) {
+    // A worker started under `spec.failover` replicates nothing until the store says that
+    // failover is not done (its outcome would stop it anyway).
+    let (stopped_tx, stopped_rx) = watch::channel(input.spec.borrow().failover.is_some());
+    let task = tokio::spawn(
+        FailoverRunner {
+            namespace: input.namespace.clone(),
+            flow: input.name.clone(),
+            secrets_dir: args.secrets_dir.clone(),
+            index,
+            spec: input.spec.clone(),
+            checkpoints: input.checkpoints.clone(),
+            state,
+            stopped: stopped_tx,
+        }
+        .run(wait_for_stop(stop.clone())),
+    );
+    (
+        task,
+        paused_while_failed_over(input.spec.clone(), stopped_rx),
+    )
+}
+
+/// The flow as the engine sees it: `spec`, paused while `stopped` (a failover is done).
+fn paused_while_failed_over(
+    mut spec: watch::Receiver<MirrorFlowSpec>,
+    mut stopped: watch::Receiver<bool>,
+) -> watch::Receiver<MirrorFlowSpec> {
+    let derive = |spec: &MirrorFlowSpec, stopped: bool| MirrorFlowSpec {
+        paused: spec.paused || stopped,
+        ..spec.clone()
+    };
+    let (tx, rx) = watch::channel(derive(
+        &spec.borrow_and_update(),
+        *stopped.borrow_and_update(),
+    ));
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                r = spec.changed() => if r.is_err() { return },
+                r = stopped.changed() => if r.is_err() { return },
+                _ = tx.closed() => return,
+            }
+            let next = derive(&spec.borrow_and_update(), *stopped.borrow_and_update());
+            if tx.send(next).is_err() {
+                return;
+            }
+        }
+    });
+    rx
 }
 
 /// The continuous audit of this worker's partitions (`worker::audit::runner`), fed the

@@ -140,6 +140,9 @@ pub struct WorkerSnapshot {
     /// The continuous integrity audit of the owned partitions (`worker::audit`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub audit: Option<crate::api::AuditReport>,
+    /// The failover (worker 0, `spec.failover`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failover: Option<crate::api::FailoverReport>,
     /// When this snapshot was taken.
     pub time: Time,
 }
@@ -171,6 +174,7 @@ impl WorkerSnapshot {
             unwritable_topics: Vec::new(),
             replication_latency: None,
             audit: None,
+            failover: None,
             time: Time(jiff::Timestamp::now()),
         }
     }
@@ -203,6 +207,7 @@ impl WorkerSnapshot {
             unwritable_topics: self.unwritable_topics.iter().take(20).cloned().collect(),
             replication_latency: self.replication_latency.clone(),
             audit: self.audit.clone(),
+            failover: self.failover.clone(),
         }
     }
 }

@@ -1,0 +1,329 @@
+//! A failover's decisions: whether the drain is done, and what happens to each group. Pure;
+//! the runner (`super::runner`) feeds them what it read from both clusters.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::api::{FailoverGroup, FailoverPartition};
+use crate::kafka::admin::GroupOffset;
+use crate::worker::checkpoint::translate::{
+    decide_group_sync, GroupSyncDecision, TargetGroupState,
+};
+
+/// `(topic, partition)`.
+pub type Tp = (String, i32);
+
+/// Planned: per partition, the source end taken at the start against the source position the
+/// target holds (`holds`: the committed progress; a partition without any holds nothing).
+pub fn planned_partitions(
+    ends: &BTreeMap<Tp, i64>,
+    holds: &BTreeMap<Tp, i64>,
+) -> Vec<FailoverPartition> {
+    ends.iter()
+        .map(|((topic, partition), &end)| {
+            let held = holds
+                .get(&(topic.clone(), *partition))
+                .copied()
+                .unwrap_or(0);
+            FailoverPartition {
+                topic: topic.clone(),
+                partition: *partition,
+                source_end: Some(end),
+                target_holds: held,
+                not_replicated: Some((end - held).max(0)),
+            }
+        })
+        .collect()
+}
+
+/// The drain's next step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DrainStep {
+    /// Every partition holds its source end: go on to the groups.
+    Drained,
+    /// Some partition is behind and there is time left.
+    Wait,
+    /// Time is up: the partitions still behind, as `topic/partition: n record(s)`.
+    TimedOut(Vec<String>),
+}
+
+/// Whether the drain is done: every partition's `notReplicated` is 0; else wait until
+/// `timeout` has passed since the start.
+pub fn drain_step(parts: &[FailoverPartition], elapsed: Duration, timeout: Duration) -> DrainStep {
+    let behind: Vec<String> = parts
+        .iter()
+        .filter(|p| p.not_replicated.unwrap_or(0) > 0)
+        .map(|p| {
+            format!(
+                "{}/{}: {} record(s)",
+                p.topic,
+                p.partition,
+                p.not_replicated.unwrap_or(0)
+            )
+        })
+        .collect();
+    if behind.is_empty() {
+        DrainStep::Drained
+    } else if elapsed >= timeout {
+        DrainStep::TimedOut(behind)
+    } else {
+        DrainStep::Wait
+    }
+}
+
+/// What to commit for one partition of a group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Proposal {
+    /// Target topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: i32,
+    /// The target offset to commit; `None`: no safe translation.
+    pub offset: Option<i64>,
+    /// Whether the offset re-reads nothing (an exact translation).
+    pub exact: bool,
+}
+
+/// One group as the failover sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupInput {
+    /// Group id.
+    pub group: String,
+    /// Members on the target (`None`: the group does not exist there).
+    pub members: Option<u32>,
+    /// Its committed offsets on the target by (target topic, partition).
+    pub committed: BTreeMap<Tp, i64>,
+    /// One per partition of a replicated topic the group committed on the source (Planned)
+    /// or has a checkpoint for (Unplanned).
+    pub proposals: Vec<Proposal>,
+}
+
+/// What happens to a group: the offsets to commit (none when skipped) and its report line.
+pub fn plan_group(g: &GroupInput) -> (Vec<GroupOffset>, FailoverGroup) {
+    let mut report = FailoverGroup {
+        group: g.group.clone(),
+        committed: Vec::new(),
+        records_read_again: None,
+        skipped: None,
+    };
+    let skip = |mut r: FailoverGroup, why: String| {
+        r.skipped = Some(why);
+        (Vec::new(), r)
+    };
+    if let Some(m) = g.members.filter(|m| *m > 0) {
+        return skip(
+            report,
+            format!("{m} active member(s) on the target: not touched (their commits would overwrite ours)"),
+        );
+    }
+    if g.proposals.is_empty() {
+        return skip(report, "no committed offset on a replicated topic".into());
+    }
+    let untranslated: Vec<String> = g
+        .proposals
+        .iter()
+        .filter(|p| p.offset.is_none())
+        .map(|p| format!("{}/{}", p.topic, p.partition))
+        .collect();
+    if !untranslated.is_empty() {
+        return skip(
+            report,
+            format!(
+                "no safe translation for {}: not touched",
+                untranslated.join(", ")
+            ),
+        );
+    }
+    let mut commits = Vec::new();
+    let mut proposals: Vec<&Proposal> = g.proposals.iter().collect();
+    proposals.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+    for p in proposals {
+        let offset = p.offset.expect("checked above");
+        let state = TargetGroupState {
+            exists: g.members.is_some(),
+            active_members: g.members.unwrap_or(0),
+            committed: g.committed.get(&(p.topic.clone(), p.partition)).copied(),
+        };
+        match decide_group_sync(&state, offset) {
+            GroupSyncDecision::Commit(o) => {
+                report
+                    .committed
+                    .push(format!("{}/{}@{o}", p.topic, p.partition));
+                commits.push(GroupOffset {
+                    topic: p.topic.clone(),
+                    partition: p.partition,
+                    offset: o,
+                    metadata: String::new(),
+                });
+            }
+            // Already at or past it: never moved backwards; it stays where it is.
+            GroupSyncDecision::SkipNotAhead | GroupSyncDecision::SkipActiveMembers => {
+                let at = state.committed.unwrap_or(offset).max(offset);
+                report
+                    .committed
+                    .push(format!("{}/{}@{at}", p.topic, p.partition));
+            }
+        }
+    }
+    report.records_read_again = g.proposals.iter().all(|p| p.exact).then_some(0);
+    (commits, report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tp(t: &str, p: i32) -> Tp {
+        (t.to_string(), p)
+    }
+
+    #[test]
+    fn planned_partitions_count_what_is_missing() {
+        let ends = BTreeMap::from([(tp("a", 0), 100), (tp("a", 1), 50), (tp("b", 0), 0)]);
+        let holds = BTreeMap::from([(tp("a", 0), 100), (tp("a", 1), 40)]);
+        let parts = planned_partitions(&ends, &holds);
+        let got: Vec<(i64, Option<i64>)> = parts
+            .iter()
+            .map(|p| (p.target_holds, p.not_replicated))
+            .collect();
+        // b/0 has no progress and nothing to replicate; a target ahead counts as 0.
+        assert_eq!(got, vec![(100, Some(0)), (40, Some(10)), (0, Some(0))]);
+        let ahead = planned_partitions(
+            &BTreeMap::from([(tp("a", 0), 5)]),
+            &BTreeMap::from([(tp("a", 0), 9)]),
+        );
+        assert_eq!(ahead[0].not_replicated, Some(0));
+    }
+
+    #[test]
+    fn drain_step_table() {
+        let part = |missing: i64| FailoverPartition {
+            topic: "a".into(),
+            partition: 3,
+            source_end: Some(10),
+            target_holds: 10 - missing,
+            not_replicated: Some(missing),
+        };
+        let s = Duration::from_secs;
+        let cases = [
+            (
+                vec![part(0), part(0)],
+                s(1),
+                DrainStep::Drained,
+                "all there",
+            ),
+            (
+                vec![part(0), part(0)],
+                s(999),
+                DrainStep::Drained,
+                "all there, late",
+            ),
+            (vec![], s(0), DrainStep::Drained, "no partitions"),
+            (
+                vec![part(0), part(2)],
+                s(9),
+                DrainStep::Wait,
+                "behind, time left",
+            ),
+            (
+                vec![part(0), part(2)],
+                s(10),
+                DrainStep::TimedOut(vec!["a/3: 2 record(s)".into()]),
+                "behind at the timeout",
+            ),
+        ];
+        for (parts, elapsed, want, what) in cases {
+            assert_eq!(drain_step(&parts, elapsed, s(10)), want, "{what}");
+        }
+    }
+
+    fn proposal(topic: &str, partition: i32, offset: Option<i64>, exact: bool) -> Proposal {
+        Proposal {
+            topic: topic.into(),
+            partition,
+            offset,
+            exact,
+        }
+    }
+
+    #[test]
+    fn plan_group_table() {
+        let group =
+            |members: Option<u32>, committed: &[(i32, i64)], proposals: Vec<Proposal>| GroupInput {
+                group: "g".into(),
+                members,
+                committed: committed
+                    .iter()
+                    .map(|&(p, o)| (tp("dc1.a", p), o))
+                    .collect(),
+                proposals,
+            };
+        struct Case {
+            what: &'static str,
+            input: GroupInput,
+            commits: Vec<(i32, i64)>,
+            committed: Vec<&'static str>,
+            read_again: Option<i64>,
+            skipped: Option<&'static str>,
+        }
+        let cases = [
+            Case {
+                what: "absent on the target: every partition committed, exact",
+                input: group(None, &[], vec![proposal("dc1.a", 1, Some(0), true), proposal("dc1.a", 0, Some(7), true)]),
+                commits: vec![(0, 7), (1, 0)],
+                committed: vec!["dc1.a/0@7", "dc1.a/1@0"],
+                read_again: Some(0),
+                skipped: None,
+            },
+            Case {
+                what: "empty group behind: moved forward, never backward",
+                input: group(Some(0), &[(0, 3), (1, 9)], vec![proposal("dc1.a", 0, Some(7), true), proposal("dc1.a", 1, Some(5), true)]),
+                commits: vec![(0, 7)],
+                committed: vec!["dc1.a/0@7", "dc1.a/1@9"],
+                read_again: Some(0),
+                skipped: None,
+            },
+            Case {
+                what: "a safe translation: read-again unknown",
+                input: group(None, &[], vec![proposal("dc1.a", 0, Some(7), false)]),
+                commits: vec![(0, 7)],
+                committed: vec!["dc1.a/0@7"],
+                read_again: None,
+                skipped: None,
+            },
+            Case {
+                what: "active on the target: named, untouched",
+                input: group(Some(2), &[], vec![proposal("dc1.a", 0, Some(7), true)]),
+                commits: vec![],
+                committed: vec![],
+                read_again: None,
+                skipped: Some("2 active member(s) on the target: not touched (their commits would overwrite ours)"),
+            },
+            Case {
+                what: "one partition without a translation: the whole group untouched",
+                input: group(None, &[], vec![proposal("dc1.a", 0, Some(7), true), proposal("dc1.a", 1, None, false)]),
+                commits: vec![],
+                committed: vec![],
+                read_again: None,
+                skipped: Some("no safe translation for dc1.a/1: not touched"),
+            },
+            Case {
+                what: "nothing replicated committed",
+                input: group(None, &[], vec![]),
+                commits: vec![],
+                committed: vec![],
+                read_again: None,
+                skipped: Some("no committed offset on a replicated topic"),
+            },
+        ];
+        for c in cases {
+            let (commits, report) = plan_group(&c.input);
+            let got: Vec<(i32, i64)> = commits.iter().map(|o| (o.partition, o.offset)).collect();
+            assert_eq!(got, c.commits, "{}", c.what);
+            assert!(commits.iter().all(|o| o.topic == "dc1.a"), "{}", c.what);
+            assert_eq!(report.committed, c.committed, "{}", c.what);
+            assert_eq!(report.records_read_again, c.read_again, "{}", c.what);
+            assert_eq!(report.skipped.as_deref(), c.skipped, "{}", c.what);
+        }
+    }
+}
