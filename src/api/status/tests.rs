@@ -43,6 +43,7 @@ fn worker(i: i32, state: WorkerState, heartbeat: i64) -> WorkerStatus {
         unwritable_topics: vec![],
         replication_latency: None,
         audit: None,
+        mirror_maker2_takeover: None,
     }
 }
 

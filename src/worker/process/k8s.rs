@@ -509,6 +509,7 @@ mod tests {
             unwritable_topics: vec![],
             replication_latency: None,
             audit: None,
+            mirror_maker2_takeover: None,
         }
     }
 

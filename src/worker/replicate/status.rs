@@ -140,6 +140,10 @@ pub struct WorkerSnapshot {
     /// The continuous integrity audit of the owned partitions (`worker::audit`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub audit: Option<crate::api::AuditReport>,
+    /// Partitions started from MirrorMaker 2's positions
+    /// (`spec.source.startFrom.mirrorMaker2`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mirror_maker2_takeover: Option<crate::api::MirrorMaker2Takeover>,
     /// When this snapshot was taken.
     pub time: Time,
 }
@@ -171,6 +175,7 @@ impl WorkerSnapshot {
             unwritable_topics: Vec::new(),
             replication_latency: None,
             audit: None,
+            mirror_maker2_takeover: None,
             time: Time(jiff::Timestamp::now()),
         }
     }
@@ -203,6 +208,7 @@ impl WorkerSnapshot {
             unwritable_topics: self.unwritable_topics.iter().take(20).cloned().collect(),
             replication_latency: self.replication_latency.clone(),
             audit: self.audit.clone(),
+            mirror_maker2_takeover: self.mirror_maker2_takeover.clone(),
         }
     }
 }

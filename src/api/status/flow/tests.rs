@@ -29,6 +29,7 @@ fn entry(i: u32, state: WorkerState) -> WorkerStatus {
         unwritable_topics: vec![],
         replication_latency: None,
         audit: None,
+        mirror_maker2_takeover: None,
     }
 }
 
