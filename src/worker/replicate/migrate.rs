@@ -192,17 +192,21 @@ impl Takeover {
         }
     }
 
-    /// The status entry (lists bounded to 20 topics).
-    pub fn report(&self) -> MirrorMaker2Takeover {
+    /// The status entry (lists bounded to 20 topics); none while every partition resumed
+    /// from its own progress (a restart after the takeover).
+    pub fn report(&self) -> Option<MirrorMaker2Takeover> {
+        if self.from_mm2.is_empty() && self.fell_back.is_empty() {
+            return None;
+        }
         let count = |s: &BTreeSet<_>| i32::try_from(s.len()).unwrap_or(i32::MAX);
         let list = |s| summarize(s).into_iter().take(20).collect();
-        MirrorMaker2Takeover {
+        Some(MirrorMaker2Takeover {
             offsets_topic: self.offsets_topic.clone(),
             partitions: count(&self.from_mm2),
             topics: list(&self.from_mm2),
             fell_back: count(&self.fell_back),
             fell_back_topics: list(&self.fell_back),
-        }
+        })
     }
 }
 
@@ -410,9 +414,6 @@ mod tests {
             offsets_topic: "mm2-offsets.dc1.internal".into(),
             ..Takeover::default()
         };
-        t.started("orders", 0, &Start::MirrorMaker2(250));
-        t.started("orders", 1, &Start::MirrorMaker2(7));
-        t.started("orders", 2, &Start::Fresh(0));
         let stored = crate::kafka::wire::Progress {
             topic: "pay".into(),
             partition: 0,
@@ -421,16 +422,21 @@ mod tests {
             reset_id: String::new(),
             failure: String::new(),
         };
+        t.started("pay", 0, &Start::Resume(stored.clone()));
+        assert_eq!(t.report(), None, "only resumed: nothing taken over");
+        t.started("orders", 0, &Start::MirrorMaker2(250));
+        t.started("orders", 1, &Start::MirrorMaker2(7));
+        t.started("orders", 2, &Start::Fresh(0));
         t.started("pay", 0, &Start::Resume(stored));
         assert_eq!(
             t.report(),
-            MirrorMaker2Takeover {
+            Some(MirrorMaker2Takeover {
                 offsets_topic: "mm2-offsets.dc1.internal".into(),
                 partitions: 2,
                 topics: vec!["orders: 0-1".into()],
                 fell_back: 1,
                 fell_back_topics: vec!["orders: 2".into()],
-            }
+            })
         );
     }
 
