@@ -129,6 +129,30 @@ fn invalid_resources() -> Vec<(&'static str, String, &'static str)> {
             "metadata.name",
         ),
         ("unknown field (strict)", flow("f14", "  topicz: {}\n"), "topicz"),
+        (
+            "startFrom on the target (CEL)",
+            flow("f18", "").replace(
+                "bootstrapServers: 'b:1'",
+                "bootstrapServers: 'b:1', startFrom: {mirrorMaker2: {}}",
+            ),
+            "spec.target.startFrom",
+        ),
+        (
+            "source startFrom without a source of positions (CEL)",
+            flow("f19", "").replace(
+                "bootstrapServers: 'a:1'",
+                "bootstrapServers: 'a:1', startFrom: {}",
+            ),
+            "set mirrorMaker2",
+        ),
+        (
+            "MM2 offsets topic not a topic name",
+            flow("f20", "").replace(
+                "bootstrapServers: 'a:1'",
+                "bootstrapServers: 'a:1', startFrom: {mirrorMaker2: {offsetsTopic: 'a b'}}",
+            ),
+            "spec.source.startFrom.mirrorMaker2.offsetsTopic",
+        ),
         ("inFlightMiB 0", flow("f15", "  workers: {inFlightMiB: 0}\n"), "spec.workers.inFlightMiB"),
         ("lagMax 0", flow("f16", "  offsetSyncs: {lagMax: 0}\n"), "spec.offsetSyncs.lagMax"),
         (

@@ -31,6 +31,7 @@ use mirrorflow::testkit::mirror_maker::{
 };
 use mirrorflow::worker::checkpoint::store::SyncStore;
 use mirrorflow::worker::checkpoint::translate::clamp_to_target_end;
+use mirrorflow::worker::replicate::migrate::Mm2Positions;
 use pretty_assertions::assert_eq;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
@@ -118,8 +119,13 @@ spec:
 /// (created with the first); a record's value names its source position
 /// (`orders-<partition>-<offset>`).
 async fn produce_orders(c: &Clusters, range: std::ops::Range<i64>) {
+    produce_orders_to(&c.src(), range).await;
+}
+
+/// [`produce_orders`] to the cluster at `bootstrap`.
+async fn produce_orders_to(bootstrap: &str, range: std::ops::Range<i64>) {
     if range.start == 0 {
-        create_topic(&c.src(), "orders", PARTITIONS, &[])
+        create_topic(bootstrap, "orders", PARTITIONS, &[])
             .await
             .unwrap();
     }
@@ -131,7 +137,7 @@ async fn produce_orders(c: &Clusters, range: std::ops::Range<i64>) {
             })
         })
         .collect();
-    let delivered = produce(&c.src(), "orders", &records).await.unwrap();
+    let delivered = produce(bootstrap, "orders", &records).await.unwrap();
     assert!(delivered.iter().all(|d| range.contains(&d.offset)));
 }
 
@@ -593,31 +599,24 @@ async fn mirrorflow_reads_mm2_offset_syncs_and_checkpoints() {
     );
 }
 
-/// MM2's source positions in its Connect offsets topic: keys
-/// `["MirrorSourceConnector",{"cluster":..,"partition":..,"topic":..}]`, values
-/// `{"offset":N}` (JSON, as Connect's `JsonConverter` writes them), the last per key.
+/// MM2's source positions for dc1 in its Connect offsets topic, as mirrorflow's migration
+/// reads them (`worker::replicate::migrate`): the last replicated source offset per
+/// partition.
 async fn mm2_positions(bootstrap: &str, topic: &str) -> BTreeMap<(String, i32), i64> {
     let records = consume_all(bootstrap, topic, ConsumeUntil::idle(Duration::from_secs(2)))
         .await
         .unwrap();
-    let mut out = BTreeMap::new();
+    let mut positions = Mm2Positions::new("dc1");
     for r in &records {
-        let key: serde_json::Value = serde_json::from_slice(r.key.as_deref().unwrap()).unwrap();
-        if key[0] != "MirrorSourceConnector" {
-            continue;
-        }
-        let part = &key[1];
-        assert_eq!(part["cluster"], "dc1", "{key}");
-        let value: serde_json::Value =
-            serde_json::from_slice(r.value.as_deref().unwrap_or(b"null")).unwrap();
-        out.insert(
-            (
-                part["topic"].as_str().unwrap().to_owned(),
-                i32::try_from(part["partition"].as_i64().unwrap()).unwrap(),
-            ),
-            value["offset"].as_i64().unwrap(),
-        );
+        positions
+            .apply(r.key.as_deref(), r.value.as_deref())
+            .unwrap_or_else(|e| panic!("{topic} offset {}: {e}", r.offset));
     }
+    assert!(
+        positions.other_clusters().is_empty(),
+        "{:?}",
+        positions.other_clusters()
+    );
     let sample = records.iter().rev().find(|r| {
         r.key
             .as_deref()
@@ -625,12 +624,16 @@ async fn mm2_positions(bootstrap: &str, topic: &str) -> BTreeMap<(String, i32), 
     });
     if let Some(r) = sample {
         eprintln!(
-            "(b) a record of {topic}: key {} value {}",
+            "a record of {topic}: key {} value {}",
             String::from_utf8_lossy(r.key.as_deref().unwrap_or_default()),
             String::from_utf8_lossy(r.value.as_deref().unwrap_or_default())
         );
     }
-    out
+    positions
+        .next_offsets()
+        .into_iter()
+        .map(|(k, next)| (k, next - 1))
+        .collect()
 }
 
 /// The checkpoints in `topic` on `bootstrap`, decoded by mirrorflow's wire decoder, the last
@@ -992,4 +995,263 @@ async fn a_mirror_maker_that_cannot_start_says_why() {
         "the log is kept: {err}"
     );
     std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// Migration from a running MirrorMaker 2 (`spec.source.startFrom.mirrorMaker2`): MM2
+/// replicates `orders` while a producer writes 100,002 records (33,334 per partition) in
+/// chunks; MM2 is stopped (SIGTERM) mid-stream, and mirrorflow takes over from MM2's Connect
+/// offsets. Every source record is on the target exactly once, in order; groups committed on
+/// dc1 before the handover (checkpointed by MM2), after it, and after it but still behind it
+/// (translated by MM2's offset syncs, which mirrorflow reads) translate to target offsets that
+/// skip nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn migration_from_mm2_mid_stream_copies_nothing_twice_and_skips_nothing() {
+    let begin = Instant::now();
+    let Some(c) = Clusters::start().await else {
+        return;
+    };
+    const PER_PARTITION: i64 = 33_334;
+    const CHUNK: i64 = 500;
+    produce_orders(&c, 0..CHUNK).await;
+    let mut config = MirrorMakerConfig::pair(("dc1", &c.src()), ("dc2", &c.dst()), &["orders"]);
+    config.checkpoints = Periodic::on(1);
+    config.refresh_topics_seconds = 5;
+    config.refresh_groups_seconds = 5;
+    config.offset_flush_interval_ms = Some(1000);
+    let Some(mut mm2) = mirror_maker_or_skip(config).await else {
+        return;
+    };
+    // Chunks of 1,500 records until all are written; the last tenth waits for MM2 to stop
+    // (however slowly MM2 starts on a busy machine, it stops mid-stream).
+    let src = c.src();
+    let (stopped_tx, mut stopped_rx) = tokio::sync::watch::channel(false);
+    let producer = tokio::spawn(async move {
+        let mut at = CHUNK;
+        while at < PER_PARTITION {
+            if at >= PER_PARTITION * 9 / 10 {
+                stopped_rx.wait_for(|s| *s).await.unwrap();
+            }
+            let end = (at + CHUNK).min(PER_PARTITION);
+            produce_orders_to(&src, at..end).await;
+            at = end;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    });
+    let mm2_first = wait_first_record(mm2.spawned_at(), &c.dst(), "dc1.orders", || {
+        mm2.problems(30)
+    })
+    .await;
+    // A group that committed while MM2 ran (MM2 may checkpoint it).
+    let before: [(&str, &[(i32, i64)]); 1] = [("billing", &[(0, 150), (1, 301), (2, 499)])];
+    commit_groups(&c, &before).await;
+    let deadline = Instant::now() + WAIT;
+    while target_end_sum(&c.dst()).await < 20_000 {
+        assert!(
+            Instant::now() < deadline,
+            "MM2 copied too little: {}",
+            mm2.problems(20)
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let mm2_checkpoints = mirrorflow_checkpoints(&c.dst(), "dc1.checkpoints.internal").await;
+    assert!(!producer.is_finished(), "MM2 stops mid-stream");
+    let stopping = Instant::now();
+    let status = mm2.stop().await.unwrap();
+    let stopped_in = stopping.elapsed();
+    let mm2_stopped = Instant::now();
+    stopped_tx.send(true).unwrap();
+    let mut positions = mm2_positions(&c.dst(), "mm2-offsets.dc1.internal").await;
+    positions.retain(|(topic, _), _| topic == "orders");
+    let mut mm2_ends = BTreeMap::new();
+    for p in 0..PARTITIONS {
+        let (_, end) = watermarks(&c.dst(), "dc1.orders", p).await.unwrap();
+        mm2_ends.insert(p, end);
+    }
+    let mm2_copied: i64 = mm2_ends.values().sum();
+    eprintln!("(m) MM2 stopped ({status}) in {stopped_in:?}: positions {positions:?}, dc1.orders ends on dc2 {mm2_ends:?}; MM2's checkpoints {mm2_checkpoints:?}");
+    assert_eq!(
+        positions.len(),
+        3,
+        "MM2 left a position for every partition"
+    );
+
+    // mirrorflow takes over.
+    let path = c.dir.path().join("migrate.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: mirrorflow.io/v1alpha1
+kind: MirrorFlow
+metadata: {{name: compat}}
+spec:
+  source:
+    alias: dc1
+    bootstrapServers: '{}'
+    startFrom: {{mirrorMaker2: {{}}}}
+  target: {{alias: dc2, bootstrapServers: '{}'}}
+  topics: {{include: [orders], refreshIntervalSeconds: 1}}
+---
+apiVersion: mirrorflow.io/v1alpha1
+kind: OffsetCheckpoint
+metadata: {{name: groups}}
+spec:
+  flowRef: {{name: compat}}
+  groups: {{include: [billing, audit, search], refreshIntervalSeconds: 1}}
+  intervalSeconds: 1
+",
+            c.src(),
+            c.dst()
+        ),
+    )
+    .unwrap();
+    let (status_tx, status_rx) =
+        tokio::sync::watch::channel(mirrorflow::worker::replicate::WorkerSnapshot::starting(
+            "default",
+            "compat",
+            0,
+            1,
+            Default::default(),
+        ));
+    let worker = Standalone::start(
+        &standalone_args(&path, &c.secrets()),
+        vec![std::sync::Arc::new(status_tx)],
+    );
+    let took_over = loop {
+        let mut grew = false;
+        for p in 0..PARTITIONS {
+            let (_, end) = watermarks(&c.dst(), "dc1.orders", p).await.unwrap();
+            grew |= end > mm2_ends[&p];
+        }
+        if grew {
+            break mm2_stopped.elapsed();
+        }
+        assert!(mm2_stopped.elapsed() < WAIT, "mirrorflow copied nothing");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    // Groups committed after the handover: one past it, one still behind it.
+    let handover: BTreeMap<i32, i64> = positions.iter().map(|((_, p), o)| (*p, o + 1)).collect();
+    let after_at: Vec<(i32, i64)> = (0..PARTITIONS).map(|p| (p, handover[&p] + 40)).collect();
+    let behind_at: Vec<(i32, i64)> = (0..PARTITIONS).map(|p| (p, handover[&p] - 37)).collect();
+    let after: [(&str, &[(i32, i64)]); 2] = [("audit", &after_at), ("search", &behind_at)];
+    commit_groups(&c, &after).await;
+    producer.await.unwrap();
+    let total = usize::try_from(PER_PARTITION * i64::from(PARTITIONS)).unwrap();
+    let target = consume_all(
+        &c.dst(),
+        "dc1.orders",
+        ConsumeUntil::count(total).timeout(WAIT),
+    )
+    .await
+    .unwrap();
+    let all_in = mm2_stopped.elapsed();
+    // Record by record: each source position once, in source order per partition.
+    let mut seen: BTreeMap<(i32, i64), usize> = BTreeMap::new();
+    let mut last: BTreeMap<i32, i64> = BTreeMap::new();
+    let mut out_of_order = 0;
+    for r in &target {
+        let (p, o) = source_position(r);
+        *seen.entry((p, o)).or_default() += 1;
+        if last.get(&p).is_some_and(|l| *l >= o) {
+            out_of_order += 1;
+        }
+        last.insert(p, o);
+    }
+    let duplicates: usize = seen.values().map(|n| n - 1).sum();
+    let lost = (0..PARTITIONS)
+        .flat_map(|p| (0..PER_PARTITION).map(move |o| (p, o)))
+        .filter(|k| !seen.contains_key(k))
+        .count();
+    let mirrorflow_copied = i64::try_from(target.len()).unwrap() - mm2_copied;
+    eprintln!(
+        "(m) {} records on dc2: MM2 copied {mm2_copied}, mirrorflow {mirrorflow_copied}; \
+         {duplicates} duplicates, {lost} lost, {out_of_order} out of order; mirrorflow's first \
+         record {took_over:?} after MM2 stopped, all in {all_in:?}",
+        target.len()
+    );
+    assert_eq!((duplicates, lost, out_of_order), (0, 0, 0));
+    assert_eq!(target.len(), total);
+
+    // The worker reports where its partitions started: MM2 also replicated dc1's
+    // heartbeats, and mirrorflow goes on from there too.
+    let takeover = status_rx.borrow().mirror_maker2_takeover.clone();
+    let takeover = takeover.expect("the worker reports the takeover");
+    assert_eq!(
+        (
+            takeover.partitions,
+            takeover.topics.clone(),
+            takeover.fell_back
+        ),
+        (
+            4,
+            vec!["heartbeats: 0".to_owned(), "orders: 0-2".to_owned()],
+            0
+        ),
+        "{takeover:?}"
+    );
+
+    // Every group translates, none past a record it has not consumed.
+    let mut groups: Vec<(&str, &[(i32, i64)])> = before.to_vec();
+    groups.extend(after);
+    let committed = committed(&groups, "dc1.orders");
+    let deadline = Instant::now() + WAIT;
+    let translated = loop {
+        let last = translate_all(&path, &c.secrets()).await;
+        if let Ok((offsets, sources)) = &last {
+            if *sources == committed {
+                break offsets.clone();
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not every group translates: {last:?}, committed {committed:?}"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
+    worker.stop().await;
+    let rereads = check_never_past(&translated, &committed, &target);
+
+    // A restart goes on from the flow's own progress, never back to MM2's positions.
+    let worker = Standalone::start(&standalone_args(&path, &c.secrets()), Vec::new());
+    produce_orders(&c, PER_PARTITION..PER_PARTITION + 100).await;
+    consume_all(
+        &c.dst(),
+        "dc1.orders",
+        ConsumeUntil::count(total + 300).timeout(WAIT),
+    )
+    .await
+    .unwrap();
+    worker.stop().await;
+    let everything = consume_all(
+        &c.dst(),
+        "dc1.orders",
+        ConsumeUntil::idle(Duration::from_secs(3)).timeout(WAIT),
+    )
+    .await
+    .unwrap();
+    let distinct: std::collections::BTreeSet<(i32, i64)> =
+        everything.iter().map(source_position).collect();
+    assert_eq!(
+        (everything.len(), distinct.len()),
+        (total + 300, total + 300),
+        "after a restart: each record once"
+    );
+    eprintln!("(m) committed on dc1 {committed:?}");
+    eprintln!("(m) translated {translated:?}");
+    eprintln!("(m) records each group reads again: {rereads:?}");
+    eprintln!(
+        "(m) MirrorMaker 2 {}: first record on dc2 after {mm2_first:?}; test took {:?}",
+        mm2.version(),
+        begin.elapsed()
+    );
+}
+
+/// Records on dc2's `dc1.orders`, by its end offsets.
+async fn target_end_sum(bootstrap: &str) -> i64 {
+    let mut sum = 0;
+    for p in 0..PARTITIONS {
+        sum += watermarks(bootstrap, "dc1.orders", p)
+            .await
+            .map_or(0, |(_, end)| end);
+    }
+    sum
 }

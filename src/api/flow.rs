@@ -78,6 +78,7 @@ use super::defaults;
 #[x_kube(validation = Rule::new("self.source.bootstrapServers == oldSelf.source.bootstrapServers").field_path(".source.bootstrapServers").reason(Reason::FieldValueForbidden).message("spec.source.bootstrapServers cannot change on an existing flow (positions of one cluster would be applied to another); create a new MirrorFlow instead"))]
 #[x_kube(validation = Rule::new("self.target.alias == oldSelf.target.alias").field_path(".target.alias").reason(Reason::FieldValueForbidden).message("spec.target.alias cannot change on an existing flow (it names the offset-syncs topic and cycle detection); create a new MirrorFlow instead"))]
 #[x_kube(validation = Rule::new("!has(self.source.replicationFactor)").field_path(".source.replicationFactor").reason(Reason::FieldValueForbidden).message("spec.source.replicationFactor is not used: mirrorflow creates no topics on the source; set spec.target.replicationFactor (target topics) or spec.internalTopics.replicationFactor"))]
+#[x_kube(validation = Rule::new("!has(self.target.startFrom)").field_path(".target.startFrom").reason(Reason::FieldValueForbidden).message("spec.target.startFrom is not used: positions are taken on the source; set spec.source.startFrom"))]
 #[x_kube(validation = Rule::new("has(self.replicationPolicy) == has(oldSelf.replicationPolicy) && (!has(self.replicationPolicy) || self.replicationPolicy == oldSelf.replicationPolicy)").field_path(".replicationPolicy").reason(Reason::FieldValueForbidden).message("spec.replicationPolicy cannot change on an existing flow (target topic names and positions would no longer match); create a new MirrorFlow instead"))]
 #[serde(rename_all = "camelCase")]
 pub struct MirrorFlowSpec {
@@ -199,6 +200,47 @@ pub struct ClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 32767))]
     pub replication_factor: Option<i32>,
+    /// Source only: where partitions without stored progress start, from another mirror's
+    /// positions (`mirrorMaker2`); `spec.startFrom` applies to partitions it has no
+    /// position for. Stored progress always wins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_from: Option<SourceStart>,
+}
+
+/// Positions another mirror left, to take over from without copying again or skipping.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[x_kube(cel, validation = Rule::new("has(self.mirrorMaker2)").message("spec.source.startFrom names where positions come from: set mirrorMaker2"))]
+#[serde(rename_all = "camelCase")]
+pub struct SourceStart {
+    /// Take over from a stopped MirrorMaker 2: see `MirrorMaker2Start`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mirror_maker2: Option<MirrorMaker2Start>,
+}
+
+/// MirrorMaker 2's source positions, read from its Connect offsets topic on the target
+/// (keys `["MirrorSourceConnector",{"cluster":<source alias>,"topic":..,"partition":..}]`,
+/// values `{"offset":N}`, the last source offset it copied). A partition without stored
+/// progress starts at N + 1; one MM2 never copied starts per `spec.startFrom`. Stop MM2
+/// before the flow starts: records it copies afterwards are copied again. MM2's source
+/// alias must be `spec.source.alias` and its replication policy the flow's (the same target
+/// topics).
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct MirrorMaker2Start {
+    /// The Connect offsets topic on the target; absent: `mm2-offsets.<source alias>.internal`
+    /// (MM2's dedicated mode).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 249), regex(pattern = r"^[a-zA-Z0-9._-]+$"))]
+    pub offsets_topic: Option<String>,
+}
+
+impl MirrorMaker2Start {
+    /// The offsets topic MM2 (dedicated mode) keeps for source `alias`, unless named.
+    pub fn topic(&self, source_alias: &str) -> String {
+        self.offsets_topic
+            .clone()
+            .unwrap_or_else(|| format!("mm2-offsets.{source_alias}.internal"))
+    }
 }
 
 impl ClusterSpec {
@@ -797,6 +839,32 @@ pub struct WorkerStatus {
     /// The failover this worker runs (`spec.failover`; only worker 0 runs it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failover: Option<super::FailoverReport>,
+    /// Where this worker's partitions took over from MirrorMaker 2
+    /// (`spec.source.startFrom.mirrorMaker2`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mirror_maker2_takeover: Option<MirrorMaker2Takeover>,
+}
+
+/// The partitions a worker started from MirrorMaker 2's positions, and those MM2 had no
+/// position for (started per `spec.startFrom`), since the worker started.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct MirrorMaker2Takeover {
+    /// The Connect offsets topic read.
+    pub offsets_topic: String,
+    /// Partitions started right after the last source offset MM2 copied.
+    pub partitions: i32,
+    /// Those partitions, `topic: 0-2,5` per topic (bounded).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 20))]
+    pub topics: Vec<String>,
+    /// Partitions MM2 had no position for, started per `spec.startFrom`.
+    #[serde(default)]
+    pub fell_back: i32,
+    /// Those partitions, as `topics` (bounded).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 20))]
+    pub fell_back_topics: Vec<String>,
 }
 
 /// Which side of the flow a cluster is.

@@ -711,6 +711,36 @@ fn flow_validation_table() {
             Some("spec.source.replicationFactor"),
         ),
         (
+            "take over from MM2's default offsets topic",
+            "/source/startFrom",
+            json!({"mirrorMaker2": {}}),
+            None,
+        ),
+        (
+            "take over from a named offsets topic",
+            "/source/startFrom",
+            json!({"mirrorMaker2": {"offsetsTopic": "mirrormaker2-cluster-offsets"}}),
+            None,
+        ),
+        (
+            "offsets topic not a topic name",
+            "/source/startFrom",
+            json!({"mirrorMaker2": {"offsetsTopic": "mm2 offsets"}}),
+            Some("spec.source.startFrom.mirrorMaker2.offsetsTopic"),
+        ),
+        (
+            "startFrom without a source of positions",
+            "/source/startFrom",
+            json!({}),
+            Some("spec.source.startFrom"),
+        ),
+        (
+            "startFrom on the target",
+            "/target/startFrom",
+            json!({"mirrorMaker2": {}}),
+            Some("spec.target.startFrom"),
+        ),
+        (
             "internal topics RF 2",
             "/internalTopics/replicationFactor",
             json!(2),

@@ -413,6 +413,7 @@ pub fn validate_flow(spec: &MirrorFlowSpec) -> Result<(), ValidationErrors> {
     }
     validate_topic_patterns(spec, &mut errs);
     validate_replication_factors(spec, &mut errs);
+    validate_start(spec, &mut errs);
     validate_topic_handling(spec, &mut errs);
     validate_workers(spec, &mut errs);
     if let Some(reset) = &spec.reset {
@@ -437,6 +438,36 @@ fn validate_topic_patterns(spec: &MirrorFlowSpec, errs: &mut ValidationErrors) {
         &spec.topic_configs.exclude,
         errs,
     );
+}
+
+/// `spec.source.startFrom`: a source of positions, with a legal topic name; none on the target.
+fn validate_start(spec: &MirrorFlowSpec, errs: &mut ValidationErrors) {
+    if spec.target.start_from.is_some() {
+        errs.push(
+            "spec.target.startFrom",
+            "set",
+            "is not used: positions are taken on the source; set spec.source.startFrom",
+        );
+    }
+    let Some(start) = &spec.source.start_from else {
+        return;
+    };
+    match &start.mirror_maker2 {
+        None => errs.push(
+            "spec.source.startFrom",
+            "{}",
+            "names where positions come from: set mirrorMaker2",
+        ),
+        Some(mm2) => {
+            if let Some(t) = mm2.offsets_topic.as_deref().filter(|t| !is_legal_topic(t)) {
+                errs.push(
+                    "spec.source.startFrom.mirrorMaker2.offsetsTopic",
+                    t,
+                    "must be a Kafka topic name (1-249 of letters, digits, '.', '_', '-')",
+                );
+            }
+        }
+    }
 }
 
 /// Replication factors: none on the source (nothing is created there), 1.. elsewhere.

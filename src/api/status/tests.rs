@@ -44,6 +44,7 @@ fn worker(i: i32, state: WorkerState, heartbeat: i64) -> WorkerStatus {
         replication_latency: None,
         audit: None,
         failover: None,
+        mirror_maker2_takeover: None,
     }
 }
 

@@ -74,6 +74,20 @@ pub fn offset_syncs_topic(flow: &MirrorFlowSpec) -> String {
     wire::offset_syncs_topic(&flow.source.alias)
 }
 
+/// MirrorMaker 2's offset-syncs topic on the source, for a flow that took over from MM2
+/// (`spec.source.startFrom.mirrorMaker2`): `mm2-offset-syncs.<targetAlias>.internal`, MM2's
+/// default location. Read once at start before the flow's own syncs, so groups still behind
+/// the handover translate by MM2's syncs (with MM2's rule) and the rest by mirrorflow's: no
+/// gap between the two. (MM2 with `offset-syncs.topic.location=target` wrote the flow's own
+/// topic.)
+pub fn mm2_offset_syncs_topic(flow: &MirrorFlowSpec) -> Option<String> {
+    flow.source
+        .start_from
+        .as_ref()
+        .and_then(|s| s.mirror_maker2.as_ref())
+        .map(|_| wire::offset_syncs_topic(&flow.target.alias))
+}
+
 /// The checkpoints topic of a flow, on the target: `<sourceAlias>.checkpoints.internal`.
 pub fn checkpoints_topic(flow: &MirrorFlowSpec) -> String {
     wire::checkpoints_topic(&flow.source.alias)
@@ -501,8 +515,25 @@ impl CheckpointRunner {
             &syncs_topic,
             &format!("target cluster {}", self.flow.target.alias),
         )?;
+        let mm2 = match mm2_offset_syncs_topic(&self.flow) {
+            Some(t) => Some(TopicTail::new(
+                &self.source,
+                &t,
+                &format!("source cluster {}", self.flow.source.alias),
+            )?),
+            None => None,
+        };
         let (tail, store, read) = tokio::task::spawn_blocking(move || {
             let mut store = SyncStore::new();
+            // MM2's syncs first: they precede the flow's in every partition (MM2 stopped
+            // where the flow started). Without them only groups past the handover
+            // translate, so a failure to read them is logged, not fatal.
+            if let Some(mut mm2) = mm2 {
+                match mm2.catch_up(STARTUP_READ_TIMEOUT, |m| apply_sync(&mut store, m)) {
+                    Ok(n) => tracing::info!(syncs_read = n, "MirrorMaker 2 offset syncs read"),
+                    Err(e) => tracing::warn!(error = %e, "MirrorMaker 2 offset syncs not read: groups behind the handover do not translate"),
+                }
+            }
             let read = tail.catch_up(STARTUP_READ_TIMEOUT, |m| apply_sync(&mut store, m))?;
             Ok::<_, KafkaError>((tail, store, read))
         })

@@ -510,6 +510,7 @@ mod tests {
             replication_latency: None,
             audit: None,
             failover: None,
+            mirror_maker2_takeover: None,
         }
     }
 

@@ -359,7 +359,8 @@ pub fn log_applied(a: &Applied, table: &PartitionTable) {
     }
     for (tp, start) in &a.started {
         let resumed = matches!(start, Start::Resume(_));
-        info!(topic = %tp.topic, partition = tp.partition, position = start.position(), resumed, "taking partition");
+        let from_mirror_maker2 = matches!(start, Start::MirrorMaker2(_));
+        info!(topic = %tp.topic, partition = tp.partition, position = start.position(), resumed, from_mirror_maker2, "taking partition");
     }
     for d in &a.deferred {
         debug!(
@@ -407,6 +408,9 @@ pub struct Discovery {
     pub validation_timeout: Duration,
     /// Progress read at start, by source partition.
     pub stored: Arc<HashMap<(String, i32), Progress>>,
+    /// MirrorMaker 2's next offsets read at start (`spec.source.startFrom.mirrorMaker2`), by
+    /// source partition.
+    pub mm2: Arc<BTreeMap<(String, i32), i64>>,
     pub topic_ids: TopicIds,
     pub metrics: WorkerMetrics,
     /// The target's client config (for the created-topics store).
@@ -443,6 +447,7 @@ impl Discovery {
             io_timeout: settings.tuning.io_timeout,
             validation_timeout: settings.tuning.validation_timeout,
             stored: Arc::default(),
+            mm2: Arc::default(),
             topic_ids,
             metrics: metrics.clone(),
             target_config: clients.target_props.to_client_config(),
@@ -543,9 +548,11 @@ impl Discovery {
             if settled || !plan.ready.contains(target) {
                 continue;
             }
-            let stored = self.stored.get(&(tp.topic.clone(), tp.partition));
+            let key = (tp.topic.clone(), tp.partition);
+            let stored = self.stored.get(&key);
+            let mm2 = self.mm2.get(&key).copied();
             let marks = plan.marks.get(tp).copied();
-            if let Some(s) = start_position(stored, marks, input.start_from, input.first) {
+            if let Some(s) = start_position(stored, mm2, marks, input.start_from, input.first) {
                 plan.starts.insert(tp.clone(), s);
             }
         }
@@ -954,7 +961,7 @@ impl Discovery {
                 (None, Some(start)) => {
                     let (id, _) = match start {
                         Start::Resume(p) => (p.topic_id.clone(), ()),
-                        Start::Fresh(_) => (String::new(), ()),
+                        Start::Fresh(_) | Start::MirrorMaker2(_) => (String::new(), ()),
                     };
                     KnownPartition {
                         tp: tp.clone(),

@@ -76,6 +76,10 @@ pub struct Engine {
     refreshing: Option<JoinHandle<RefreshPlan>>,
     next_refresh: Instant,
     progress_loaded: bool,
+    /// MirrorMaker 2's positions were read (or are not asked for).
+    mm2_loaded: bool,
+    /// Where partitions started once MM2's positions were read.
+    takeover: Option<super::migrate::Takeover>,
     internal_topics_ready: bool,
     out_of_range_seen: bool,
     started: bool,
@@ -144,6 +148,8 @@ impl Engine {
             refreshing: None,
             next_refresh: Instant::now(),
             progress_loaded: false,
+            mm2_loaded: false,
+            takeover: None,
             internal_topics_ready: false,
             out_of_range_seen: false,
             started: false,
@@ -465,7 +471,70 @@ impl Engine {
                 }
             }
         }
+        if !self.mm2_loaded {
+            return self.load_mm2_positions().await;
+        }
         Ok(true)
+    }
+
+    /// Reads MirrorMaker 2's positions once (`spec.source.startFrom.mirrorMaker2`). A flow
+    /// with no stored progress yet waits until they hold a position for its source alias:
+    /// starting without them would copy again (Earliest) or skip (Latest) what MM2 left.
+    async fn load_mm2_positions(&mut self) -> Result<bool, EngineError> {
+        let Some(mm2) = self
+            .spec
+            .source
+            .start_from
+            .as_ref()
+            .and_then(|s| s.mirror_maker2.as_ref())
+        else {
+            self.mm2_loaded = true;
+            return Ok(true);
+        };
+        let alias = self.spec.source.alias.clone();
+        let topic = mm2.topic(&alias);
+        let timeout = self.settings.tuning.io_timeout;
+        let props = &self.clients.target_props;
+        match io::read_mm2_positions(props, &topic, &alias, timeout).await {
+            Ok(p) if p.is_empty() && self.discovery.stored.is_empty() => {
+                let others = p.other_clusters();
+                let found = if others.is_empty() {
+                    String::new()
+                } else {
+                    let names: Vec<&str> = others.iter().map(String::as_str).collect();
+                    format!(
+                        " (it holds positions of source cluster {})",
+                        names.join(", ")
+                    )
+                };
+                self.start_problem(format!(
+                    "spec.source.startFrom.mirrorMaker2: topic {topic} on target cluster {} \
+                     holds no MirrorSourceConnector position of source cluster {alias}{found}; \
+                     MM2's source alias must be spec.source.alias, and offsetsTopic its Connect \
+                     offsets topic",
+                    self.spec.target.alias
+                ));
+                Ok(false)
+            }
+            Ok(p) => {
+                info!(topic = %topic, partitions = p.next_offsets().len(), "MirrorMaker 2 positions read");
+                self.discovery.mm2 = Arc::new(p.next_offsets());
+                self.takeover = Some(super::migrate::Takeover {
+                    offsets_topic: topic,
+                    ..Default::default()
+                });
+                self.mm2_loaded = true;
+                Ok(true)
+            }
+            Err(io::Mm2ReadError::Unreadable(e)) => Err(EngineError::Fatal(format!(
+                "spec.source.startFrom.mirrorMaker2: {e}; refusing to guess positions (that \
+                 could copy records again or skip them)"
+            ))),
+            Err(io::Mm2ReadError::Unavailable(e)) => {
+                self.start_problem(format!("spec.source.startFrom.mirrorMaker2: {e}"));
+                Ok(false)
+            }
+        }
     }
 
     /// Fences the transactional ids of the workers scaled away (worker 0, ExactlyOnce):

@@ -1,7 +1,7 @@
 //! Cluster I/O of the engine: watermarks (ListOffsets and the fetch probe), topic ids, a
-//! source topic's syncable configs, the newest offset syncs and the progress topic. Topic
-//! admin calls are `kafka::topics`. Blocking librdkafka calls run on tokio's blocking pool;
-//! every wait is bounded.
+//! source topic's syncable configs, the newest offset syncs, the progress topic and
+//! MirrorMaker 2's positions. Topic admin calls are `kafka::topics`. Blocking librdkafka
+//! calls run on tokio's blocking pool; every wait is bounded.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -11,6 +11,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::{Message, Offset, TopicPartitionList};
 
+use super::migrate::{Mm2Positions, Mm2RecordError};
 use super::select::{syncable_configs, ConfigExclusions};
 use crate::kafka::config::{ClientProperties, FETCH_QUEUE_BACKOFF_MS};
 use crate::kafka::context::LogContext;
@@ -195,6 +196,58 @@ pub async fn newest_syncs(
         Ok(out)
     })
     .await
+}
+
+/// Why MirrorMaker 2's positions could not be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mm2ReadError {
+    /// The cluster could not be read (retry).
+    Unavailable(String),
+    /// A record of MM2's source connector does not decode (do not guess).
+    Unreadable(Mm2RecordError),
+}
+
+/// MirrorMaker 2's source positions for source `cluster` in its Connect offsets `topic` on the
+/// target, read from the beginning to its end. A missing topic reads as empty.
+pub async fn read_mm2_positions(
+    props: &ClientProperties,
+    topic: &str,
+    cluster: &str,
+    timeout: Duration,
+) -> Result<Mm2Positions, Mm2ReadError> {
+    let config = props.to_client_config();
+    let (topic, cluster) = (topic.to_string(), cluster.to_string());
+    let task = tokio::task::spawn_blocking(move || {
+        let unavailable = |e: Error| Mm2ReadError::Unavailable(e.to_string());
+        let mut tail = TopicTail::new(&config, &topic, "target cluster").map_err(unavailable)?;
+        let mut positions = Mm2Positions::new(&cluster);
+        let mut bad = None;
+        tail.catch_up(timeout, |m| {
+            if bad.is_some() {
+                return;
+            }
+            if let Err(what) = positions.apply(m.key(), m.payload()) {
+                let text = |b: Option<&[u8]>| {
+                    b.map_or("null".into(), |b| String::from_utf8_lossy(b).into_owned())
+                };
+                bad = Some(Mm2RecordError {
+                    topic: topic.clone(),
+                    partition: m.partition(),
+                    offset: m.offset(),
+                    what,
+                    key: text(m.key()),
+                    value: text(m.payload()),
+                });
+            }
+        })
+        .map_err(unavailable)?;
+        match bad {
+            Some(e) => Err(Mm2ReadError::Unreadable(e)),
+            None => Ok(positions),
+        }
+    });
+    task.await
+        .map_err(|e| Mm2ReadError::Unavailable(format!("blocking task failed: {e}")))?
 }
 
 /// Why progress could not be read.

@@ -14,6 +14,7 @@ pub mod discovery;
 pub mod engine;
 pub mod intake;
 pub mod io;
+pub mod migrate;
 pub mod partitions;
 pub mod pipeline;
 pub mod report;

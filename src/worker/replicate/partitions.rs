@@ -195,6 +195,9 @@ pub enum Start {
     Resume(Progress),
     /// No progress: at this offset of the source log (then persisted).
     Fresh(i64),
+    /// No progress: where MirrorMaker 2 left off, after the last offset it copied (then
+    /// persisted).
+    MirrorMaker2(i64),
 }
 
 impl Start {
@@ -202,23 +205,29 @@ impl Start {
     pub fn position(&self) -> i64 {
         match self {
             Start::Resume(p) => p.next_offset,
-            Start::Fresh(o) => *o,
+            Start::Fresh(o) | Start::MirrorMaker2(o) => *o,
         }
     }
 }
 
-/// Where a partition without a position starts: its stored progress, else per `startFrom` at
-/// the log start or end of `marks` (`(log start, high watermark)`). `startFrom` applies only
-/// to what exists at the worker's first refresh: a partition that appears later starts at its
-/// beginning (nothing written to it may be skipped). `None` without marks: retried later.
+/// Where a partition without a position starts: its stored progress, else where MirrorMaker 2
+/// left it (`mm2`, its next offset, with `spec.source.startFrom.mirrorMaker2`), else per
+/// `startFrom` at the log start or end of `marks` (`(log start, high watermark)`).
+/// `startFrom` applies only to what exists at the worker's first refresh: a partition that
+/// appears later starts at its beginning (nothing written to it may be skipped). `None`
+/// without marks: retried later.
 pub fn start_position(
     stored: Option<&Progress>,
+    mm2: Option<i64>,
     marks: Option<(i64, i64)>,
     start_from: StartFrom,
     first_refresh: bool,
 ) -> Option<Start> {
     if let Some(p) = stored {
         return Some(Start::Resume(p.clone()));
+    }
+    if let Some(next) = mm2 {
+        return Some(Start::MirrorMaker2(next));
     }
     let (low, high) = marks?;
     Some(Start::Fresh(
@@ -546,7 +555,7 @@ impl PartitionTable {
                 p.state = PartitionState::Failed(restored_failure(&stored.failure));
             }
         }
-        if let Start::Fresh(_) = start {
+        if let Start::Fresh(_) | Start::MirrorMaker2(_) = start {
             self.mark_pending(tp);
         }
         true

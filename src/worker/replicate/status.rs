@@ -143,6 +143,10 @@ pub struct WorkerSnapshot {
     /// The failover (worker 0, `spec.failover`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failover: Option<crate::api::FailoverReport>,
+    /// Partitions started from MirrorMaker 2's positions
+    /// (`spec.source.startFrom.mirrorMaker2`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mirror_maker2_takeover: Option<crate::api::MirrorMaker2Takeover>,
     /// When this snapshot was taken.
     pub time: Time,
 }
@@ -175,6 +179,7 @@ impl WorkerSnapshot {
             replication_latency: None,
             audit: None,
             failover: None,
+            mirror_maker2_takeover: None,
             time: Time(jiff::Timestamp::now()),
         }
     }
@@ -208,6 +213,7 @@ impl WorkerSnapshot {
             replication_latency: self.replication_latency.clone(),
             audit: self.audit.clone(),
             failover: self.failover.clone(),
+            mirror_maker2_takeover: self.mirror_maker2_takeover.clone(),
         }
     }
 }

@@ -30,6 +30,7 @@ fn entry(i: u32, state: WorkerState) -> WorkerStatus {
         replication_latency: None,
         audit: None,
         failover: None,
+        mirror_maker2_takeover: None,
     }
 }
 

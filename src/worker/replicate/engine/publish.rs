@@ -62,6 +62,7 @@ impl Engine {
         let refused = self.refused.as_ref().filter(|_| self.refused_shown);
         report::degrade_if_stalled(&mut snap, refused.map(|r| r.why.as_str()));
         report::degrade_if_stalled(&mut snap, self.pipeline.write_refused());
+        snap.mirror_maker2_takeover = self.takeover.as_ref().and_then(|t| t.report());
         snap
     }
 }

@@ -122,6 +122,11 @@ impl Engine {
                 .set(self.unwritable.len() as i64);
         }
         discovery::log_applied(&a, &self.table);
+        if let Some(t) = &mut self.takeover {
+            for (tp, start) in &a.started {
+                t.started(&tp.topic, tp.partition, start);
+            }
+        }
         for tp in &a.gone {
             self.out.metrics.forget_partition(&tp.topic, tp.partition);
         }

@@ -53,17 +53,56 @@ fn table(positions: &[i64]) -> PartitionTable {
 #[test]
 fn start_positions() {
     let stored = progress("orders", 0, 42);
+    // (name, stored progress, MM2's next offset, marks, startFrom, first refresh, start)
     let cases = [
         (
             "stored wins",
             Some(&stored),
+            None,
             Some((5, 9)),
             StartFrom::Latest,
             true,
             Some(Start::Resume(stored.clone())),
         ),
         (
+            "stored wins over MM2's position (a restart after migrating never goes back)",
+            Some(&stored),
+            Some(7),
+            Some((5, 9)),
+            StartFrom::Earliest,
+            true,
+            Some(Start::Resume(stored.clone())),
+        ),
+        (
+            "MM2's position over earliest",
+            None,
+            Some(7),
+            Some((5, 9)),
+            StartFrom::Earliest,
+            true,
+            Some(Start::MirrorMaker2(7)),
+        ),
+        (
+            "MM2's position over latest",
+            None,
+            Some(7),
+            Some((5, 9)),
+            StartFrom::Latest,
+            true,
+            Some(Start::MirrorMaker2(7)),
+        ),
+        (
+            "MM2's position needs no watermarks",
+            None,
+            Some(7),
+            None,
+            StartFrom::Earliest,
+            false,
+            Some(Start::MirrorMaker2(7)),
+        ),
+        (
             "earliest",
+            None,
             None,
             Some((5, 9)),
             StartFrom::Earliest,
@@ -73,6 +112,7 @@ fn start_positions() {
         (
             "latest at first refresh",
             None,
+            None,
             Some((5, 9)),
             StartFrom::Latest,
             true,
@@ -80,6 +120,7 @@ fn start_positions() {
         ),
         (
             "latest only on the first refresh",
+            None,
             None,
             Some((5, 9)),
             StartFrom::Latest,
@@ -90,13 +131,18 @@ fn start_positions() {
             "no watermarks: later",
             None,
             None,
+            None,
             StartFrom::Earliest,
             true,
             None,
         ),
     ];
-    for (name, stored, marks, from, first, want) in cases {
-        assert_eq!(start_position(stored, marks, from, first), want, "{name}");
+    for (name, stored, mm2, marks, from, first, want) in cases {
+        assert_eq!(
+            start_position(stored, mm2, marks, from, first),
+            want,
+            "{name}"
+        );
     }
 }
 
