@@ -560,29 +560,35 @@ pub async fn commit_group(
                 .map_err(kafka)?;
         }
         let consumer = group_consumer(&bootstrap, &group)?;
-        // A cluster just started may still be electing or loading the group's coordinator:
-        // the commit is asked again, for a while.
-        let begin = std::time::Instant::now();
-        loop {
-            match consumer.commit(&tpl, CommitMode::Sync) {
-                Err(e)
-                    if begin.elapsed() < std::time::Duration::from_secs(30)
-                        && matches!(
-                            e.rdkafka_error_code(),
-                            Some(
-                                RDKafkaErrorCode::NotCoordinator
-                                    | RDKafkaErrorCode::CoordinatorNotAvailable
-                                    | RDKafkaErrorCode::CoordinatorLoadInProgress
-                            )
-                        ) =>
-                {
-                    std::thread::sleep(std::time::Duration::from_millis(500));
-                }
-                r => return r.map_err(kafka),
-            }
-        }
+        coordinator_retry(|| consumer.commit(&tpl, CommitMode::Sync)).map_err(kafka)
     })
     .await
+}
+
+/// `call`, asked again for up to 30 s while the group's coordinator moves or loads (a
+/// cluster just started, or busy beside other test binaries, answers NOT_COORDINATOR).
+fn coordinator_retry<T>(
+    mut call: impl FnMut() -> rdkafka::error::KafkaResult<T>,
+) -> rdkafka::error::KafkaResult<T> {
+    let begin = std::time::Instant::now();
+    loop {
+        match call() {
+            Err(e)
+                if begin.elapsed() < std::time::Duration::from_secs(30)
+                    && matches!(
+                        e.rdkafka_error_code(),
+                        Some(
+                            RDKafkaErrorCode::NotCoordinator
+                                | RDKafkaErrorCode::CoordinatorNotAvailable
+                                | RDKafkaErrorCode::CoordinatorLoadInProgress
+                        )
+                    ) =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(500));
+            }
+            r => return r,
+        }
+    }
 }
 
 /// The offsets the consumer group `group` committed on partitions `0..partitions` of `topic`
@@ -599,12 +605,13 @@ pub async fn group_committed(
         for p in 0..partitions {
             tpl.add_partition(&topic, p);
         }
-        let got = group_consumer(&bootstrap, &group)?
-            .committed_offsets(tpl, Duration::from_secs(10))
-            .map_err(|source| BrokerError::Kafka {
-                op: format!("read the offsets of group {group} on {topic}"),
-                source,
-            })?;
+        let consumer = group_consumer(&bootstrap, &group)?;
+        let got =
+            coordinator_retry(|| consumer.committed_offsets(tpl.clone(), Duration::from_secs(10)))
+                .map_err(|source| BrokerError::Kafka {
+                    op: format!("read the offsets of group {group} on {topic}"),
+                    source,
+                })?;
         Ok(got
             .elements()
             .iter()
