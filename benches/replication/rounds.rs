@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use mirrorflow::testkit::brokers;
 
 use crate::contender::{Contender, Measured, Run, Scenario};
-use crate::kafka::{produce_source, produce_sync_history};
+use crate::kafka::{produce_source, produce_sync_history, TargetCounter};
 use crate::report::{IDLE_TARGET_MIB, SYNC_HISTORY_TARGET_MIB};
 use crate::Config;
 
@@ -329,7 +329,26 @@ impl Bench<'_> {
         };
         let syncs = self.cfg.rss_sync_history;
         let parts = self.cfg.rss_partitions;
-        let produced = produce_sync_history(self.tgt, &history.alias(), "rss-loaded", parts, syncs);
+        // Apache Kafka here creates no topic on produce: without this the history is never
+        // written (its delivery reports fail after the flush returned).
+        let syncs_topic = mirrorflow::kafka::wire::offset_syncs_topic(&history.alias());
+        let produced = self
+            .rt
+            .block_on(brokers::create_topic(self.tgt, &syncs_topic, 1, &[]))
+            .map_err(anyhow::Error::from)
+            .and_then(|()| {
+                produce_sync_history(self.tgt, &history.alias(), "rss-loaded", parts, syncs)
+            })
+            .and_then(|()| {
+                let written = TargetCounter::new(self.tgt)?
+                    .count(&syncs_topic, 1)
+                    .unwrap_or(0);
+                anyhow::ensure!(
+                    written >= syncs,
+                    "{written} of {syncs} syncs reached {syncs_topic}"
+                );
+                Ok(())
+            });
         // Every partition has a sync once there are at least as many syncs as partitions.
         let synced = u64::try_from(parts).unwrap_or(0).min(syncs);
         record(
