@@ -217,6 +217,11 @@ struct FlowRun {
 
 impl FlowRun {
     fn write(&self, extra: &str) {
+        self.write_syncing(extra, false);
+    }
+
+    /// `write`, the OffsetCheckpoint committing translated offsets on the target when `sync`.
+    fn write_syncing(&self, extra: &str, sync: bool) {
         let (src, tgt) = (&self.src, &self.tgt);
         std::fs::write(
             self.dir.path().join("flow.yaml"),
@@ -238,7 +243,7 @@ spec:
   flowRef: {{name: dr}}
   groups: {{include: ['g-.*'], refreshIntervalSeconds: 1}}
   intervalSeconds: 1
-  syncGroupOffsets: false
+  syncGroupOffsets: {sync}
 "
             ),
         )
@@ -555,6 +560,35 @@ async fn planned_failover_drains_commits_the_idle_groups_names_the_active_one_an
         target_ends(&tgt).await,
         stopped_at,
         "still stopped after a restart"
+    );
+
+    // The old source keeps going: its groups move on, one appears. With syncGroupOffsets on,
+    // nothing of it reaches the target: the consumers there own their groups now.
+    run.write_syncing(
+        "  failover: {id: move-1, mode: Planned, drainTimeoutSeconds: 120}",
+        true,
+    );
+    let moved: BTreeMap<i32, i64> = (0..PARTITIONS).map(|p| (p, end)).collect();
+    brokers::commit_group(&src, "g-a", "orders", &moved)
+        .await
+        .unwrap();
+    brokers::commit_group(&src, "g-late", "orders", &moved)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert_eq!(
+        brokers::group_committed(&tgt, "g-a", "dc1.orders", PARTITIONS)
+            .await
+            .unwrap(),
+        groups[0].1,
+        "g-a on the target stays where the failover put it"
+    );
+    assert_eq!(
+        brokers::group_committed(&tgt, "g-late", "dc1.orders", PARTITIONS)
+            .await
+            .unwrap(),
+        BTreeMap::new(),
+        "a group committed on the old source after the failover is not synced"
     );
     let _ = stop.send(());
     worker.await.unwrap().unwrap();
