@@ -705,3 +705,101 @@ async fn unplanned_failover_commits_the_last_checkpoints_and_reports_the_recover
     worker.await.unwrap().unwrap();
     watcher.abort();
 }
+
+/// One transaction of `n` records on `partition` of `topic`, committed or aborted.
+fn transaction(producer: &rdkafka::producer::BaseProducer, partition: i32, n: usize, commit: bool) {
+    use rdkafka::producer::{BaseRecord, Producer};
+    let t = Duration::from_secs(30);
+    producer.begin_transaction().unwrap();
+    for i in 0..n {
+        let key = format!("p{partition}-{i}");
+        producer
+            .send(
+                BaseRecord::to("orders")
+                    .partition(partition)
+                    .key(&key)
+                    .payload(&key),
+            )
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+    // In the log before the marker either way.
+    producer.flush(t).unwrap();
+    if commit {
+        producer.commit_transaction(t).unwrap();
+    } else {
+        producer.abort_transaction(t).unwrap();
+    }
+}
+
+/// A transactional source: partition 0 ends in a commit marker, partition 1 in aborted
+/// records and their abort marker. The end offsets are past the last record, which the
+/// worker's progress (last copied + 1) never reaches: the drain counts records, not offsets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn planned_failover_drains_a_transactional_source_ending_in_markers() {
+    use rdkafka::producer::Producer;
+    let (source, target) = tokio::join!(
+        broker_or_skip(BrokerKind::Kafka),
+        broker_or_skip(BrokerKind::Kafka)
+    );
+    let (Some(source), Some(target)) = (source, target) else {
+        return;
+    };
+    let run = FlowRun {
+        dir: tempfile::tempdir().unwrap(),
+        src: source.bootstrap_servers(),
+        tgt: target.bootstrap_servers(),
+    };
+    let (src, tgt) = (run.src.clone(), run.tgt.clone());
+    brokers::create_topic(&src, "orders", PARTITIONS, &[])
+        .await
+        .unwrap();
+    let producer: rdkafka::producer::BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", &src)
+        .set("transactional.id", "failover-test-source")
+        .create()
+        .unwrap();
+    producer.init_transactions(Duration::from_secs(30)).unwrap();
+    const COMMITTED: usize = 10;
+    transaction(&producer, 0, COMMITTED, true);
+    transaction(&producer, 1, COMMITTED, true);
+    transaction(&producer, 1, 5, false);
+    // Partition 2 stays empty.
+    run.write("");
+    let (sink, stop, worker, watcher) = run.start();
+    let copied: BTreeMap<i32, i64> = [(0, 10), (1, 10), (2, 0)].into_iter().collect();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while target_ends(&tgt).await != copied {
+        assert!(
+            Instant::now() < deadline,
+            "not replicated; {}",
+            sink.describe()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+
+    run.write("  failover: {id: tx, mode: Planned, drainTimeoutSeconds: 30}");
+    let report = sink.final_failover("tx").await;
+    eprintln!("report: {}", serde_json::to_string_pretty(&report).unwrap());
+    assert_eq!(report.phase, FailoverPhase::Done, "{report:?}");
+    assert_eq!(report.not_replicated, Some(0));
+    let parts: Vec<(i32, Option<i64>, i64, Option<i64>)> = report
+        .partitions
+        .iter()
+        .filter(|p| p.topic == "orders")
+        .map(|p| (p.partition, p.source_end, p.target_holds, p.not_replicated))
+        .collect();
+    // 10 records + a commit marker; 10 + marker + 5 aborted + marker.
+    assert_eq!(
+        parts,
+        vec![
+            (0, Some(11), 10, Some(0)),
+            (1, Some(17), 10, Some(0)),
+            (2, Some(0), 0, Some(0)),
+        ],
+        "offsets past the last record are markers and aborted records, not records behind"
+    );
+    let _ = stop.send(());
+    worker.await.unwrap().unwrap();
+    watcher.abort();
+}
