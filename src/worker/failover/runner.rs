@@ -279,6 +279,7 @@ impl FailoverRunner {
             not_replicated,
             partitions,
             groups: groups.iter().map(|g| plan_group(g).1).collect(),
+            partitions_not_shown: None,
         })
     }
 
@@ -294,6 +295,7 @@ impl FailoverRunner {
             not_replicated: None,
             partitions: Vec::new(),
             groups: Vec::new(),
+            partitions_not_shown: None,
         };
         info!(id = %req.id, mode = ?req.mode, "failover started");
         let outcome = match req.mode {
