@@ -1102,14 +1102,21 @@ async fn planned_failover_with_the_cli(stack: &Stack) {
     let app = report.groups.iter().find(|g| g.group == "orders-app");
     assert!(app.is_some_and(|g| g.skipped.is_none()), "{report:?}");
     assert_eq!(report.not_replicated, Some(0), "{report:?}");
+    // The report is shown once: in status.failover, not again under worker 0.
     stack
-        .until("both workers paused", EXAMPLES_NS, "orders-dr", |f| {
-            let w = &f.status.as_ref()?.workers;
-            (w.len() == 2
-                && w.iter()
-                    .all(|e| e.state == mirrorflow::api::WorkerState::Paused))
-            .then_some(())
-        })
+        .until(
+            "both workers paused, the report folded",
+            EXAMPLES_NS,
+            "orders-dr",
+            |f| {
+                let w = &f.status.as_ref()?.workers;
+                (w.len() == 2
+                    && w.iter().all(|e| {
+                        e.state == mirrorflow::api::WorkerState::Paused && e.failover.is_none()
+                    }))
+                .then_some(())
+            },
+        )
         .await;
     let describe =
         stack

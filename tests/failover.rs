@@ -217,6 +217,11 @@ struct FlowRun {
 
 impl FlowRun {
     fn write(&self, extra: &str) {
+        self.write_syncing(extra, false);
+    }
+
+    /// `write`, the OffsetCheckpoint committing translated offsets on the target when `sync`.
+    fn write_syncing(&self, extra: &str, sync: bool) {
         let (src, tgt) = (&self.src, &self.tgt);
         std::fs::write(
             self.dir.path().join("flow.yaml"),
@@ -238,7 +243,7 @@ spec:
   flowRef: {{name: dr}}
   groups: {{include: ['g-.*'], refreshIntervalSeconds: 1}}
   intervalSeconds: 1
-  syncGroupOffsets: false
+  syncGroupOffsets: {sync}
 "
             ),
         )
@@ -556,6 +561,35 @@ async fn planned_failover_drains_commits_the_idle_groups_names_the_active_one_an
         stopped_at,
         "still stopped after a restart"
     );
+
+    // The old source keeps going: its groups move on, one appears. With syncGroupOffsets on,
+    // nothing of it reaches the target: the consumers there own their groups now.
+    run.write_syncing(
+        "  failover: {id: move-1, mode: Planned, drainTimeoutSeconds: 120}",
+        true,
+    );
+    let moved: BTreeMap<i32, i64> = (0..PARTITIONS).map(|p| (p, end)).collect();
+    brokers::commit_group(&src, "g-a", "orders", &moved)
+        .await
+        .unwrap();
+    brokers::commit_group(&src, "g-late", "orders", &moved)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert_eq!(
+        brokers::group_committed(&tgt, "g-a", "dc1.orders", PARTITIONS)
+            .await
+            .unwrap(),
+        groups[0].1,
+        "g-a on the target stays where the failover put it"
+    );
+    assert_eq!(
+        brokers::group_committed(&tgt, "g-late", "dc1.orders", PARTITIONS)
+            .await
+            .unwrap(),
+        BTreeMap::new(),
+        "a group committed on the old source after the failover is not synced"
+    );
     let _ = stop.send(());
     worker.await.unwrap().unwrap();
     watcher.abort();
@@ -666,6 +700,104 @@ async fn unplanned_failover_commits_the_last_checkpoints_and_reports_the_recover
             .unwrap(),
         at,
         "g-a at its last checkpoint on the target"
+    );
+    let _ = stop.send(());
+    worker.await.unwrap().unwrap();
+    watcher.abort();
+}
+
+/// One transaction of `n` records on `partition` of `topic`, committed or aborted.
+fn transaction(producer: &rdkafka::producer::BaseProducer, partition: i32, n: usize, commit: bool) {
+    use rdkafka::producer::{BaseRecord, Producer};
+    let t = Duration::from_secs(30);
+    producer.begin_transaction().unwrap();
+    for i in 0..n {
+        let key = format!("p{partition}-{i}");
+        producer
+            .send(
+                BaseRecord::to("orders")
+                    .partition(partition)
+                    .key(&key)
+                    .payload(&key),
+            )
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+    // In the log before the marker either way.
+    producer.flush(t).unwrap();
+    if commit {
+        producer.commit_transaction(t).unwrap();
+    } else {
+        producer.abort_transaction(t).unwrap();
+    }
+}
+
+/// A transactional source: partition 0 ends in a commit marker, partition 1 in aborted
+/// records and their abort marker. The end offsets are past the last record, which the
+/// worker's progress (last copied + 1) never reaches: the drain counts records, not offsets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn planned_failover_drains_a_transactional_source_ending_in_markers() {
+    use rdkafka::producer::Producer;
+    let (source, target) = tokio::join!(
+        broker_or_skip(BrokerKind::Kafka),
+        broker_or_skip(BrokerKind::Kafka)
+    );
+    let (Some(source), Some(target)) = (source, target) else {
+        return;
+    };
+    let run = FlowRun {
+        dir: tempfile::tempdir().unwrap(),
+        src: source.bootstrap_servers(),
+        tgt: target.bootstrap_servers(),
+    };
+    let (src, tgt) = (run.src.clone(), run.tgt.clone());
+    brokers::create_topic(&src, "orders", PARTITIONS, &[])
+        .await
+        .unwrap();
+    let producer: rdkafka::producer::BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", &src)
+        .set("transactional.id", "failover-test-source")
+        .create()
+        .unwrap();
+    producer.init_transactions(Duration::from_secs(30)).unwrap();
+    const COMMITTED: usize = 10;
+    transaction(&producer, 0, COMMITTED, true);
+    transaction(&producer, 1, COMMITTED, true);
+    transaction(&producer, 1, 5, false);
+    // Partition 2 stays empty.
+    run.write("");
+    let (sink, stop, worker, watcher) = run.start();
+    let copied: BTreeMap<i32, i64> = [(0, 10), (1, 10), (2, 0)].into_iter().collect();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while target_ends(&tgt).await != copied {
+        assert!(
+            Instant::now() < deadline,
+            "not replicated; {}",
+            sink.describe()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+
+    run.write("  failover: {id: tx, mode: Planned, drainTimeoutSeconds: 30}");
+    let report = sink.final_failover("tx").await;
+    eprintln!("report: {}", serde_json::to_string_pretty(&report).unwrap());
+    assert_eq!(report.phase, FailoverPhase::Done, "{report:?}");
+    assert_eq!(report.not_replicated, Some(0));
+    let parts: Vec<(i32, Option<i64>, i64, Option<i64>)> = report
+        .partitions
+        .iter()
+        .filter(|p| p.topic == "orders")
+        .map(|p| (p.partition, p.source_end, p.target_holds, p.not_replicated))
+        .collect();
+    // 10 records + a commit marker; 10 + marker + 5 aborted + marker.
+    assert_eq!(
+        parts,
+        vec![
+            (0, Some(11), 10, Some(0)),
+            (1, Some(17), 10, Some(0)),
+            (2, Some(0), 0, Some(0)),
+        ],
+        "offsets past the last record are markers and aborted records, not records behind"
     );
     let _ = stop.send(());
     worker.await.unwrap().unwrap();

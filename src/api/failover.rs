@@ -133,4 +133,92 @@ pub struct FailoverReport {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 1000))]
     pub groups: Vec<FailoverGroup>,
+    /// Partitions left out of `partitions` in `status.failover` (those behind are listed
+    /// first); worker 0's failover store on the target keeps them all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partitions_not_shown: Option<u32>,
+}
+
+/// The partitions `status.failover` lists: `kubectl describe` stays one screen.
+pub const FAILOVER_PARTITIONS_SHOWN: usize = 8;
+
+impl FailoverReport {
+    /// The report as `status.failover` holds it: the partitions behind first (most records
+    /// not replicated first, then in order), at most [`FAILOVER_PARTITIONS_SHOWN`]. Pure;
+    /// bounding a bounded report changes nothing.
+    pub fn bounded(mut self) -> Self {
+        if self.partitions.len() > FAILOVER_PARTITIONS_SHOWN {
+            self.partitions
+                .sort_by_key(|p| std::cmp::Reverse(p.not_replicated.unwrap_or(0)));
+            let cut = self.partitions.len() - FAILOVER_PARTITIONS_SHOWN;
+            self.partitions.truncate(FAILOVER_PARTITIONS_SHOWN);
+            let before = self.partitions_not_shown.unwrap_or(0);
+            self.partitions_not_shown = Some(before + u32::try_from(cut).unwrap_or(u32::MAX));
+        }
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn part(partition: i32, behind: Option<i64>) -> FailoverPartition {
+        FailoverPartition {
+            topic: "t".into(),
+            partition,
+            source_end: behind.map(|b| 100 + b),
+            target_holds: 100,
+            not_replicated: behind,
+        }
+    }
+
+    fn report(partitions: Vec<FailoverPartition>) -> FailoverReport {
+        FailoverReport {
+            id: "m".into(),
+            mode: FailoverMode::Planned,
+            phase: FailoverPhase::TimedOut,
+            message: None,
+            started_at: None,
+            finished_at: None,
+            not_replicated: None,
+            partitions,
+            groups: Vec::new(),
+            partitions_not_shown: None,
+        }
+    }
+
+    #[test]
+    fn status_lists_the_partitions_behind_first_and_at_most_a_screen() {
+        let n = FAILOVER_PARTITIONS_SHOWN as i32;
+        // (partitions as reported, partition ids shown, not shown)
+        let few: Vec<_> = (0..n).map(|p| part(p, Some(0))).collect();
+        let mut many: Vec<_> = (0..n + 4).map(|p| part(p, Some(0))).collect();
+        many[n as usize + 2].not_replicated = Some(5);
+        many[3].not_replicated = Some(9);
+        let unplanned: Vec<_> = (0..n + 1).map(|p| part(p, None)).collect();
+        let cases = [
+            ("fits", few, (0..n).collect::<Vec<_>>(), None),
+            (
+                "behind first, most first",
+                many,
+                [3, n + 2]
+                    .into_iter()
+                    .chain((0..n).filter(|p| *p != 3).take(n as usize - 2))
+                    .collect(),
+                Some(4),
+            ),
+            ("unplanned: in order", unplanned, (0..n).collect(), Some(1)),
+        ];
+        for (name, parts, shown, not_shown) in cases {
+            let b = report(parts).bounded();
+            let got: Vec<i32> = b.partitions.iter().map(|p| p.partition).collect();
+            assert_eq!((got, b.partitions_not_shown), (shown, not_shown), "{name}");
+            assert_eq!(
+                b.clone().bounded(),
+                b,
+                "{name}: bounding twice changes nothing"
+            );
+        }
+    }
 }

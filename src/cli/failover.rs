@@ -99,6 +99,11 @@ pub fn render(r: &FailoverReport) -> String {
         out.push_str("\nPARTITIONS\n");
         out.push_str(&table(&parts));
     }
+    if let Some(n) = r.partitions_not_shown {
+        out.push_str(&format!(
+            "and {n} more partition(s), not shown (those behind are listed first)\n"
+        ));
+    }
     let mut groups = vec![vec![
         "GROUP".to_string(),
         "COMMITTED".into(),
@@ -248,6 +253,7 @@ mod tests {
                     skipped: Some("1 active member(s) on the target".into()),
                 },
             ],
+            partitions_not_shown: None,
         };
         assert_eq!(
             render(&r),
@@ -262,6 +268,18 @@ GROUP   COMMITTED                       READ-AGAIN  NOT-TOUCHED
 g-a     dc1.orders/0@0,dc1.orders/1@25  0
 g-live  -                               -           1 active member(s) on the target
 "
+        );
+        let bounded = FailoverReport {
+            partitions_not_shown: Some(12),
+            groups: Vec::new(),
+            ..r
+        };
+        assert!(
+            render(&bounded).contains(
+                "orders  0          560         560           0\nand 12 more partition(s), not shown"
+            ),
+            "{}",
+            render(&bounded)
         );
     }
 }

@@ -46,6 +46,12 @@ pub enum EventReason {
     CheckpointFailed,
     /// The continuous audit found a new mismatch (`Audited` False).
     IntegrityMismatch,
+    /// A failover reached `Done`: the flow stopped replicating on purpose.
+    FailedOver,
+    /// A planned failover's drain did not finish in time; nothing moved.
+    FailoverTimedOut,
+    /// A failover was refused (its preconditions failed); nothing moved.
+    FailoverRefused,
 }
 
 impl EventReason {
@@ -68,6 +74,9 @@ impl EventReason {
             Self::TopicUnwritable => "TopicUnwritable",
             Self::CheckpointFailed => CHECKPOINT_FAILED,
             Self::IntegrityMismatch => crate::api::status::INTEGRITY_MISMATCH,
+            Self::FailedOver => "FailedOver",
+            Self::FailoverTimedOut => "FailoverTimedOut",
+            Self::FailoverRefused => "FailoverRefused",
         }
     }
 }
@@ -155,6 +164,7 @@ pub fn flow_events(prev: Option<&MirrorFlowStatus>, next: &MirrorFlowStatus) -> 
         out.push(warn(EventReason::TopicUnwritable, c));
     }
     out.extend(new_mismatches(prev, next));
+    out.extend(failover_outcome(prev, next));
     if let Some(r) = &next.last_applied_reset {
         // A new id, or a failed one that was retried to another outcome.
         if prev
@@ -196,6 +206,37 @@ pub fn flow_events(prev: Option<&MirrorFlowStatus>, next: &MirrorFlowStatus) -> 
         }
     }
     out
+}
+
+/// One event when a failover reaches a final phase (a new id, or a new final phase of the
+/// same one).
+fn failover_outcome(prev: &MirrorFlowStatus, next: &MirrorFlowStatus) -> Option<StatusEvent> {
+    use crate::api::FailoverPhase;
+    let r = next.failover.as_ref().filter(|r| r.phase.is_final())?;
+    let key = |r: &crate::api::FailoverReport| (r.id.clone(), r.phase);
+    if prev.failover.as_ref().map(key) == Some(key(r)) {
+        return None;
+    }
+    let (severity, reason) = match r.phase {
+        FailoverPhase::Done => (EventSeverity::Normal, EventReason::FailedOver),
+        FailoverPhase::TimedOut => (EventSeverity::Warning, EventReason::FailoverTimedOut),
+        _ => (EventSeverity::Warning, EventReason::FailoverRefused),
+    };
+    let mut note = format!("failover {:?} ({:?}): {:?}", r.id, r.mode, r.phase);
+    if let Some(n) = r.not_replicated {
+        note.push_str(&format!(", {n} record(s) not replicated"));
+    }
+    let moved = r.groups.iter().filter(|g| g.skipped.is_none()).count();
+    note.push_str(&format!(", {moved} group(s) committed on the target"));
+    if let Some(m) = &r.message {
+        note.push_str(": ");
+        note.push_str(m);
+    }
+    Some(StatusEvent {
+        severity,
+        reason,
+        note,
+    })
 }
 
 /// One Warning per audit mismatch `next` lists and `prev` did not.
@@ -446,6 +487,63 @@ mod connection_tests {
     use super::*;
     use crate::api::status::condition;
     use jiff::Timestamp;
+
+    #[test]
+    fn a_failover_outcome_is_one_event() {
+        use crate::api::{FailoverMode, FailoverPhase, FailoverReport};
+        let st = |id: &str, phase| MirrorFlowStatus {
+            failover: Some(FailoverReport {
+                id: id.into(),
+                mode: FailoverMode::Planned,
+                phase,
+                message: None,
+                started_at: None,
+                finished_at: None,
+                not_replicated: Some(0),
+                partitions: Vec::new(),
+                groups: Vec::new(),
+                partitions_not_shown: None,
+            }),
+            ..Default::default()
+        };
+        let reason = |prev: Option<&MirrorFlowStatus>, next: &MirrorFlowStatus| {
+            flow_events(prev, next)
+                .iter()
+                .map(|e| (e.severity, e.reason))
+                .collect::<Vec<_>>()
+        };
+        let draining = st("m1", FailoverPhase::Draining);
+        let done = st("m1", FailoverPhase::Done);
+        let cases = [
+            (None, &draining, vec![], "not final yet"),
+            (
+                Some(&draining),
+                &done,
+                vec![(EventSeverity::Normal, EventReason::FailedOver)],
+                "done",
+            ),
+            (Some(&done), &done, vec![], "once, not per reconcile"),
+            (
+                Some(&draining),
+                &st("m1", FailoverPhase::TimedOut),
+                vec![(EventSeverity::Warning, EventReason::FailoverTimedOut)],
+                "timed out",
+            ),
+            (
+                Some(&done),
+                &st("m2", FailoverPhase::Refused),
+                vec![(EventSeverity::Warning, EventReason::FailoverRefused)],
+                "a new id refused",
+            ),
+        ];
+        for (prev, next, want, name) in cases {
+            assert_eq!(reason(prev, next), want, "{name}");
+        }
+        assert_eq!(
+            flow_events(Some(&draining), &done)[0].note,
+            "failover \"m1\" (Planned): Done, 0 record(s) not replicated, 0 group(s) committed on the target"
+        );
+    }
 
     #[test]
     fn connection_and_insecure_tls_events() {

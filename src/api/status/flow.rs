@@ -833,7 +833,8 @@ pub fn fold_flow_status(obs: &FlowObservation<'_>) -> MirrorFlowStatus {
         .iter()
         .find_map(|(_, e)| e.and_then(|e| e.failover.clone()))
         .or(prev.failover.clone())
-        .filter(|f| flow.spec.failover.as_ref().is_some_and(|r| r.id == f.id));
+        .filter(|f| flow.spec.failover.as_ref().is_some_and(|r| r.id == f.id))
+        .map(crate::api::FailoverReport::bounded);
     let (ready, phase) = ready_verdict(&ReadyInputs {
         invalid: obs.invalid,
         children: obs.children,

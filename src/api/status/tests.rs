@@ -1556,6 +1556,7 @@ fn a_done_failover_is_ready_false_failed_over_and_its_report_is_copied() {
                 skipped: Some("1 active member(s) on the target".into()),
             },
         ],
+        partitions_not_shown: None,
     };
     let observe = |requested: Option<&str>, phase: FailoverPhase, state: WorkerState| {
         let mut f = flow(2);

@@ -13,24 +13,39 @@ use crate::worker::checkpoint::translate::{
 /// `(topic, partition)`.
 pub type Tp = (String, i32);
 
-/// Planned: per partition, the source end taken at the start against the source position the
-/// target holds (`holds`: the committed progress; a partition without any holds nothing).
+/// The partitions whose offsets `[targetHolds, sourceEnd)` must be read to know how many
+/// records they hold: offsets are not records (transaction markers and aborted records
+/// take offsets that no reader gets).
+pub fn ranges_to_count(ends: &BTreeMap<Tp, i64>, holds: &BTreeMap<Tp, i64>) -> Vec<(Tp, i64, i64)> {
+    ends.iter()
+        .filter_map(|(tp, &end)| {
+            let held = holds.get(tp).copied().unwrap_or(0);
+            (end > held).then(|| (tp.clone(), held, end))
+        })
+        .collect()
+}
+
+/// Planned: per partition, the source end taken at the start, the source position the
+/// target holds (the committed progress; a partition without any holds nothing) and the
+/// records not replicated,
+/// as `counted` (committed records in `[targetHolds, sourceEnd)`, read_committed) says; a
+/// partition not counted falls back to the offset difference (an upper bound).
 pub fn planned_partitions(
     ends: &BTreeMap<Tp, i64>,
     holds: &BTreeMap<Tp, i64>,
+    counted: &BTreeMap<Tp, i64>,
 ) -> Vec<FailoverPartition> {
     ends.iter()
         .map(|((topic, partition), &end)| {
-            let held = holds
-                .get(&(topic.clone(), *partition))
-                .copied()
-                .unwrap_or(0);
+            let tp = (topic.clone(), *partition);
+            let held = holds.get(&tp).copied().unwrap_or(0);
+            let behind = counted.get(&tp).copied().unwrap_or(end - held).max(0);
             FailoverPartition {
                 topic: topic.clone(),
                 partition: *partition,
                 source_end: Some(end),
                 target_holds: held,
-                not_replicated: Some((end - held).max(0)),
+                not_replicated: Some(behind),
             }
         })
         .collect()
@@ -181,7 +196,7 @@ mod tests {
     fn planned_partitions_count_what_is_missing() {
         let ends = BTreeMap::from([(tp("a", 0), 100), (tp("a", 1), 50), (tp("b", 0), 0)]);
         let holds = BTreeMap::from([(tp("a", 0), 100), (tp("a", 1), 40)]);
-        let parts = planned_partitions(&ends, &holds);
+        let parts = planned_partitions(&ends, &holds, &BTreeMap::new());
         let got: Vec<(i64, Option<i64>)> = parts
             .iter()
             .map(|p| (p.target_holds, p.not_replicated))
@@ -191,8 +206,52 @@ mod tests {
         let ahead = planned_partitions(
             &BTreeMap::from([(tp("a", 0), 5)]),
             &BTreeMap::from([(tp("a", 0), 9)]),
+            &BTreeMap::new(),
         );
         assert_eq!(ahead[0].not_replicated, Some(0));
+    }
+
+    /// On a transactional source the end offset is past the last record (a commit marker,
+    /// an aborted tail): what the read finds counts, not the offsets.
+    #[test]
+    fn counted_records_replace_offset_differences() {
+        let ends = BTreeMap::from([
+            (tp("t", 0), 11), // 10 records, then a commit marker at 10
+            (tp("t", 1), 20), // 3 aborted records and their abort marker after 16
+            (tp("t", 2), 30), // 4 committed records not copied yet, then a marker
+            (tp("t", 3), 8),  // not counted: the read failed
+            (tp("t", 4), 5),  // drained by offsets
+        ]);
+        let holds = BTreeMap::from([
+            (tp("t", 0), 10),
+            (tp("t", 1), 16),
+            (tp("t", 2), 25),
+            (tp("t", 3), 6),
+            (tp("t", 4), 5),
+        ]);
+        let ranges: Vec<(Tp, i64, i64)> = ranges_to_count(&ends, &holds);
+        assert_eq!(
+            ranges,
+            vec![
+                (tp("t", 0), 10, 11),
+                (tp("t", 1), 16, 20),
+                (tp("t", 2), 25, 30),
+                (tp("t", 3), 6, 8),
+            ],
+            "only partitions behind by offsets are read"
+        );
+        let counted = BTreeMap::from([(tp("t", 0), 0), (tp("t", 1), 0), (tp("t", 2), 4)]);
+        let got: Vec<Option<i64>> = planned_partitions(&ends, &holds, &counted)
+            .iter()
+            .map(|p| p.not_replicated)
+            .collect();
+        assert_eq!(got, vec![Some(0), Some(0), Some(4), Some(2), Some(0)]);
+        let parts = planned_partitions(&ends, &holds, &counted);
+        assert_eq!(
+            drain_step(&parts[..2], Duration::ZERO, Duration::from_secs(1)),
+            DrainStep::Drained,
+            "a log ending in a marker or an aborted tail is drained"
+        );
     }
 
     #[test]

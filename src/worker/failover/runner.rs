@@ -16,7 +16,8 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use super::plan::{
-    drain_step, plan_group, planned_partitions, DrainStep, GroupInput, Proposal, Tp,
+    drain_step, plan_group, planned_partitions, ranges_to_count, DrainStep, GroupInput, Proposal,
+    Tp,
 };
 use crate::api::{
     FailoverMode, FailoverPartition, FailoverPhase, FailoverReport, FailoverRequest,
@@ -258,7 +259,8 @@ impl FailoverRunner {
                 let groups = self
                     .planned_groups(&spec, &filter, &source, &target)
                     .await?;
-                (planned_partitions(&ends, &holds), groups)
+                let counted = count_committed(&source, ranges_to_count(&ends, &holds)).await;
+                (planned_partitions(&ends, &holds, &counted), groups)
             }
             FailoverMode::Unplanned => (
                 unplanned_partitions(&holds),
@@ -277,6 +279,7 @@ impl FailoverRunner {
             not_replicated,
             partitions,
             groups: groups.iter().map(|g| plan_group(g).1).collect(),
+            partitions_not_shown: None,
         })
     }
 
@@ -292,6 +295,7 @@ impl FailoverRunner {
             not_replicated: None,
             partitions: Vec::new(),
             groups: Vec::new(),
+            partitions_not_shown: None,
         };
         info!(id = %req.id, mode = ?req.mode, "failover started");
         let outcome = match req.mode {
@@ -329,7 +333,8 @@ impl FailoverRunner {
         let timeout = Duration::from_secs(u64::from(req.drain_timeout_seconds));
         loop {
             let holds = self.holds().await?;
-            report.partitions = planned_partitions(&ends, &holds);
+            let counted = count_committed(&source, ranges_to_count(&ends, &holds)).await;
+            report.partitions = planned_partitions(&ends, &holds, &counted);
             report.not_replicated = Some(
                 report
                     .partitions
@@ -641,6 +646,78 @@ async fn source_ends(
         Ok(ends.into_iter().collect())
     })
     .await
+}
+
+/// The committed records in each range `[from, to)` of the source (read_committed), for
+/// the ranges that could be read; one that could not is left out (and logged): the offset
+/// difference stands for it.
+async fn count_committed(source: &ClientConfig, ranges: Vec<(Tp, i64, i64)>) -> BTreeMap<Tp, i64> {
+    if ranges.is_empty() {
+        return BTreeMap::new();
+    }
+    let mut config = source.clone();
+    config
+        .set("group.id", "mirrorflow-failover-drain")
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("enable.partition.eof", "true")
+        .set("isolation.level", "read_committed")
+        .set("auto.offset.reset", "error")
+        .set("fetch.wait.max.ms", "100");
+    let counted = blocking(move || {
+        let consumer: BaseConsumer = config.create()?;
+        let mut out = BTreeMap::new();
+        for ((topic, partition), from, to) in ranges {
+            match count_range(&consumer, &topic, partition, (from, to)) {
+                Ok(n) => {
+                    out.insert((topic, partition), n);
+                }
+                Err(e) => warn!(%topic, partition, from, to, "counting the records not replicated: {e}; the offset difference stands"),
+            }
+        }
+        Ok(out)
+    })
+    .await;
+    counted.unwrap_or_else(|e| {
+        warn!("counting the records not replicated: {e}; the offset differences stand");
+        BTreeMap::new()
+    })
+}
+
+/// Blocking: the records a read_committed reader gets from `topic`/`partition` in
+/// `[from, to)`, reading to the range's end or the partition's (its last stable offset).
+fn count_range(
+    consumer: &BaseConsumer,
+    topic: &str,
+    partition: i32,
+    (from, to): (i64, i64),
+) -> Result<i64, String> {
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset(topic, partition, rdkafka::Offset::Offset(from))
+        .map_err(|e| e.to_string())?;
+    consumer.assign(&tpl).map_err(|e| format!("assign: {e}"))?;
+    let deadline = Instant::now() + IO_TIMEOUT;
+    let mut n = 0;
+    while Instant::now() < deadline {
+        match consumer.poll(Duration::from_millis(200)) {
+            None => {}
+            // Left from the previous range's assignment.
+            Some(Ok(m)) if m.topic() != topic || m.partition() != partition => {}
+            Some(Err(rdkafka::error::KafkaError::PartitionEOF(p))) if p != partition => {}
+            Some(Ok(m)) if m.offset() >= to => return Ok(n),
+            Some(Ok(m)) => {
+                n += 1;
+                if m.offset() + 1 >= to {
+                    return Ok(n);
+                }
+            }
+            Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) => return Ok(n),
+            Some(Err(e)) => return Err(e.to_string()),
+        }
+    }
+    Err(format!(
+        "[{from}, {to}) not read within {IO_TIMEOUT:?} ({n} records read)"
+    ))
 }
 
 async fn blocking<T: Send + 'static>(

@@ -359,7 +359,7 @@ impl HeartbeatRunner {
             let spec = self.spec.borrow_and_update().clone();
             let Some(every) = spec.heartbeats.interval() else {
                 if session.take().is_some() {
-                    info!("heartbeats off (spec.heartbeats.intervalSeconds: 0)");
+                    info!("heartbeats off (spec.heartbeats.intervalSeconds: 0, or the flow is failed over)");
                 }
                 tracker = LatencyTracker::default();
                 self.state.send_replace(None);

@@ -10,7 +10,8 @@
 //!   fields are untouched. The entry says state, heartbeat and counts: a failure's
 //!   explanation (message, log start, records lost) is sent until the worker sees it in the
 //!   controller's `status.failures`, then only its identity ([`compact_entry`]), so
-//!   `kubectl describe` explains each failure once.
+//!   `kubectl describe` explains each failure once; worker 0's failover report likewise
+//!   leaves the entry once the controller holds it in `status.failover`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,8 +31,8 @@ use super::sinks::{checkpoint_reports, CheckpointReportSource, WorkerSink};
 use super::wiring::{run_with, shutdown_signal};
 use crate::api::status::{material, partition_ref, same_failure};
 use crate::api::{
-    load_flow_file, validate_flow, MirrorFlow, MirrorFlowSpec, OffsetCheckpoint, PartitionFailure,
-    WorkerState, WorkerStatus, GROUP, VERSION,
+    load_flow_file, validate_flow, FailoverReport, MirrorFlow, MirrorFlowSpec, OffsetCheckpoint,
+    PartitionFailure, WorkerState, WorkerStatus, GROUP, VERSION,
 };
 use crate::worker::checkpoint::runner::should_run;
 use crate::worker::replicate::{PartitionState, StatusSink, WorkerSnapshot};
@@ -112,8 +113,8 @@ pub struct FlowSource {
     pub input: FlowInput,
     /// The generation of the spec in force.
     pub generation: watch::Receiver<Option<i64>>,
-    /// The flow's `status.failures`, as the controller folded them.
-    pub folded: watch::Receiver<Vec<PartitionFailure>>,
+    /// The flow's `status.failures` and `status.failover`, as the controller folded them.
+    pub folded: watch::Receiver<Folded>,
     /// The watch; aborting it freezes the spec.
     pub task: tokio::task::JoinHandle<()>,
 }
@@ -135,7 +136,7 @@ pub async fn flow_source(
         .map_err(|e| anyhow::anyhow!("MirrorFlow {namespace}/{name} is invalid: {e}"))?;
     let (spec_tx, spec_rx) = watch::channel(flow.spec.clone());
     let (gen_tx, gen_rx) = watch::channel(flow.metadata.generation);
-    let (folded_tx, folded_rx) = watch::channel(folded_failures(&flow));
+    let (folded_tx, folded_rx) = watch::channel(Folded::of(&flow));
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
     let label = format!("{namespace}/{name}");
     let task = tokio::spawn(async move {
@@ -145,7 +146,7 @@ pub async fn flow_source(
                 Ok(Event::Apply(f)) | Ok(Event::InitApply(f)) => {
                     publish_spec(&label, &f, &spec_tx, &gen_tx);
                     folded_tx.send_if_modified(|cur| {
-                        let now = folded_failures(&f);
+                        let now = Folded::of(&f);
                         let changed = *cur != now;
                         *cur = now;
                         changed
@@ -184,11 +185,35 @@ pub async fn flow_source(
     })
 }
 
-fn folded_failures(flow: &MirrorFlow) -> Vec<PartitionFailure> {
-    flow.status
-        .as_ref()
-        .map(|s| s.failures.clone())
-        .unwrap_or_default()
+/// What the controller has folded into the flow's status from the workers' entries.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Folded {
+    /// `status.failures`.
+    pub failures: Vec<PartitionFailure>,
+    /// `status.failover`.
+    pub failover: Option<FailoverReport>,
+}
+
+impl Folded {
+    fn of(flow: &MirrorFlow) -> Self {
+        flow.status
+            .as_ref()
+            .map(|s| Folded {
+                failures: s.failures.clone(),
+                failover: s.failover.clone(),
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// The entry's failover report, unless the controller already holds this very report in
+/// `status.failover` (then the entry leaves it out and `kubectl describe` shows it once; a
+/// report that changes, or a new id, is sent again). Pure.
+pub fn unfolded_failover(
+    own: Option<FailoverReport>,
+    folded: Option<&FailoverReport>,
+) -> Option<FailoverReport> {
+    own.filter(|r| Some(&r.clone().bounded()) != folded)
 }
 
 /// The entry as it is applied: a failure the controller has already folded into
@@ -346,13 +371,13 @@ pub struct KubeStatusSink {
 
 impl KubeStatusSink {
     /// Start the apply loop for worker `index` of flow `name`; `folded` follows the flow's
-    /// `status.failures` ([`compact_entry`]).
+    /// `status.failures` ([`compact_entry`]) and `status.failover` ([`unfolded_failover`]).
     pub fn spawn(
         api: Api<MirrorFlow>,
         name: String,
         index: u32,
         generation: watch::Receiver<Option<i64>>,
-        mut folded: watch::Receiver<Vec<PartitionFailure>>,
+        mut folded: watch::Receiver<Folded>,
     ) -> Self {
         let (latest, mut rx) = watch::channel::<Option<WorkerSnapshot>>(None);
         let flush = Arc::new(tokio::sync::Notify::new());
@@ -388,7 +413,12 @@ impl KubeStatusSink {
                     continue;
                 };
                 let entry = snapshot.to_worker_status(*generation.borrow());
-                let mut entry = compact_entry(entry, &snapshot, &folded.borrow());
+                let mut entry = {
+                    let folded = folded.borrow();
+                    let mut entry = compact_entry(entry, &snapshot, &folded.failures);
+                    entry.failover = unfolded_failover(entry.failover, folded.failover.as_ref());
+                    entry
+                };
                 // The heartbeat is this apply: a snapshot can be older while the engine waits
                 // on a slow cluster call, and the worker is still alive.
                 entry.last_heartbeat_time = Some(
@@ -635,6 +665,52 @@ mod tests {
             (folded.failures, folded.failed_partitions),
             (vec![failure], 1)
         );
+    }
+
+    /// The failover report is shown once: the entry drops it once `status.failover` holds
+    /// the same report, and sends it again when it changes or a new id runs.
+    #[test]
+    fn the_failover_report_leaves_the_entry_once_folded() {
+        use crate::api::{FailoverMode, FailoverPhase};
+        let report = |id: &str, phase| FailoverReport {
+            id: id.into(),
+            mode: FailoverMode::Planned,
+            phase,
+            message: None,
+            started_at: None,
+            finished_at: None,
+            not_replicated: Some(0),
+            partitions: Vec::new(),
+            groups: Vec::new(),
+            partitions_not_shown: None,
+        };
+        let done = report("m1", FailoverPhase::Done);
+        let draining = report("m1", FailoverPhase::Draining);
+        let cases = [
+            (None, None, None, "no failover"),
+            (Some(&done), None, Some(&done), "not folded yet: sent"),
+            (
+                Some(&done),
+                Some(&draining),
+                Some(&done),
+                "changed since: sent",
+            ),
+            (Some(&done), Some(&done), None, "folded: left out"),
+            (
+                Some(&report("m2", FailoverPhase::Draining)),
+                Some(&done),
+                Some(&report("m2", FailoverPhase::Draining)),
+                "a new id: sent",
+            ),
+            (None, Some(&done), None, "none of its own"),
+        ];
+        for (own, folded, want, name) in cases {
+            assert_eq!(
+                unfolded_failover(own.cloned(), folded).as_ref(),
+                want,
+                "{name}"
+            );
+        }
     }
 
     #[test]

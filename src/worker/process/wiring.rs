@@ -103,12 +103,17 @@ pub async fn run_with(
     let audit_task = start_audit(&args, &input, audit, &metrics, &stop_rx);
     let acl = (secrets.clone(), acl_state);
     let acl_task = start_acl_sync(index, &args, &input, acl, &metrics, &stop_rx);
+    // The failover first: the engine, the heartbeats and the checkpoints all stand down
+    // while it says the flow is failed over (see `failed_over_view`).
+    let (failover_task, failed_over) =
+        start_failover(index, &args, &input, failover_state, &stop_rx);
+    let engine_spec = failed_over_view(input.spec.clone(), failed_over.clone(), engine_view);
     // Heartbeats are a singleton like the ACL sync: worker 0 emits and measures them.
     let heartbeat_task = runner::should_run(index).then(|| {
         let runner = HeartbeatRunner {
             reader_group: format!("{}-heartbeats", settings.transactional_id()),
             secrets_dir: args.secrets_dir.clone(),
-            spec: input.spec.clone(),
+            spec: failed_over_view(input.spec.clone(), failed_over.clone(), heartbeats_view),
             state: latency_state,
             metrics: metrics.clone(),
             secrets: Some(secrets.clone()),
@@ -119,6 +124,7 @@ pub async fn run_with(
         .then(|| {
             start_checkpoints(
                 &input,
+                failed_over_view(input.checkpoints.clone(), failed_over, checkpoints_view),
                 &args.secrets_dir,
                 &metrics.registry,
                 secrets.clone(),
@@ -127,8 +133,6 @@ pub async fn run_with(
             )
         })
         .flatten();
-    let (failover_task, engine_spec) =
-        start_failover(index, &args, &input, failover_state, &stop_rx);
     let outputs = EngineOutputs {
         health: health.clone(),
         metrics,
@@ -152,17 +156,16 @@ pub async fn run_with(
     result.map_err(anyhow::Error::from)
 }
 
-/// The failover (worker 0 runs it; every worker stops once it is done) and the flow as the
-/// engine sees it: paused while a failover is done.
+/// The failover (worker 0 runs it) and whether the flow is failed over: true while a
+/// failover of the current id is done, and at start while `spec.failover` is set until the
+/// store says that failover is not done.
 fn start_failover(
     index: u32,
     args: &WorkerArgs,
     input: &FlowInput,
     state: watch::Sender<Option<crate::api::FailoverReport>>,
     stop: &watch::Receiver<bool>,
-) -> (JoinHandle<()>, watch::Receiver<MirrorFlowSpec>) {
-    // A worker started under `spec.failover` replicates nothing until the store says that
-    // failover is not done (its outcome would stop it anyway).
+) -> (JoinHandle<()>, watch::Receiver<bool>) {
     let (stopped_tx, stopped_rx) = watch::channel(input.spec.borrow().failover.is_some());
     let task = tokio::spawn(
         FailoverRunner {
@@ -177,33 +180,60 @@ fn start_failover(
         }
         .run(wait_for_stop(stop.clone())),
     );
-    (
-        task,
-        paused_while_failed_over(input.spec.clone(), stopped_rx),
-    )
+    (task, stopped_rx)
 }
 
-/// The flow as the engine sees it: `spec`, paused while `stopped` (a failover is done).
-fn paused_while_failed_over(
-    mut spec: watch::Receiver<MirrorFlowSpec>,
-    mut stopped: watch::Receiver<bool>,
-) -> watch::Receiver<MirrorFlowSpec> {
-    let derive = |spec: &MirrorFlowSpec, stopped: bool| MirrorFlowSpec {
-        paused: spec.paused || stopped,
+/// The flow as the engine sees it: paused while failed over.
+fn engine_view(spec: &MirrorFlowSpec, failed_over: bool) -> MirrorFlowSpec {
+    MirrorFlowSpec {
+        paused: spec.paused || failed_over,
         ..spec.clone()
-    };
-    let (tx, rx) = watch::channel(derive(
-        &spec.borrow_and_update(),
-        *stopped.borrow_and_update(),
+    }
+}
+
+/// The flow as the heartbeats see it: off while failed over. The old source's heartbeats
+/// must not land on the new primary, and nothing replicated means no latency to measure.
+fn heartbeats_view(spec: &MirrorFlowSpec, failed_over: bool) -> MirrorFlowSpec {
+    let mut spec = spec.clone();
+    if failed_over {
+        spec.heartbeats.interval_seconds = 0;
+    }
+    spec
+}
+
+/// The OffsetCheckpoints the checkpoint runner runs: none while failed over. The consumers
+/// now commit on the new primary; a group sync from the old source (back, with offsets ahead
+/// of what was replicated) would move them past what the target holds or overwrite them.
+#[allow(clippy::ptr_arg)] // a view of the watched `Vec` (see `failed_over_view`)
+fn checkpoints_view(
+    checkpoints: &Vec<crate::api::OffsetCheckpoint>,
+    failed_over: bool,
+) -> Vec<crate::api::OffsetCheckpoint> {
+    if failed_over {
+        Vec::new()
+    } else {
+        checkpoints.clone()
+    }
+}
+
+/// `input` as `view` derives it from whether the flow is failed over, following both.
+fn failed_over_view<T: Clone + Send + Sync + 'static>(
+    mut input: watch::Receiver<T>,
+    mut failed_over: watch::Receiver<bool>,
+    view: fn(&T, bool) -> T,
+) -> watch::Receiver<T> {
+    let (tx, rx) = watch::channel(view(
+        &input.borrow_and_update(),
+        *failed_over.borrow_and_update(),
     ));
     tokio::spawn(async move {
         loop {
             tokio::select! {
-                r = spec.changed() => if r.is_err() { return },
-                r = stopped.changed() => if r.is_err() { return },
+                r = input.changed() => if r.is_err() { return },
+                r = failed_over.changed() => if r.is_err() { return },
                 _ = tx.closed() => return,
             }
-            let next = derive(&spec.borrow_and_update(), *stopped.borrow_and_update());
+            let next = view(&input.borrow_and_update(), *failed_over.borrow_and_update());
             if tx.send(next).is_err() {
                 return;
             }
@@ -346,6 +376,7 @@ type CheckpointTasks = (JoinHandle<anyhow::Result<()>>, JoinHandle<()>);
 /// `None` (with a warning) when the runner cannot be built: replication goes on.
 fn start_checkpoints(
     input: &FlowInput,
+    checkpoints: watch::Receiver<Vec<crate::api::OffsetCheckpoint>>,
     secrets_dir: &std::path::Path,
     registry: &prometheus::Registry,
     secrets: crate::kafka::secrets::FlowSecrets,
@@ -354,13 +385,13 @@ fn start_checkpoints(
 ) -> Option<CheckpointTasks> {
     let mut flow = MirrorFlow::new(&input.name, input.spec.borrow().clone());
     flow.metadata.namespace = Some(input.namespace.clone());
-    let cps = input.checkpoints.borrow().clone();
+    let cps = checkpoints.borrow().clone();
     match CheckpointRunner::new(&flow, cps, secrets_dir, registry).map(|r| r.watch_secrets(secrets))
     {
         Ok(runner) => {
             let specs = runner.specs();
             let state = runner.state();
-            let mut cp_rx = input.checkpoints.clone();
+            let mut cp_rx = checkpoints;
             let forward = tokio::spawn(async move {
                 while cp_rx.changed().await.is_ok() {
                     let list = cp_rx.borrow_and_update().clone();
@@ -487,5 +518,80 @@ mod tests {
                 ("kafka", "orders")
             );
         }
+    }
+
+    fn flow_spec() -> MirrorFlowSpec {
+        serde_json::from_value(serde_json::json!({
+            "source": {"alias": "dc1", "bootstrapServers": "a:9092"},
+            "target": {"alias": "dc2", "bootstrapServers": "b:9092"},
+        }))
+        .unwrap()
+    }
+
+    fn checkpoint() -> crate::api::OffsetCheckpoint {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "mirrorflow.io/v1alpha1",
+            "kind": "OffsetCheckpoint",
+            "metadata": {"name": "cp", "namespace": "kafka"},
+            "spec": {"flowRef": {"name": "orders"}, "groups": {"include": [".*"]}},
+        }))
+        .unwrap()
+    }
+
+    /// A failed-over flow writes nothing more to the target: no replication, no
+    /// heartbeats, no checkpoints or group offsets; a flow that is not runs all three as
+    /// its spec says.
+    #[test]
+    fn a_failed_over_flow_stands_every_writer_down() {
+        let cps = vec![checkpoint()];
+        // (paused in spec, failed over) -> (engine paused, heartbeat interval, checkpoints run)
+        let cases = [
+            ((false, false), (false, 1, 1)),
+            ((true, false), (true, 1, 1)),
+            ((false, true), (true, 0, 0)),
+            ((true, true), (true, 0, 0)),
+        ];
+        for ((paused, failed_over), want) in cases {
+            let spec = MirrorFlowSpec {
+                paused,
+                ..flow_spec()
+            };
+            let got = (
+                engine_view(&spec, failed_over).paused,
+                heartbeats_view(&spec, failed_over)
+                    .heartbeats
+                    .interval_seconds,
+                checkpoints_view(&cps, failed_over).len(),
+            );
+            assert_eq!(got, want, "paused {paused}, failed over {failed_over}");
+            let engine = engine_view(&spec, failed_over);
+            assert_eq!(
+                MirrorFlowSpec {
+                    paused: spec.paused,
+                    ..engine
+                },
+                spec,
+                "only `paused` differs for the engine"
+            );
+        }
+    }
+
+    /// The views follow the failover both ways (done, then a new id not done yet) and the
+    /// input's own changes.
+    #[tokio::test]
+    async fn the_views_follow_the_failover_and_the_input() {
+        let (spec_tx, spec_rx) = watch::channel(flow_spec());
+        let (failed_tx, failed_rx) = watch::channel(true);
+        let mut view = failed_over_view(spec_rx, failed_rx, heartbeats_view);
+        assert_eq!(view.borrow_and_update().heartbeats.interval_seconds, 0);
+        failed_tx.send_replace(false);
+        view.changed().await.unwrap();
+        assert_eq!(view.borrow_and_update().heartbeats.interval_seconds, 1);
+        spec_tx.send_modify(|s| s.heartbeats.interval_seconds = 5);
+        view.changed().await.unwrap();
+        assert_eq!(view.borrow_and_update().heartbeats.interval_seconds, 5);
+        failed_tx.send_replace(true);
+        view.changed().await.unwrap();
+        assert_eq!(view.borrow_and_update().heartbeats.interval_seconds, 0);
     }
 }
