@@ -691,11 +691,10 @@ fn count_range(
     topic: &str,
     partition: i32,
     (from, to): (i64, i64),
-) -> Result<i64, String> {
+) -> Result<i64, FailoverError> {
     let mut tpl = rdkafka::TopicPartitionList::new();
-    tpl.add_partition_offset(topic, partition, rdkafka::Offset::Offset(from))
-        .map_err(|e| e.to_string())?;
-    consumer.assign(&tpl).map_err(|e| format!("assign: {e}"))?;
+    tpl.add_partition_offset(topic, partition, rdkafka::Offset::Offset(from))?;
+    consumer.assign(&tpl)?;
     let deadline = Instant::now() + IO_TIMEOUT;
     let mut n = 0;
     while Instant::now() < deadline {
@@ -712,12 +711,10 @@ fn count_range(
                 }
             }
             Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) => return Ok(n),
-            Some(Err(e)) => return Err(e.to_string()),
+            Some(Err(e)) => return Err(e.into()),
         }
     }
-    Err(format!(
-        "[{from}, {to}) not read within {IO_TIMEOUT:?} ({n} records read)"
-    ))
+    Err(crate::kafka::Error::Timeout(IO_TIMEOUT).into())
 }
 
 async fn blocking<T: Send + 'static>(

@@ -17,7 +17,7 @@ use super::sinks::{
     checkpoint_reports, CheckpointReport, CheckpointReportSource, Extras, Fanout, WithExtras,
     WorkerSink,
 };
-use crate::api::{MirrorFlow, MirrorFlowSpec};
+use crate::api::{MirrorFlow, MirrorFlowSpec, ReplicationLatency};
 use crate::kafka::health::FlowHealth;
 use crate::telemetry::http::{self, HttpState, Readiness};
 use crate::telemetry::metrics::WorkerMetrics;
@@ -54,24 +54,16 @@ pub async fn run_with(
     for s in &sinks {
         s.attach_checkpoints(report_rx.clone());
     }
-    // Connection health of both clusters, shared by every client that reports into it, and
-    // the topic ACL sync (worker 0): added to each snapshot (see `sinks`).
-    let health = {
+    let (health, reports, sink) = {
         let spec = input.spec.borrow();
-        FlowHealth::new(&spec.source.alias, &spec.target.alias)
+        side_reports(&spec, status_tx, sinks)
     };
-    let (acl_state, acl_rx) = watch::channel(None);
-    let (latency_state, latency_rx) = watch::channel(None);
-    let (audit_state, audit_rx) = watch::channel(None);
-    let (failover_state, failover_rx) = watch::channel(None);
-    let extras = Extras {
-        health: health.clone(),
-        topic_acls: acl_rx,
-        replication_latency: latency_rx,
-        audit: audit_rx,
-        failover: failover_rx,
-    };
-    let sink = engine_sink(status_tx, sinks, extras);
+    let Reports {
+        acl: acl_state,
+        latency: latency_state,
+        audit: audit_state,
+        failover: failover_state,
+    } = reports;
     let (addr, stop_http_tx, http_task) = serve_http(
         args.listen,
         &metrics,
@@ -110,15 +102,16 @@ pub async fn run_with(
     let engine_spec = failed_over_view(input.spec.clone(), failed_over.clone(), engine_view);
     // Heartbeats are a singleton like the ACL sync: worker 0 emits and measures them.
     let heartbeat_task = runner::should_run(index).then(|| {
-        let runner = HeartbeatRunner {
-            reader_group: format!("{}-heartbeats", settings.transactional_id()),
-            secrets_dir: args.secrets_dir.clone(),
-            spec: failed_over_view(input.spec.clone(), failed_over.clone(), heartbeats_view),
-            state: latency_state,
-            metrics: metrics.clone(),
-            secrets: Some(secrets.clone()),
-        };
-        tokio::spawn(runner.run(wait_for_stop(stop_rx.clone())))
+        let spec = failed_over_view(input.spec.clone(), failed_over.clone(), heartbeats_view);
+        start_heartbeats(
+            &settings,
+            &args,
+            spec,
+            latency_state,
+            &metrics,
+            &secrets,
+            &stop_rx,
+        )
     });
     let checkpoints = runner::should_run(index)
         .then(|| {
@@ -154,6 +147,63 @@ pub async fn run_with(
     let _ = stop_http_tx.send(());
     let _ = http_task.await;
     result.map_err(anyhow::Error::from)
+}
+
+/// Where the side tasks report (each into the worker's snapshot, see `sinks`).
+struct Reports {
+    acl: watch::Sender<Option<crate::api::TopicAclSync>>,
+    latency: watch::Sender<Option<ReplicationLatency>>,
+    audit: watch::Sender<Option<crate::api::AuditReport>>,
+    failover: watch::Sender<Option<crate::api::FailoverReport>>,
+}
+
+/// Connection health of both clusters (shared by every client that reports into it), the
+/// side tasks' report channels, and the engine's sink, which adds them to each snapshot.
+fn side_reports(
+    spec: &MirrorFlowSpec,
+    status_tx: watch::Sender<WorkerSnapshot>,
+    sinks: Vec<Arc<dyn WorkerSink>>,
+) -> (FlowHealth, Reports, Arc<dyn StatusSink>) {
+    let health = FlowHealth::new(&spec.source.alias, &spec.target.alias);
+    let (acl, topic_acls) = watch::channel(None);
+    let (latency, replication_latency) = watch::channel(None);
+    let (audit, audit_rx) = watch::channel(None);
+    let (failover, failover_rx) = watch::channel(None);
+    let extras = Extras {
+        health: health.clone(),
+        topic_acls,
+        replication_latency,
+        audit: audit_rx,
+        failover: failover_rx,
+    };
+    let reports = Reports {
+        acl,
+        latency,
+        audit,
+        failover,
+    };
+    (health, reports, engine_sink(status_tx, sinks, extras))
+}
+
+/// The heartbeats (worker 0): emitted and measured until `stop` says so.
+fn start_heartbeats(
+    settings: &EngineSettings,
+    args: &WorkerArgs,
+    spec: watch::Receiver<MirrorFlowSpec>,
+    state: watch::Sender<Option<ReplicationLatency>>,
+    metrics: &WorkerMetrics,
+    secrets: &crate::kafka::secrets::FlowSecrets,
+    stop: &watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    let runner = HeartbeatRunner {
+        reader_group: format!("{}-heartbeats", settings.transactional_id()),
+        secrets_dir: args.secrets_dir.clone(),
+        spec,
+        state,
+        metrics: metrics.clone(),
+        secrets: Some(secrets.clone()),
+    };
+    tokio::spawn(runner.run(wait_for_stop(stop.clone())))
 }
 
 /// The failover (worker 0 runs it) and whether the flow is failed over: true while a
