@@ -7,8 +7,6 @@ use std::time::Duration;
 
 use rdkafka::types::RDKafkaErrorCode;
 
-use super::protocol::DecodeError;
-
 /// A Kafka error code: the broker's (0 and up, Kafka's `Errors` table) or librdkafka's own
 /// (negative, e.g. a local timeout).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -54,6 +52,17 @@ impl From<RDKafkaErrorCode> for Code {
     fn from(c: RDKafkaErrorCode) -> Self {
         Code(c as i32)
     }
+}
+
+/// A Kafka answer that does not decode (the hand-written protocol client): what was read and
+/// where. Here rather than in `protocol` so that the room's error type imports nothing of it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{what}: truncated or malformed at byte {offset}")]
+pub struct DecodeError {
+    /// Which message and field.
+    pub what: &'static str,
+    /// Byte offset in the response body.
+    pub offset: usize,
 }
 
 /// What kind of failure: one vocabulary for conditions, events and metric labels.

@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::error::{Code, Error};
+use super::error::{Code, DecodeError, Error};
 use super::group_offset::GroupOffset;
 
 /// ApiVersions API key.
@@ -85,16 +85,6 @@ pub fn code_text(code: i16) -> String {
 /// A broker error code as an error, with its name and meaning.
 pub fn code_error(code: i16) -> Error {
     Error::code(Code(i32::from(code)), code_text(code))
-}
-
-/// A decoding failure: what was read and where.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{what}: truncated or malformed at byte {offset}")]
-pub struct DecodeError {
-    /// Which message and field.
-    pub what: &'static str,
-    /// Byte offset in the response body.
-    pub offset: usize,
 }
 
 struct Writer(Vec<u8>);
