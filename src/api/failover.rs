@@ -143,6 +143,22 @@ pub struct FailoverReport {
 pub const FAILOVER_PARTITIONS_SHOWN: usize = 8;
 
 impl FailoverReport {
+    /// A report of request `id` in `phase`, with nothing measured yet.
+    pub fn new(id: &str, mode: FailoverMode, phase: FailoverPhase) -> Self {
+        Self {
+            id: id.to_string(),
+            mode,
+            phase,
+            message: None,
+            started_at: None,
+            finished_at: None,
+            not_replicated: None,
+            partitions: Vec::new(),
+            groups: Vec::new(),
+            partitions_not_shown: None,
+        }
+    }
+
     /// The report as `status.failover` holds it: the partitions behind first (most records
     /// not replicated first, then in order), at most [`FAILOVER_PARTITIONS_SHOWN`]. Pure;
     /// bounding a bounded report changes nothing.
@@ -175,16 +191,8 @@ mod tests {
 
     fn report(partitions: Vec<FailoverPartition>) -> FailoverReport {
         FailoverReport {
-            id: "m".into(),
-            mode: FailoverMode::Planned,
-            phase: FailoverPhase::TimedOut,
-            message: None,
-            started_at: None,
-            finished_at: None,
-            not_replicated: None,
             partitions,
-            groups: Vec::new(),
-            partitions_not_shown: None,
+            ..FailoverReport::new("m", FailoverMode::Planned, FailoverPhase::TimedOut)
         }
     }
 

@@ -225,12 +225,6 @@ mod tests {
     #[test]
     fn render_shows_the_figures_and_who_was_not_touched() {
         let r = FailoverReport {
-            id: "m1".into(),
-            mode: FailoverMode::Planned,
-            phase: FailoverPhase::Done,
-            message: None,
-            started_at: None,
-            finished_at: None,
             not_replicated: Some(0),
             partitions: vec![FailoverPartition {
                 topic: "orders".into(),
@@ -253,7 +247,7 @@ mod tests {
                     skipped: Some("1 active member(s) on the target".into()),
                 },
             ],
-            partitions_not_shown: None,
+            ..FailoverReport::new("m1", FailoverMode::Planned, FailoverPhase::Done)
         };
         assert_eq!(
             render(&r),

@@ -493,16 +493,8 @@ mod connection_tests {
         use crate::api::{FailoverMode, FailoverPhase, FailoverReport};
         let st = |id: &str, phase| MirrorFlowStatus {
             failover: Some(FailoverReport {
-                id: id.into(),
-                mode: FailoverMode::Planned,
-                phase,
-                message: None,
-                started_at: None,
-                finished_at: None,
                 not_replicated: Some(0),
-                partitions: Vec::new(),
-                groups: Vec::new(),
-                partitions_not_shown: None,
+                ..FailoverReport::new(id, FailoverMode::Planned, phase)
             }),
             ..Default::default()
         };

@@ -1534,14 +1534,7 @@ fn unwritable_topics_condition() {
 fn a_done_failover_is_ready_false_failed_over_and_its_report_is_copied() {
     use crate::api::{FailoverGroup, FailoverMode, FailoverPhase, FailoverReport, FailoverRequest};
     let report = |id: &str, phase: FailoverPhase| FailoverReport {
-        id: id.into(),
-        mode: FailoverMode::Planned,
-        phase,
-        message: None,
-        started_at: None,
-        finished_at: None,
         not_replicated: Some(0),
-        partitions: vec![],
         groups: vec![
             FailoverGroup {
                 group: "billing".into(),
@@ -1556,7 +1549,7 @@ fn a_done_failover_is_ready_false_failed_over_and_its_report_is_copied() {
                 skipped: Some("1 active member(s) on the target".into()),
             },
         ],
-        partitions_not_shown: None,
+        ..FailoverReport::new(id, FailoverMode::Planned, phase)
     };
     let observe = |requested: Option<&str>, phase: FailoverPhase, state: WorkerState| {
         let mut f = flow(2);

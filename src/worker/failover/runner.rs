@@ -270,32 +270,19 @@ impl FailoverRunner {
         let not_replicated = (req.mode == FailoverMode::Planned)
             .then(|| partitions.iter().filter_map(|p| p.not_replicated).sum());
         Ok(FailoverReport {
-            id: req.id.clone(),
-            mode: req.mode,
-            phase: FailoverPhase::Draining,
             message: Some("dry run: nothing changed; groups as they would be committed now".into()),
-            started_at: None,
-            finished_at: None,
             not_replicated,
             partitions,
             groups: groups.iter().map(|g| plan_group(g).1).collect(),
-            partitions_not_shown: None,
+            ..FailoverReport::new(&req.id, req.mode, FailoverPhase::Draining)
         })
     }
 
     /// Runs one failover to its final phase, publishing each phase.
     async fn execute(&self, req: &FailoverRequest) -> FailoverReport {
         let mut report = FailoverReport {
-            id: req.id.clone(),
-            mode: req.mode,
-            phase: FailoverPhase::Draining,
-            message: None,
             started_at: Some(Time(Timestamp::now())),
-            finished_at: None,
-            not_replicated: None,
-            partitions: Vec::new(),
-            groups: Vec::new(),
-            partitions_not_shown: None,
+            ..FailoverReport::new(&req.id, req.mode, FailoverPhase::Draining)
         };
         info!(id = %req.id, mode = ?req.mode, "failover started");
         let outcome = match req.mode {

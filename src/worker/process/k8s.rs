@@ -673,16 +673,8 @@ mod tests {
     fn the_failover_report_leaves_the_entry_once_folded() {
         use crate::api::{FailoverMode, FailoverPhase};
         let report = |id: &str, phase| FailoverReport {
-            id: id.into(),
-            mode: FailoverMode::Planned,
-            phase,
-            message: None,
-            started_at: None,
-            finished_at: None,
             not_replicated: Some(0),
-            partitions: Vec::new(),
-            groups: Vec::new(),
-            partitions_not_shown: None,
+            ..FailoverReport::new(id, FailoverMode::Planned, phase)
         };
         let done = report("m1", FailoverPhase::Done);
         let draining = report("m1", FailoverPhase::Draining);
