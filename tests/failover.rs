@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use mirrorflow::api::{FailoverGroup, FailoverPartition, FailoverPhase, FailoverReport};
 use mirrorflow::kafka::admin::GroupAdmin;
-use mirrorflow::testkit::brokers::{self, broker_or_skip, BrokerKind, ConsumeUntil, ProduceRecord};
+use mirrorflow::testkit::brokers::{
+    self, broker_or_skip, BrokerKind, ConsumeUntil, LocalBroker, ProduceRecord,
+};
 use mirrorflow::worker::process::args::WorkerArgs;
 use mirrorflow::worker::process::flow_file::watch_flow_file;
 use mirrorflow::worker::process::sinks::{checkpoint_reports, CheckpointReportSource, WorkerSink};
@@ -209,6 +211,25 @@ spec:
 // `spec.failover`: the declared operation.
 
 /// A standalone worker on a flow file the test rewrites (`spec.failover`, `spec.paused`).
+/// Two Apache Kafka nodes (`None`: skipped), the flow's files, and an empty `orders` topic
+/// on the source.
+async fn clusters_with_orders() -> Option<(LocalBroker, LocalBroker, FlowRun)> {
+    let (source, target) = tokio::join!(
+        broker_or_skip(BrokerKind::Kafka),
+        broker_or_skip(BrokerKind::Kafka)
+    );
+    let (source, target) = (source?, target?);
+    let run = FlowRun {
+        dir: tempfile::tempdir().unwrap(),
+        src: source.bootstrap_servers(),
+        tgt: target.bootstrap_servers(),
+    };
+    brokers::create_topic(&run.src, "orders", PARTITIONS, &[])
+        .await
+        .unwrap();
+    Some((source, target, run))
+}
+
 struct FlowRun {
     dir: tempfile::TempDir,
     src: String,
@@ -360,22 +381,10 @@ fn read_group(tgt: &str, group: &str, want: usize) -> Vec<(i32, i64)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn planned_failover_drains_commits_the_idle_groups_names_the_active_one_and_stops() {
-    let (source, target) = tokio::join!(
-        broker_or_skip(BrokerKind::Kafka),
-        broker_or_skip(BrokerKind::Kafka)
-    );
-    let (Some(source), Some(target)) = (source, target) else {
+    let Some((_source, _target, run)) = clusters_with_orders().await else {
         return;
     };
-    let run = FlowRun {
-        dir: tempfile::tempdir().unwrap(),
-        src: source.bootstrap_servers(),
-        tgt: target.bootstrap_servers(),
-    };
     let (src, tgt) = (run.src.clone(), run.tgt.clone());
-    brokers::create_topic(&src, "orders", PARTITIONS, &[])
-        .await
-        .unwrap();
     brokers::produce(&src, "orders", &batch(0, PER_PARTITION))
         .await
         .unwrap();
@@ -597,22 +606,10 @@ async fn planned_failover_drains_commits_the_idle_groups_names_the_active_one_an
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unplanned_failover_commits_the_last_checkpoints_and_reports_the_recovery_point() {
-    let (source, target) = tokio::join!(
-        broker_or_skip(BrokerKind::Kafka),
-        broker_or_skip(BrokerKind::Kafka)
-    );
-    let (Some(mut source), Some(target)) = (source, target) else {
+    let Some((mut source, _target, run)) = clusters_with_orders().await else {
         return;
     };
-    let run = FlowRun {
-        dir: tempfile::tempdir().unwrap(),
-        src: source.bootstrap_servers(),
-        tgt: target.bootstrap_servers(),
-    };
     let (src, tgt) = (run.src.clone(), run.tgt.clone());
-    brokers::create_topic(&src, "orders", PARTITIONS, &[])
-        .await
-        .unwrap();
     brokers::produce(&src, "orders", &batch(0, PER_PARTITION))
         .await
         .unwrap();
@@ -738,22 +735,10 @@ fn transaction(producer: &rdkafka::producer::BaseProducer, partition: i32, n: us
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn planned_failover_drains_a_transactional_source_ending_in_markers() {
     use rdkafka::producer::Producer;
-    let (source, target) = tokio::join!(
-        broker_or_skip(BrokerKind::Kafka),
-        broker_or_skip(BrokerKind::Kafka)
-    );
-    let (Some(source), Some(target)) = (source, target) else {
+    let Some((_source, _target, run)) = clusters_with_orders().await else {
         return;
     };
-    let run = FlowRun {
-        dir: tempfile::tempdir().unwrap(),
-        src: source.bootstrap_servers(),
-        tgt: target.bootstrap_servers(),
-    };
     let (src, tgt) = (run.src.clone(), run.tgt.clone());
-    brokers::create_topic(&src, "orders", PARTITIONS, &[])
-        .await
-        .unwrap();
     let producer: rdkafka::producer::BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", &src)
         .set("transactional.id", "failover-test-source")
