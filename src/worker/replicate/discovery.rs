@@ -114,6 +114,12 @@ fn view(tp: &TopicPartitionRef, p: &Partition, parked: bool, fetching: bool) -> 
     }
 }
 
+/// Whether target partition `partition` of `topic` was created by this refresh (so it is
+/// empty without asking the target).
+fn created_empty(empty_from: &BTreeMap<String, i32>, topic: &str, partition: i32) -> bool {
+    empty_from.get(topic).is_some_and(|from| partition >= *from)
+}
+
 /// Lookups of the ends of target partitions that are to start fresh, within one refresh.
 const NEW_PARTITION_TRIES: u32 = 5;
 /// The wait before the next of those lookups, times the attempts so far (2.5 s in all).
@@ -140,6 +146,9 @@ pub struct RefreshPlan {
     pub targets_listed: bool,
     /// Target topics that exist with enough partitions.
     pub ready: BTreeSet<String>,
+    /// Target topics this refresh created (`0`) or grew (the old count): their partitions
+    /// from that index on did not exist a moment ago, so they hold nothing.
+    pub empty_from: BTreeMap<String, i32>,
     /// Where partitions without a position start.
     pub starts: BTreeMap<TopicPartitionRef, Start>,
     /// Partitions without progress whose target partition already holds records: not
@@ -495,7 +504,10 @@ impl Discovery {
         let mut refused = BTreeMap::new();
         for (topic, t, n, action) in target_actions(&wanted, &target) {
             match self.prepare_target(&topic, &t, n, action, &input).await {
-                Ok(()) => {
+                Ok(empty_from) => {
+                    if let Some(from) = empty_from {
+                        plan.empty_from.insert(t.clone(), from);
+                    }
                     plan.ready.insert(t);
                 }
                 Err(e) => {
@@ -575,15 +587,26 @@ impl Discovery {
         if fresh.is_empty() {
             return;
         }
-        let mut unanswered: Vec<(String, i32)> = fresh
-            .iter()
-            .map(|(tp, t)| (t.clone(), tp.partition))
-            .collect();
-        // A target topic created a moment ago may have no leader elected yet (its ends
-        // answer NOT_LEADER_OR_FOLLOWER for a second or so): ask again shortly rather than
-        // leave its partitions for the next refresh.
-        let mut ends = BTreeMap::new();
+        // Partitions this refresh created hold nothing: asking for their ends would only
+        // wait for leaders (a 1,000-partition topic takes seconds to elect them all, and
+        // one leaderless partition fails the whole ListOffsets).
+        let mut ends: BTreeMap<(String, i32), Result<(i64, i64), crate::kafka::Error>> =
+            BTreeMap::new();
+        let mut unanswered = Vec::new();
+        for (tp, t) in &fresh {
+            if created_empty(&plan.empty_from, t, tp.partition) {
+                ends.insert((t.clone(), tp.partition), Ok((0, 0)));
+            } else {
+                unanswered.push((t.clone(), tp.partition));
+            }
+        }
+        // A target topic created a moment ago (by another worker) may have no leader elected
+        // yet (its ends answer NOT_LEADER_OR_FOLLOWER for a second or so): ask again shortly
+        // rather than leave its partitions for the next refresh.
         for attempt in 1..=NEW_PARTITION_TRIES {
+            if unanswered.is_empty() {
+                break;
+            }
             let asked = unanswered.clone();
             match io::watermarks(&self.target_meta, asked, self.io_timeout).await {
                 Ok(e) => ends.extend(e.into_iter().filter(|(_, r)| r.is_ok())),
@@ -639,15 +662,15 @@ impl Discovery {
         partitions: i32,
         action: TargetTopicAction,
         input: &RefreshInput,
-    ) -> Result<(), Error> {
+    ) -> Result<Option<i32>, Error> {
         let timeout = self.io_timeout;
         match action {
-            TargetTopicAction::Ready => Ok(()),
+            TargetTopicAction::Ready => Ok(None),
             TargetTopicAction::Grow { from, to } => {
                 match topics::add_partitions(&self.target_admin, target, to, timeout).await {
                     Ok(()) => {
                         info!(topic = %target, from, to, "grew target topic");
-                        Ok(())
+                        Ok(Some(from))
                     }
                     Err(e) => Err(e.into()),
                 }
@@ -694,7 +717,7 @@ impl Discovery {
                                 warn!("target topic {target} was created but could not be recorded as the flow's ({e}); its configs are not re-synced");
                             }
                         }
-                        Ok(())
+                        Ok(created.then_some(0))
                     }
                     Err(e) => Err(e.into()),
                 }

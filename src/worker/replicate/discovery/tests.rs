@@ -293,3 +293,23 @@ fn a_topic_reset_found_behind_the_position_names_the_position() {
         assert_eq!(d.signals, found.signals);
     }
 }
+
+#[test]
+fn partitions_a_refresh_created_are_empty_without_asking() {
+    // dc1.new was created (all partitions new), dc1.grown went from 4 to 8 partitions.
+    let empty_from = topics(&[("dc1.new", 0), ("dc1.grown", 4)]);
+    for (topic, partition, empty) in [
+        ("dc1.new", 0, true),
+        ("dc1.new", 999, true),
+        ("dc1.grown", 3, false),
+        ("dc1.grown", 4, true),
+        ("dc1.grown", 7, true),
+        ("dc1.old", 0, false),
+    ] {
+        assert_eq!(
+            created_empty(&empty_from, topic, partition),
+            empty,
+            "{topic}/{partition}"
+        );
+    }
+}
