@@ -23,6 +23,7 @@ pub mod select;
 pub mod settings;
 pub mod status;
 pub mod step;
+pub mod store;
 pub mod syncs;
 pub mod validate;
 pub mod writer;
