@@ -12,6 +12,8 @@ pub mod clients;
 pub mod created;
 pub mod discovery;
 pub mod engine;
+pub mod failback;
+pub mod failback_io;
 pub mod intake;
 pub mod io;
 pub mod migrate;
