@@ -143,7 +143,7 @@ fn invalid_resources() -> Vec<(&'static str, String, &'static str)> {
                 "bootstrapServers: 'a:1'",
                 "bootstrapServers: 'a:1', startFrom: {}",
             ),
-            "set mirrorMaker2",
+            "set exactly one of mirrorMaker2, afterFailover",
         ),
         (
             "MM2 offsets topic not a topic name",

@@ -272,15 +272,38 @@ spec:
     }
 
     /// Starts a worker; stop it by sending on the returned channel.
-    fn start(
-        &self,
-    ) -> (
-        Arc<Sink>,
-        tokio::sync::oneshot::Sender<()>,
-        tokio::task::JoinHandle<anyhow::Result<()>>,
-        tokio::task::JoinHandle<()>,
-    ) {
-        let flow = self.dir.path().join("flow.yaml");
+    fn start(&self) -> Worker {
+        self.start_file("flow.yaml")
+    }
+
+    /// The reverse flow `back` (source the failover's target, dc2; target dc1; Identity), in
+    /// `back.yaml`, failing back after failover `id` of `default/dr`.
+    fn write_back(&self, id: &str, copy_diverged: bool) {
+        let (src, tgt) = (&self.src, &self.tgt);
+        std::fs::write(
+            self.dir.path().join("back.yaml"),
+            format!(
+                "apiVersion: mirrorflow.io/v1alpha1
+kind: MirrorFlow
+metadata: {{name: back}}
+spec:
+  source:
+    alias: dc2
+    bootstrapServers: '{tgt}'
+    startFrom: {{afterFailover: {{flow: default/dr, id: {id}, copyDiverged: {copy_diverged}}}}}
+  target: {{alias: dc1, bootstrapServers: '{src}'}}
+  topics: {{include: [orders], refreshIntervalSeconds: 1}}
+  replicationPolicy: {{type: Identity}}
+  delivery: AtLeastOnce
+"
+            ),
+        )
+        .unwrap();
+    }
+
+    /// Starts a worker on the flow file `name`.
+    fn start_file(&self, name: &str) -> Worker {
+        let flow = self.dir.path().join(name);
         let (input, watcher) = watch_flow_file(&flow, Duration::from_secs(1)).unwrap();
         let args = WorkerArgs {
             flow: Some(flow),
@@ -301,6 +324,14 @@ spec:
         (sink, stop_tx, worker, watcher)
     }
 }
+
+/// A running worker: its status, how to stop it, its task, the flow file's watcher.
+type Worker = (
+    Arc<Sink>,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<anyhow::Result<()>>,
+    tokio::task::JoinHandle<()>,
+);
 
 impl Sink {
     fn failover(&self) -> Option<FailoverReport> {
@@ -342,12 +373,16 @@ fn batch(from: i64, per_partition: i64) -> Vec<ProduceRecord> {
 }
 
 async fn target_ends(tgt: &str) -> BTreeMap<i32, i64> {
+    ends(tgt, "dc1.orders").await
+}
+
+async fn ends(cluster: &str, topic: &str) -> BTreeMap<i32, i64> {
     let mut out = BTreeMap::new();
     for p in 0..PARTITIONS {
         out.insert(
             p,
-            // -1 until the target topic exists.
-            brokers::watermarks(tgt, "dc1.orders", p)
+            // -1 until the topic exists.
+            brokers::watermarks(cluster, topic, p)
                 .await
                 .map_or(-1, |w| w.1),
         );
@@ -471,6 +506,8 @@ async fn planned_failover_drains_commits_the_idle_groups_names_the_active_one_an
             source_end: Some(end),
             target_holds: end,
             not_replicated: Some(0),
+            target_topic: Some("dc1.orders".into()),
+            target_end: Some(end),
         })
         .collect();
     assert_eq!(
@@ -787,4 +824,236 @@ async fn planned_failover_drains_a_transactional_source_ending_in_markers() {
     let _ = stop.send(());
     worker.await.unwrap().unwrap();
     watcher.abort();
+}
+
+// ---------------------------------------------------------------------------------------
+// Failing back: `spec.source.startFrom.afterFailover` on the reverse flow.
+
+/// Stops a worker and its flow file's watcher.
+async fn stop(w: Worker) {
+    let (_, stop, worker, watcher) = w;
+    let _ = stop.send(());
+    worker.await.unwrap().unwrap();
+    watcher.abort();
+}
+
+/// `(partition, key)` of every record of `topic` on `cluster` (`n` of them).
+async fn keys(cluster: &str, topic: &str, n: usize) -> Vec<(i32, String)> {
+    let records = brokers::consume_all(
+        cluster,
+        topic,
+        ConsumeUntil::count(n).timeout(Duration::from_secs(60)),
+    )
+    .await
+    .unwrap();
+    let mut got: Vec<(i32, String)> = records
+        .iter()
+        .map(|r| {
+            let key = r.key.as_deref().unwrap_or_default();
+            (r.partition, String::from_utf8_lossy(key).into_owned())
+        })
+        .collect();
+    got.sort();
+    got
+}
+
+/// Keyed records `<prefix><i>` for `(partition, count)`.
+fn keyed(prefix: &str, per_partition: &[(i32, i64)]) -> Vec<ProduceRecord> {
+    per_partition
+        .iter()
+        .flat_map(|&(p, n)| {
+            (0..n).map(move |i| ProduceRecord::new(format!("{prefix}{p}-{i}"), "x").partition(p))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failback_copies_back_only_what_the_new_primary_took_and_reports_what_diverged() {
+    let Some((_a, _b, run)) = clusters_with_orders().await else {
+        return;
+    };
+    // dc1 (A) is the primary, dc2 (B) its mirror; under Identity the names match.
+    let (a, b) = (run.src.clone(), run.tgt.clone());
+    brokers::produce(&a, "orders", &batch(0, PER_PARTITION))
+        .await
+        .unwrap();
+    run.write("  replicationPolicy: {type: Identity}");
+    let forward = run.start();
+    let first: BTreeMap<i32, i64> = (0..PARTITIONS).map(|p| (p, PER_PARTITION)).collect();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while ends(&b, "orders").await != first {
+        assert!(
+            Instant::now() < deadline,
+            "not replicated; {}",
+            forward.0.describe()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    run.write("  replicationPolicy: {type: Identity}\n  failover: {id: move-1, mode: Planned}");
+    let report = forward.0.final_failover("move-1").await;
+    assert_eq!(report.phase, FailoverPhase::Done, "{report:?}");
+    let recorded: Vec<(i32, i64, Option<&str>, Option<i64>)> = report
+        .partitions
+        .iter()
+        .filter(|p| p.topic == "orders")
+        .map(|p| {
+            (
+                p.partition,
+                p.target_holds,
+                p.target_topic.as_deref(),
+                p.target_end,
+            )
+        })
+        .collect();
+    let want: Vec<_> = (0..PARTITIONS)
+        .map(|p| (p, PER_PARTITION, Some("orders"), Some(PER_PARTITION)))
+        .collect();
+    assert_eq!(
+        recorded, want,
+        "targetEnd recorded once replication stopped"
+    );
+    stop(forward).await;
+
+    // After the failover: the old primary still takes a few records (they never reach B),
+    // the new primary takes 5,000.
+    let diverged: [(i32, i64); 3] = [(0, 7), (1, 0), (2, 3)];
+    brokers::produce(&a, "orders", &keyed("d", &diverged))
+        .await
+        .unwrap();
+    const NEW: i64 = 5_000;
+    let new_records: Vec<ProduceRecord> = (0..NEW)
+        .map(|i| {
+            let p = (i % PARTITIONS as i64) as i32;
+            ProduceRecord::new(format!("n{i}"), "new").partition(p)
+        })
+        .collect();
+    brokers::produce(&b, "orders", &new_records).await.unwrap();
+    let history = keys(
+        &a,
+        "orders",
+        (PER_PARTITION * PARTITIONS as i64 + 10) as usize,
+    )
+    .await;
+
+    run.write_back("move-1", true);
+    let back = run.start_file("back.yaml");
+    let sink = back.0.clone();
+    sink.until("failback measured", |s| s.failback.is_some())
+        .await;
+    let fb = sink.0.borrow().as_ref().unwrap().failback.clone().unwrap();
+    eprintln!("failback: {}", serde_json::to_string_pretty(&fb).unwrap());
+    let want_total = history.len() as i64 + NEW;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while ends(&a, "orders").await.values().sum::<i64>() < want_total {
+        assert!(
+            Instant::now() < deadline,
+            "not copied back; {}",
+            sink.describe()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    // The report: every partition started at B's end when the failover was done; the
+    // diverged records are exactly what the test wrote to A, at the offsets it got.
+    assert_eq!((fb.flow.as_str(), fb.id.as_str()), ("default/dr", "move-1"));
+    assert_eq!(fb.diverged_records, 10);
+    assert_eq!(fb.diverged_copied, Some(10));
+    let mut parts: Vec<_> = fb
+        .partitions
+        .iter()
+        .filter(|p| p.topic == "orders")
+        .collect();
+    parts.sort_by_key(|p| p.partition);
+    for (p, (partition, n)) in parts.iter().zip(diverged) {
+        assert_eq!(
+            (p.partition, p.start_at),
+            (partition, PER_PARTITION),
+            "{p:?}"
+        );
+        let want = (n > 0).then(|| mirrorflow::api::Diverged {
+            topic: "orders".into(),
+            first_offset: PER_PARTITION,
+            last_offset: PER_PARTITION + n - 1,
+            records: n,
+        });
+        assert_eq!(p.diverged, want, "partition {partition}");
+    }
+    assert_eq!(parts.len(), PARTITIONS as usize);
+
+    // A holds its history (with the diverged records) and exactly the 5,000 new ones, each
+    // once: nothing of the history came back.
+    let total = ends(&a, "orders").await.values().sum::<i64>();
+    assert_eq!(total, want_total, "records on A");
+    let got = keys(&a, "orders", want_total as usize).await;
+    let mut want: Vec<(i32, String)> = history.clone();
+    want.extend((0..NEW).map(|i| ((i % PARTITIONS as i64) as i32, format!("n{i}"))));
+    want.sort();
+    assert_eq!(got.len(), want.len());
+    assert_eq!(
+        got, want,
+        "the history plus exactly the new records, no duplicates"
+    );
+
+    // copyDiverged: exactly those records, partition by partition.
+    let copies = keys(&a, "orders.diverged", 10).await;
+    let mut want_copies: Vec<(i32, String)> = diverged
+        .iter()
+        .flat_map(|&(p, n)| (0..n).map(move |i| (p, format!("d{p}-{i}"))))
+        .collect();
+    want_copies.sort();
+    assert_eq!(copies, want_copies);
+    assert_eq!(ends(&a, "orders.diverged").await.values().sum::<i64>(), 10);
+
+    // A restart reads the stored outcome: nothing measured or copied again.
+    stop(back).await;
+    let back = run.start_file("back.yaml");
+    back.0
+        .until("failback read back", |s| s.failback.is_some())
+        .await;
+    let again = back
+        .0
+         .0
+        .borrow()
+        .as_ref()
+        .unwrap()
+        .failback
+        .clone()
+        .unwrap();
+    assert_eq!(again, fb, "the stored report, not a new measurement");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(ends(&a, "orders").await.values().sum::<i64>(), want_total);
+    assert_eq!(ends(&a, "orders.diverged").await.values().sum::<i64>(), 10);
+    stop(back).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failback_waits_and_says_why_while_the_failover_is_unknown() {
+    let Some((_a, _b, run)) = clusters_with_orders().await else {
+        return;
+    };
+    let (a, b) = (run.src.clone(), run.tgt.clone());
+    brokers::create_topic(&b, "orders", PARTITIONS, &[])
+        .await
+        .unwrap();
+    brokers::produce(&b, "orders", &batch(0, PER_PARTITION))
+        .await
+        .unwrap();
+    run.write_back("never-ran", false);
+    let back = run.start_file("back.yaml");
+    back.0
+        .until("the worker says why it waits", |s| {
+            s.message.as_deref().is_some_and(|m| {
+                m.contains("failover never-ran of flow default/dr is not in mirrorflow-failover.default.dr.internal on source cluster dc2")
+            })
+        })
+        .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let nothing: BTreeMap<i32, i64> = (0..PARTITIONS).map(|p| (p, 0)).collect();
+    assert_eq!(
+        ends(&a, "orders").await,
+        nothing,
+        "nothing copied while waiting"
+    );
+    stop(back).await;
 }

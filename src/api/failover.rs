@@ -80,6 +80,13 @@ pub struct FailoverPartition {
     /// Records below `sourceEnd` not on the target (Planned; 0 after a full drain).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub not_replicated: Option<i64>,
+    /// The topic on the target (Done): where failing back reads from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_topic: Option<String>,
+    /// The target's end offset of the partition once replication stopped (Done): a flow
+    /// failing back starts there, so it copies only what was written on the target after.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_end: Option<i64>,
 }
 
 /// One consumer group in a failover report.
@@ -175,6 +182,79 @@ impl FailoverReport {
     }
 }
 
+/// What failing back (`spec.source.startFrom.afterFailover`) did: worker 0's entry.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct FailbackReport {
+    /// The failed-over flow, `NAMESPACE/NAME`.
+    pub flow: String,
+    /// The failover's id.
+    pub id: String,
+    /// Partitions started at the failover's recorded positions.
+    pub partitions_started: i32,
+    /// Diverged records over all partitions: taken by the old primary (this flow's target)
+    /// after the failover's recorded point, never on the new primary.
+    pub diverged_records: i64,
+    /// Diverged records copied to `<topic>.diverged` (`copyDiverged`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diverged_copied: Option<i64>,
+    /// Per partition (diverged first); at most [`FAILBACK_PARTITIONS_SHOWN`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 1000))]
+    pub partitions: Vec<FailbackPartition>,
+    /// Partitions left out of `partitions`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partitions_not_shown: Option<u32>,
+}
+
+/// One partition of a failback.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct FailbackPartition {
+    /// Source topic (on the new primary).
+    pub topic: String,
+    /// Partition.
+    pub partition: i32,
+    /// The source offset it started at (the failover's `targetEnd`).
+    pub start_at: i64,
+    /// The records the old primary holds that never reached the new primary, when any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diverged: Option<Diverged>,
+}
+
+/// Diverged records of one partition of the old primary (this flow's target).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Diverged {
+    /// The topic on the old primary.
+    pub topic: String,
+    /// The offset of the first diverged record.
+    pub first_offset: i64,
+    /// The offset of the last diverged record.
+    pub last_offset: i64,
+    /// Records (read_committed: transaction markers and aborted records are not records).
+    pub records: i64,
+}
+
+/// The partitions a failback report lists in status.
+pub const FAILBACK_PARTITIONS_SHOWN: usize = 8;
+
+impl FailbackReport {
+    /// The report as status holds it: diverged partitions first (most records first), at
+    /// most [`FAILBACK_PARTITIONS_SHOWN`]. Pure.
+    pub fn bounded(mut self) -> Self {
+        if self.partitions.len() > FAILBACK_PARTITIONS_SHOWN {
+            self.partitions
+                .sort_by_key(|p| std::cmp::Reverse(p.diverged.as_ref().map_or(0, |d| d.records)));
+            let cut = self.partitions.len() - FAILBACK_PARTITIONS_SHOWN;
+            self.partitions.truncate(FAILBACK_PARTITIONS_SHOWN);
+            let before = self.partitions_not_shown.unwrap_or(0);
+            self.partitions_not_shown = Some(before + u32::try_from(cut).unwrap_or(u32::MAX));
+        }
+        self
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -186,6 +266,8 @@ mod tests {
             source_end: behind.map(|b| 100 + b),
             target_holds: 100,
             not_replicated: behind,
+            target_topic: None,
+            target_end: None,
         }
     }
 
@@ -228,5 +310,37 @@ mod tests {
                 "{name}: bounding twice changes nothing"
             );
         }
+    }
+
+    #[test]
+    fn failback_status_lists_diverged_partitions_first() {
+        let part = |partition: i32, records: i64| FailbackPartition {
+            topic: "t".into(),
+            partition,
+            start_at: 5,
+            diverged: (records > 0).then(|| Diverged {
+                topic: "t".into(),
+                first_offset: 10,
+                last_offset: 9 + records,
+                records,
+            }),
+        };
+        let n = FAILBACK_PARTITIONS_SHOWN as i32;
+        let mut parts: Vec<_> = (0..n + 2).map(|p| part(p, 0)).collect();
+        parts[n as usize + 1] = part(n + 1, 3);
+        let report = FailbackReport {
+            flow: "ns/f".into(),
+            id: "x".into(),
+            partitions_started: n + 2,
+            diverged_records: 3,
+            diverged_copied: None,
+            partitions: parts,
+            partitions_not_shown: None,
+        };
+        let b = report.bounded();
+        let got: Vec<i32> = b.partitions.iter().map(|p| p.partition).collect();
+        let want: Vec<i32> = [n + 1].into_iter().chain(0..n - 1).collect();
+        assert_eq!((got, b.partitions_not_shown), (want, Some(2)));
+        assert_eq!(b.clone().bounded(), b, "bounding twice changes nothing");
     }
 }

@@ -201,20 +201,57 @@ pub struct ClusterSpec {
     #[schemars(range(min = 1, max = 32767))]
     pub replication_factor: Option<i32>,
     /// Source only: where partitions without stored progress start, from another mirror's
-    /// positions (`mirrorMaker2`); `spec.startFrom` applies to partitions it has no
-    /// position for. Stored progress always wins.
+    /// positions (`mirrorMaker2`) or a failover of the reverse flow (`afterFailover`);
+    /// `spec.startFrom` applies to partitions it has no position for. Stored progress always
+    /// wins.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_from: Option<SourceStart>,
 }
 
 /// Positions another mirror left, to take over from without copying again or skipping.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
-#[x_kube(cel, validation = Rule::new("has(self.mirrorMaker2)").message("spec.source.startFrom names where positions come from: set mirrorMaker2"))]
+#[x_kube(cel, validation = Rule::new("has(self.mirrorMaker2) != has(self.afterFailover)").message("spec.source.startFrom names where positions come from: set exactly one of mirrorMaker2, afterFailover"))]
 #[serde(rename_all = "camelCase")]
 pub struct SourceStart {
     /// Take over from a stopped MirrorMaker 2: see `MirrorMaker2Start`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mirror_maker2: Option<MirrorMaker2Start>,
+    /// Fail back after a failover of the reverse flow: see `AfterFailoverStart`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_failover: Option<AfterFailoverStart>,
+}
+
+/// Failing back: this flow copies back (source = the reverse flow's target, the new primary)
+/// only what was written there after failover `id` of flow `flow` reached Done. Each
+/// partition that failover reported starts at the end offset the new primary had then
+/// (`targetEnd`, read from the failover's store topic on this flow's source); the others
+/// start per `spec.startFrom`. The flow waits, saying why, until that report exists and is
+/// Done. Records the old primary (this flow's target) took after the failover's recorded
+/// point (`targetHolds`) never reached the new primary: they are counted (read_committed)
+/// and reported per partition before anything is written, and copied to `<topic>.diverged`
+/// when `copyDiverged`.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct AfterFailoverStart {
+    /// The failed-over flow, `NAMESPACE/NAME`.
+    #[schemars(length(min = 3, max = 317))]
+    pub flow: String,
+    /// The failover's `spec.failover.id`.
+    #[schemars(length(min = 1, max = 128))]
+    pub id: String,
+    /// Copy the diverged records of each partition to `<topic>.diverged` on the target
+    /// (same partition) before this flow writes to the partition.
+    #[serde(default)]
+    pub copy_diverged: bool,
+}
+
+impl AfterFailoverStart {
+    /// `(namespace, name)` of `flow`, if it is `NAMESPACE/NAME`.
+    pub fn flow_ref(&self) -> Option<(&str, &str)> {
+        self.flow
+            .split_once('/')
+            .filter(|(ns, name)| !ns.is_empty() && !name.is_empty() && !name.contains('/'))
+    }
 }
 
 /// MirrorMaker 2's source positions, read from its Connect offsets topic on the target
@@ -843,6 +880,10 @@ pub struct WorkerStatus {
     /// (`spec.source.startFrom.mirrorMaker2`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mirror_maker2_takeover: Option<MirrorMaker2Takeover>,
+    /// Where this flow started after a failover, and what diverged
+    /// (`spec.source.startFrom.afterFailover`; worker 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failback: Option<super::FailbackReport>,
 }
 
 /// The partitions a worker started from MirrorMaker 2's positions, and those MM2 had no

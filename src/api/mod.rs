@@ -16,7 +16,8 @@ mod tests;
 pub use audit::{Audit, AuditCounts, AuditReport};
 pub use checkpoint::*;
 pub use failover::{
-    FailoverGroup, FailoverMode, FailoverPartition, FailoverPhase, FailoverReport, FailoverRequest,
+    Diverged, FailbackPartition, FailbackReport, FailoverGroup, FailoverMode, FailoverPartition,
+    FailoverPhase, FailoverReport, FailoverRequest, FAILBACK_PARTITIONS_SHOWN,
 };
 pub use flow::*;
 pub use load::{load_flow_file, parse_flow_file, FlowFile, LoadError};

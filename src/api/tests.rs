@@ -729,6 +729,36 @@ fn flow_validation_table() {
             Some("spec.source.startFrom.mirrorMaker2.offsetsTopic"),
         ),
         (
+            "fail back after a failover",
+            "/source/startFrom",
+            json!({"afterFailover": {"flow": "prod/dr", "id": "move-1", "copyDiverged": true}}),
+            None,
+        ),
+        (
+            "fail back: flow without a namespace",
+            "/source/startFrom",
+            json!({"afterFailover": {"flow": "dr", "id": "move-1"}}),
+            Some("spec.source.startFrom.afterFailover.flow"),
+        ),
+        (
+            "fail back: flow with an empty name",
+            "/source/startFrom",
+            json!({"afterFailover": {"flow": "prod/", "id": "move-1"}}),
+            Some("spec.source.startFrom.afterFailover.flow"),
+        ),
+        (
+            "fail back: empty id",
+            "/source/startFrom",
+            json!({"afterFailover": {"flow": "prod/dr", "id": ""}}),
+            Some("spec.source.startFrom.afterFailover.id"),
+        ),
+        (
+            "both sources of positions",
+            "/source/startFrom",
+            json!({"mirrorMaker2": {}, "afterFailover": {"flow": "prod/dr", "id": "x"}}),
+            Some("spec.source.startFrom.afterFailover"),
+        ),
+        (
             "startFrom without a source of positions",
             "/source/startFrom",
             json!({}),

@@ -452,18 +452,39 @@ fn validate_start(spec: &MirrorFlowSpec, errs: &mut ValidationErrors) {
     let Some(start) = &spec.source.start_from else {
         return;
     };
-    match &start.mirror_maker2 {
-        None => errs.push(
+    match (&start.mirror_maker2, &start.after_failover) {
+        (None, None) => errs.push(
             "spec.source.startFrom",
             "{}",
-            "names where positions come from: set mirrorMaker2",
+            "names where positions come from: set exactly one of mirrorMaker2, afterFailover",
         ),
-        Some(mm2) => {
+        (Some(_), Some(a)) => errs.push(
+            "spec.source.startFrom.afterFailover",
+            &a.flow,
+            "is set beside mirrorMaker2: set exactly one of them",
+        ),
+        (Some(mm2), None) => {
             if let Some(t) = mm2.offsets_topic.as_deref().filter(|t| !is_legal_topic(t)) {
                 errs.push(
                     "spec.source.startFrom.mirrorMaker2.offsetsTopic",
                     t,
                     "must be a Kafka topic name (1-249 of letters, digits, '.', '_', '-')",
+                );
+            }
+        }
+        (None, Some(a)) => {
+            if a.flow_ref().is_none() {
+                errs.push(
+                    "spec.source.startFrom.afterFailover.flow",
+                    &a.flow,
+                    "must name the failed-over flow as NAMESPACE/NAME",
+                );
+            }
+            if a.id.is_empty() {
+                errs.push(
+                    "spec.source.startFrom.afterFailover.id",
+                    "\"\"",
+                    "must be the failover's spec.failover.id",
                 );
             }
         }

@@ -232,6 +232,8 @@ mod tests {
                 source_end: Some(560),
                 target_holds: 560,
                 not_replicated: Some(0),
+                target_topic: None,
+                target_end: None,
             }],
             groups: vec![
                 FailoverGroup {

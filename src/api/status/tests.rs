@@ -45,6 +45,7 @@ fn worker(i: i32, state: WorkerState, heartbeat: i64) -> WorkerStatus {
         audit: None,
         failover: None,
         mirror_maker2_takeover: None,
+        failback: None,
     }
 }
 

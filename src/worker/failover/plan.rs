@@ -46,9 +46,31 @@ pub fn planned_partitions(
                 source_end: Some(end),
                 target_holds: held,
                 not_replicated: Some(behind),
+                target_topic: None,
+                target_end: None,
             }
         })
         .collect()
+}
+
+/// Done, once replication stopped: each partition's target topic, the target's end offset
+/// (`ends`, by target topic) and the source position the target holds then (`holds`: more
+/// than at the drain when the source took records meanwhile). A partition whose target end
+/// was not read keeps `targetEnd` unset (failing back then refuses to guess it).
+pub fn record_final(
+    parts: &mut [FailoverPartition],
+    holds: &BTreeMap<Tp, i64>,
+    ends: &BTreeMap<Tp, i64>,
+    target_topic: impl Fn(&str) -> String,
+) {
+    for p in parts {
+        let t = target_topic(&p.topic);
+        if let Some(&held) = holds.get(&(p.topic.clone(), p.partition)) {
+            p.target_holds = p.target_holds.max(held);
+        }
+        p.target_end = ends.get(&(t.clone(), p.partition)).copied();
+        p.target_topic = Some(t);
+    }
 }
 
 /// The drain's next step.
@@ -255,6 +277,37 @@ mod tests {
     }
 
     #[test]
+    fn record_final_table() {
+        let part = |topic: &str, partition: i32, held: i64| FailoverPartition {
+            topic: topic.into(),
+            partition,
+            source_end: Some(held),
+            target_holds: held,
+            not_replicated: Some(0),
+            target_topic: None,
+            target_end: None,
+        };
+        let mut parts = vec![part("a", 0, 10), part("a", 1, 5), part("b", 0, 7)];
+        // a/1 took 2 more records after the drain; b/0's target end was not read.
+        let holds = BTreeMap::from([(tp("a", 0), 10), (tp("a", 1), 7), (tp("b", 0), 3)]);
+        let ends = BTreeMap::from([(tp("dc1.a", 0), 12), (tp("dc1.a", 1), 7)]);
+        record_final(&mut parts, &holds, &ends, |t| format!("dc1.{t}"));
+        let got: Vec<(i64, Option<&str>, Option<i64>)> = parts
+            .iter()
+            .map(|p| (p.target_holds, p.target_topic.as_deref(), p.target_end))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (10, Some("dc1.a"), Some(12)),
+                (7, Some("dc1.a"), Some(7)),
+                (7, Some("dc1.b"), None),
+            ],
+            "holds never go back; ends by target topic"
+        );
+    }
+
+    #[test]
     fn drain_step_table() {
         let part = |missing: i64| FailoverPartition {
             topic: "a".into(),
@@ -262,6 +315,8 @@ mod tests {
             source_end: Some(10),
             target_holds: 10 - missing,
             not_replicated: Some(missing),
+            target_topic: None,
+            target_end: None,
         };
         let s = Duration::from_secs;
         let cases = [

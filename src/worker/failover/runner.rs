@@ -10,14 +10,13 @@ use std::time::{Duration, Instant};
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::producer::{BaseProducer, BaseRecord};
 use rdkafka::{ClientConfig, Message as _};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
 use super::plan::{
-    drain_step, plan_group, planned_partitions, ranges_to_count, DrainStep, GroupInput, Proposal,
-    Tp,
+    drain_step, plan_group, planned_partitions, ranges_to_count, record_final, DrainStep,
+    GroupInput, Proposal, Tp,
 };
 use crate::api::{
     FailoverMode, FailoverPartition, FailoverPhase, FailoverReport, FailoverRequest,
@@ -33,12 +32,12 @@ use crate::worker::checkpoint::runner::checkpoints_topic;
 use crate::worker::checkpoint::store::SyncStore;
 use crate::worker::checkpoint::translate::{clamp_to_target_end, Translation};
 use crate::worker::replicate::io::read_progress;
+use crate::worker::replicate::store::{
+    range_reader, read_range, read_store, write_store, StoreError,
+};
 use crate::worker::topic_filter::{TopicDecision, TopicFilter};
 
-/// The store topic of a flow's failovers (on the target).
-pub fn failover_store(namespace: &str, flow: &str) -> String {
-    format!("mirrorflow-failover.{namespace}.{flow}.internal")
-}
+pub use crate::worker::replicate::store::failover_store;
 
 /// Why a failover could not run (its report's `Refused` message) or its store failed.
 #[derive(Debug, thiserror::Error)]
@@ -61,6 +60,9 @@ pub enum FailoverError {
     /// A blocking task did not finish.
     #[error("blocking task failed: {0}")]
     Join(String),
+    /// A store topic or a range could not be read or written.
+    #[error(transparent)]
+    Io(#[from] StoreError),
     /// One step failed.
     #[error("{what}: {source}")]
     Step {
@@ -194,54 +196,14 @@ impl FailoverRunner {
     async fn read_store(&self) -> Result<HashMap<String, FailoverReport>, FailoverError> {
         let config = self.config(true)?;
         let topic = failover_store(&self.namespace, &self.flow);
-        blocking(move || {
-            let mut tail = TopicTail::new(&config, &topic, "target cluster")?;
-            let mut out = HashMap::new();
-            let mut bad = None;
-            tail.catch_up(IO_TIMEOUT, |m| {
-                let Some(key) = m.key() else { return };
-                let id = String::from_utf8_lossy(key).into_owned();
-                match m.payload().map(serde_json::from_slice::<FailoverReport>) {
-                    Some(Ok(r)) => {
-                        out.insert(id, r);
-                    }
-                    None => {
-                        out.remove(&id);
-                    }
-                    Some(Err(e)) => bad = Some(format!("{topic} offset {}: {e}", m.offset())),
-                }
-            })?;
-            match bad {
-                Some(e) => Err(FailoverError::Store(format!(
-                    "a failover record does not decode: {e}"
-                ))),
-                None => Ok(out),
-            }
-        })
-        .await
+        Ok(read_store(config, topic, "target cluster").await?)
     }
 
     async fn write_store(&self, report: &FailoverReport) -> Result<(), FailoverError> {
         let config = self.config(true)?;
         let topic = failover_store(&self.namespace, &self.flow);
         let rf = self.spec.borrow().internal_topics.replication_factor;
-        crate::kafka::topics::ensure_store_topic(&config, &topic, rf, IO_TIMEOUT).await?;
-        let payload =
-            serde_json::to_vec(report).map_err(|e| FailoverError::Store(e.to_string()))?;
-        let id = report.id.clone();
-        blocking(move || {
-            let mut c = config;
-            c.set("acks", "all");
-            let p: BaseProducer = c.create()?;
-            p.send(
-                BaseRecord::<'_, [u8], [u8]>::to(&topic)
-                    .key(id.as_bytes())
-                    .payload(&payload),
-            )
-            .map_err(|(e, _)| crate::kafka::Error::from(e))?;
-            Ok(crate::kafka::producer::flush(&p, IO_TIMEOUT)?)
-        })
-        .await
+        Ok(write_store(config, topic, rf, report.id.clone(), report).await?)
     }
 
     /// What `req` would do now, changing nothing (`mirrorflow failover --dry-run`): the
@@ -292,6 +254,18 @@ impl FailoverRunner {
         if let Err(why) = outcome {
             report.phase = FailoverPhase::Refused;
             report.message = Some(why.to_string());
+        }
+        if report.phase == FailoverPhase::Done {
+            // Replication stops now (not only once the report is stored), so the target's
+            // ends recorded next are final: failing back starts there.
+            self.stopped.send_replace(true);
+            if let Err(e) = self.record_positions(&mut report).await {
+                let note = format!("targetEnd not recorded (failing back will wait): {e}");
+                report.message = Some(match report.message.take() {
+                    Some(m) => format!("{m}; {note}"),
+                    None => note,
+                });
+            }
         }
         report.finished_at = Some(Time(Timestamp::now()));
         info!(id = %req.id, phase = ?report.phase, message = ?report.message, "failover finished");
@@ -372,6 +346,48 @@ impl FailoverRunner {
         report.phase = FailoverPhase::Done;
         report.message = Some("the source was not asked: each group moved to its last checkpoint; targetHolds is the recovery point".into());
         Ok(())
+    }
+
+    /// Done: what the target holds once replication stopped ([`record_final`]), read until
+    /// two reads a poll apart agree (the engine finishes the batch it was writing).
+    async fn record_positions(&self, report: &mut FailoverReport) -> Result<(), FailoverError> {
+        let spec = self.spec.borrow().clone();
+        let filter = TopicFilter::new(&spec)
+            .map_err(|e| FailoverError::Config(format!("spec.topics: {e}")))?;
+        let wanted: Vec<Tp> = report
+            .partitions
+            .iter()
+            .map(|p| (filter.target_topic(&p.topic), p.partition))
+            .collect();
+        let target = self.config(true)?;
+        let deadline = Instant::now() + IO_TIMEOUT * 2;
+        let mut last: Option<(BTreeMap<Tp, i64>, BTreeMap<Tp, i64>)> = None;
+        loop {
+            let holds = self.holds().await?;
+            let (config, wanted) = (target.clone(), wanted.clone());
+            let ends: BTreeMap<Tp, i64> = blocking(move || {
+                let admin = GroupAdmin::new(&config, "target cluster", IO_TIMEOUT)?;
+                Ok(admin.end_offsets(&wanted)?.into_iter().collect())
+            })
+            .await?;
+            if last
+                .as_ref()
+                .is_some_and(|(h, e)| (h, e) == (&holds, &ends))
+            {
+                record_final(&mut report.partitions, &holds, &ends, |t| {
+                    filter.target_topic(t)
+                });
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(FailoverError::Refused(format!(
+                    "the target's ends still moved {}s after replication stopped",
+                    (IO_TIMEOUT * 2).as_secs()
+                )));
+            }
+            last = Some((holds, ends));
+            tokio::time::sleep(POLL).await;
+        }
     }
 
     /// The source position the target holds per partition (the committed progress of every
@@ -578,6 +594,8 @@ fn unplanned_partitions(holds: &BTreeMap<Tp, i64>) -> Vec<FailoverPartition> {
             source_end: None,
             target_holds: held,
             not_replicated: None,
+            target_topic: None,
+            target_end: None,
         })
         .collect()
 }
@@ -642,15 +660,7 @@ async fn count_committed(source: &ClientConfig, ranges: Vec<(Tp, i64, i64)>) -> 
     if ranges.is_empty() {
         return BTreeMap::new();
     }
-    let mut config = source.clone();
-    config
-        .set("group.id", "mirrorflow-failover-drain")
-        .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false")
-        .set("enable.partition.eof", "true")
-        .set("isolation.level", "read_committed")
-        .set("auto.offset.reset", "error")
-        .set("fetch.wait.max.ms", "100");
+    let config = range_reader(source, "mirrorflow-failover-drain");
     let counted = blocking(move || {
         let consumer: BaseConsumer = config.create()?;
         let mut out = BTreeMap::new();
@@ -677,31 +687,9 @@ fn count_range(
     consumer: &BaseConsumer,
     topic: &str,
     partition: i32,
-    (from, to): (i64, i64),
+    range: (i64, i64),
 ) -> Result<i64, FailoverError> {
-    let mut tpl = rdkafka::TopicPartitionList::new();
-    tpl.add_partition_offset(topic, partition, rdkafka::Offset::Offset(from))?;
-    consumer.assign(&tpl)?;
-    let deadline = Instant::now() + IO_TIMEOUT;
-    let mut n = 0;
-    while Instant::now() < deadline {
-        match consumer.poll(Duration::from_millis(200)) {
-            None => {}
-            // Left from the previous range's assignment.
-            Some(Ok(m)) if m.topic() != topic || m.partition() != partition => {}
-            Some(Err(rdkafka::error::KafkaError::PartitionEOF(p))) if p != partition => {}
-            Some(Ok(m)) if m.offset() >= to => return Ok(n),
-            Some(Ok(m)) => {
-                n += 1;
-                if m.offset() + 1 >= to {
-                    return Ok(n);
-                }
-            }
-            Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) => return Ok(n),
-            Some(Err(e)) => return Err(e.into()),
-        }
-    }
-    Err(crate::kafka::Error::Timeout(IO_TIMEOUT).into())
+    Ok(read_range(consumer, topic, partition, range, |_| {})?)
 }
 
 async fn blocking<T: Send + 'static>(

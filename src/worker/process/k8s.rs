@@ -541,6 +541,7 @@ mod tests {
             audit: None,
             failover: None,
             mirror_maker2_takeover: None,
+            failback: None,
         }
     }
 

@@ -369,7 +369,8 @@ pub fn log_applied(a: &Applied, table: &PartitionTable) {
     for (tp, start) in &a.started {
         let resumed = matches!(start, Start::Resume(_));
         let from_mirror_maker2 = matches!(start, Start::MirrorMaker2(_));
-        info!(topic = %tp.topic, partition = tp.partition, position = start.position(), resumed, from_mirror_maker2, "taking partition");
+        let after_failover = matches!(start, Start::AfterFailover(_));
+        info!(topic = %tp.topic, partition = tp.partition, position = start.position(), resumed, from_mirror_maker2, after_failover, "taking partition");
     }
     for d in &a.deferred {
         debug!(
@@ -420,6 +421,9 @@ pub struct Discovery {
     /// MirrorMaker 2's next offsets read at start (`spec.source.startFrom.mirrorMaker2`), by
     /// source partition.
     pub mm2: Arc<BTreeMap<(String, i32), i64>>,
+    /// Where failing back starts each partition the failover reported
+    /// (`spec.source.startFrom.afterFailover`), by source partition.
+    pub after_failover: Arc<BTreeMap<(String, i32), i64>>,
     pub topic_ids: TopicIds,
     pub metrics: WorkerMetrics,
     /// The target's client config (for the created-topics store).
@@ -457,6 +461,7 @@ impl Discovery {
             validation_timeout: settings.tuning.validation_timeout,
             stored: Arc::default(),
             mm2: Arc::default(),
+            after_failover: Arc::default(),
             topic_ids,
             metrics: metrics.clone(),
             target_config: clients.target_props.to_client_config(),
@@ -562,9 +567,17 @@ impl Discovery {
             }
             let key = (tp.topic.clone(), tp.partition);
             let stored = self.stored.get(&key);
-            let mm2 = self.mm2.get(&key).copied();
+            let external = self
+                .mm2
+                .get(&key)
+                .map(|&o| Start::MirrorMaker2(o))
+                .or_else(|| {
+                    let at = self.after_failover.get(&key);
+                    at.map(|&o| Start::AfterFailover(o))
+                });
             let marks = plan.marks.get(tp).copied();
-            if let Some(s) = start_position(stored, mm2, marks, input.start_from, input.first) {
+            if let Some(s) = start_position(stored, external, marks, input.start_from, input.first)
+            {
                 plan.starts.insert(tp.clone(), s);
             }
         }
@@ -984,7 +997,9 @@ impl Discovery {
                 (None, Some(start)) => {
                     let (id, _) = match start {
                         Start::Resume(p) => (p.topic_id.clone(), ()),
-                        Start::Fresh(_) | Start::MirrorMaker2(_) => (String::new(), ()),
+                        Start::Fresh(_) | Start::MirrorMaker2(_) | Start::AfterFailover(_) => {
+                            (String::new(), ())
+                        }
                     };
                     KnownPartition {
                         tp: tp.clone(),

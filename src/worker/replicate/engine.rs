@@ -56,6 +56,7 @@ use crate::worker::validation::classify::{Detection, FlowRef, ReportedFailures};
 
 use super::settings::{live_spec, EngineError, EngineOutputs, EngineSettings};
 
+mod failback;
 mod publish;
 mod refresh;
 
@@ -80,6 +81,10 @@ pub struct Engine {
     mm2_loaded: bool,
     /// Where partitions started once MM2's positions were read.
     takeover: Option<super::migrate::Takeover>,
+    /// The failback positions were read (or are not asked for).
+    failback_loaded: bool,
+    /// What failing back measured (worker 0 shows it).
+    failback: Option<crate::api::FailbackReport>,
     internal_topics_ready: bool,
     out_of_range_seen: bool,
     started: bool,
@@ -150,6 +155,8 @@ impl Engine {
             progress_loaded: false,
             mm2_loaded: false,
             takeover: None,
+            failback_loaded: false,
+            failback: None,
             internal_topics_ready: false,
             out_of_range_seen: false,
             started: false,
@@ -471,8 +478,11 @@ impl Engine {
                 }
             }
         }
-        if !self.mm2_loaded {
-            return self.load_mm2_positions().await;
+        if !self.mm2_loaded && !self.load_mm2_positions().await? {
+            return Ok(false);
+        }
+        if !self.failback_loaded {
+            return self.load_failback().await;
         }
         Ok(true)
     }

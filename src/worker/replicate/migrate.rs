@@ -188,7 +188,7 @@ impl Takeover {
             Start::Fresh(_) => {
                 self.fell_back.insert(key);
             }
-            Start::Resume(_) => {}
+            Start::Resume(_) | Start::AfterFailover(_) => {}
         }
     }
 

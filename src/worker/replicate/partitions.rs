@@ -198,6 +198,9 @@ pub enum Start {
     /// No progress: where MirrorMaker 2 left off, after the last offset it copied (then
     /// persisted).
     MirrorMaker2(i64),
+    /// No progress: failing back, at the end offset this source had when the reverse flow's
+    /// failover was done (then persisted).
+    AfterFailover(i64),
 }
 
 impl Start {
@@ -205,20 +208,21 @@ impl Start {
     pub fn position(&self) -> i64 {
         match self {
             Start::Resume(p) => p.next_offset,
-            Start::Fresh(o) | Start::MirrorMaker2(o) => *o,
+            Start::Fresh(o) | Start::MirrorMaker2(o) | Start::AfterFailover(o) => *o,
         }
     }
 }
 
-/// Where a partition without a position starts: its stored progress, else where MirrorMaker 2
-/// left it (`mm2`, its next offset, with `spec.source.startFrom.mirrorMaker2`), else per
+/// Where a partition without a position starts: its stored progress, else an external
+/// position (`external`: where MirrorMaker 2 left it, or where a failover left this source,
+/// per `spec.source.startFrom`), else per
 /// `startFrom` at the log start or end of `marks` (`(log start, high watermark)`).
 /// `startFrom` applies only to what exists at the worker's first refresh: a partition that
 /// appears later starts at its beginning (nothing written to it may be skipped). `None`
 /// without marks: retried later.
 pub fn start_position(
     stored: Option<&Progress>,
-    mm2: Option<i64>,
+    external: Option<Start>,
     marks: Option<(i64, i64)>,
     start_from: StartFrom,
     first_refresh: bool,
@@ -226,8 +230,8 @@ pub fn start_position(
     if let Some(p) = stored {
         return Some(Start::Resume(p.clone()));
     }
-    if let Some(next) = mm2 {
-        return Some(Start::MirrorMaker2(next));
+    if let Some(start) = external {
+        return Some(start);
     }
     let (low, high) = marks?;
     Some(Start::Fresh(
@@ -555,7 +559,7 @@ impl PartitionTable {
                 p.state = PartitionState::Failed(restored_failure(&stored.failure));
             }
         }
-        if let Start::Fresh(_) | Start::MirrorMaker2(_) = start {
+        if let Start::Fresh(_) | Start::MirrorMaker2(_) | Start::AfterFailover(_) = start {
             self.mark_pending(tp);
         }
         true

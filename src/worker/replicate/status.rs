@@ -147,6 +147,10 @@ pub struct WorkerSnapshot {
     /// (`spec.source.startFrom.mirrorMaker2`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mirror_maker2_takeover: Option<crate::api::MirrorMaker2Takeover>,
+    /// Where partitions started after a failover, and what diverged (worker 0,
+    /// `spec.source.startFrom.afterFailover`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failback: Option<crate::api::FailbackReport>,
     /// When this snapshot was taken.
     pub time: Time,
 }
@@ -180,6 +184,7 @@ impl WorkerSnapshot {
             audit: None,
             failover: None,
             mirror_maker2_takeover: None,
+            failback: None,
             time: Time(jiff::Timestamp::now()),
         }
     }
@@ -214,6 +219,10 @@ impl WorkerSnapshot {
             audit: self.audit.clone(),
             failover: self.failover.clone(),
             mirror_maker2_takeover: self.mirror_maker2_takeover.clone(),
+            failback: self
+                .failback
+                .clone()
+                .map(crate::api::FailbackReport::bounded),
         }
     }
 }

@@ -31,6 +31,7 @@ fn entry(i: u32, state: WorkerState) -> WorkerStatus {
         audit: None,
         failover: None,
         mirror_maker2_takeover: None,
+        failback: None,
     }
 }
 

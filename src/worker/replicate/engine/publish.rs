@@ -63,6 +63,7 @@ impl Engine {
         report::degrade_if_stalled(&mut snap, refused.map(|r| r.why.as_str()));
         report::degrade_if_stalled(&mut snap, self.pipeline.write_refused());
         snap.mirror_maker2_takeover = self.takeover.as_ref().and_then(|t| t.report());
+        snap.failback = self.failback.clone();
         snap
     }
 }

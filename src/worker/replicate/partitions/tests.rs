@@ -139,7 +139,7 @@ fn start_positions() {
     ];
     for (name, stored, mm2, marks, from, first, want) in cases {
         assert_eq!(
-            start_position(stored, mm2, marks, from, first),
+            start_position(stored, mm2.map(Start::MirrorMaker2), marks, from, first),
             want,
             "{name}"
         );
