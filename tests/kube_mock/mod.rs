@@ -6,7 +6,7 @@
 //! collection (label and field selectors), watches held open without events, server-side
 //! apply as PATCH (the body becomes the object; a status PATCH replaces the parent's status
 //! but keeps `status.workers` when the patch has none, as the workers' field managers own
-//! them), POST of events. It records every request, and fails chosen requests with a
+//! them), JSON merge patches (RFC 7386) of an object, POST of events. It records every request, and fails chosen requests with a
 //! chosen code and message. It accepts whatever the real server would refuse: what the real
 //! server does is the end-to-end suite's business (`tests/e2e_kube.rs`).
 
@@ -36,6 +36,8 @@ pub const PODS: &str = "/api/v1/namespaces/kafka/pods";
 #[derive(Debug, Clone)]
 pub struct Recorded {
     pub method: String,
+    /// The request's Content-Type (empty without one).
+    pub content_type: String,
     pub path: String,
     pub query: String,
     pub body: Value,
@@ -129,8 +131,28 @@ fn urldecode(s: &str) -> String {
     String::from_utf8(out).unwrap()
 }
 
+/// RFC 7386: `patch` merged into `target` (null removes a member).
+fn merge(target: &mut Value, patch: &Value) {
+    let Value::Object(members) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = json!({});
+    }
+    let obj = target.as_object_mut().expect("an object");
+    for (k, v) in members {
+        if v.is_null() {
+            obj.remove(k);
+        } else {
+            merge(obj.entry(k.clone()).or_insert(Value::Null), v);
+        }
+    }
+}
+
 impl World {
-    fn answer(&mut self, method: &str, path: &str, query: &str, body: &Value) -> (u16, Value) {
+    fn answer(&mut self, req: &Recorded) -> (u16, Value) {
+        let (method, path, query, body) = (&*req.method, &*req.path, &*req.query, &req.body);
         if let Some((code, message)) = self.fail.get(&(method.to_string(), path.to_string())) {
             return (*code, status_error(*code, "Forbidden", message));
         }
@@ -141,6 +163,16 @@ impl World {
         {
             *left -= 1;
             return (*code, status_error(*code, "Timeout", message));
+        }
+        if method == "PATCH" && req.content_type == "application/merge-patch+json" {
+            let Some(mut obj) = self.objects.get(path).cloned() else {
+                return (404, status_error(404, "NotFound", "not found"));
+            };
+            merge(&mut obj, body);
+            self.version += 1;
+            obj["metadata"]["resourceVersion"] = self.version.to_string().into();
+            self.objects.insert(path.to_string(), obj.clone());
+            return (200, obj);
         }
         match method {
             "GET" => {
@@ -261,6 +293,12 @@ impl FakeApi {
         tokio::spawn(async move {
             while let Some((req, send)) = handle.next_request().await {
                 let method = req.method().to_string();
+                let content_type = req
+                    .headers()
+                    .get(http::header::CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default()
+                    .to_string();
                 let path = req.uri().path().to_string();
                 let query = req.uri().query().unwrap_or_default().to_string();
                 let bytes = req.into_body().collect_bytes().await.unwrap();
@@ -272,16 +310,18 @@ impl FakeApi {
                 let watch = query.contains("watch=true");
                 let (code, resp) = {
                     let mut w = world.lock().unwrap();
-                    w.requests.push(Recorded {
-                        method: method.clone(),
-                        path: path.clone(),
-                        query: query.clone(),
-                        body: body.clone(),
-                    });
+                    let recorded = Recorded {
+                        method,
+                        content_type,
+                        path,
+                        query,
+                        body,
+                    };
+                    w.requests.push(recorded.clone());
                     if watch {
                         (0, Value::Null)
                     } else {
-                        w.answer(&method, &path, &query, &body)
+                        w.answer(&recorded)
                     }
                 };
                 if watch {
