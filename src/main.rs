@@ -40,6 +40,9 @@ enum Command {
     /// Fail the flow's consumer groups over to the target: patch spec.failover (applied once
     /// per --id); --wait prints the report; --dry-run prints what it would do now.
     Failover(mirrorflow::cli::failover::FailoverArgs),
+    /// Fail back after a Done failover: apply the reverse flow (Identity only), starting where
+    /// the failover left the new primary; --dry-run prints it; --wait prints what diverged.
+    Failback(mirrorflow::cli::failback::FailbackArgs),
     /// A flow read through the Kubernetes API: conditions, workers and their lag, failed
     /// partitions with the command that clears each.
     Status(mirrorflow::cli::status::StatusArgs),
@@ -105,6 +108,9 @@ fn main() -> ExitCode {
         }
         Command::Failover(args) => {
             runtime().and_then(|rt| rt.block_on(mirrorflow::cli::failover::run_failover(args)))
+        }
+        Command::Failback(args) => {
+            runtime().and_then(|rt| rt.block_on(mirrorflow::cli::failback::run_failback(args)))
         }
         Command::Status(args) => {
             runtime().and_then(|rt| rt.block_on(mirrorflow::cli::status::run_status(args)))

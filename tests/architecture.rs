@@ -92,6 +92,8 @@ const ROOMS: &[(&str, &[&str])] = &[
             "worker::checkpoint",
             "worker::failover",
             "worker::process",
+            "worker::replicate",
+            "worker::topic_filter",
             "worker::validation",
         ],
     ),

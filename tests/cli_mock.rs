@@ -1,10 +1,11 @@
-//! The API edges of `mirrorflow translate --flow-ref` and `mirrorflow status` against the fake
-//! API server (`kube_mock`): what they read, what they make of it, and their errors naming
-//! the object.
+//! The API edges of `mirrorflow translate --flow-ref`, `status` and `failback`
+//! against the fake API server (`kube_mock`): what they read, what they
+//! write, what they make of it, and their errors naming the object.
 
 mod kube_mock;
 
 use jiff::Timestamp;
+use mirrorflow::cli::failback::{failback, FailbackArgs};
 use mirrorflow::cli::status::status_page;
 use mirrorflow::cli::translate::target_from_api;
 use serde_json::json;
@@ -157,4 +158,143 @@ async fn status_renders_the_flow_the_api_holds() {
         .unwrap()
         .to_string();
     assert_eq!(err, "MirrorFlow kafka/nope not found");
+}
+
+/// Flow `orders` (dc1 → dc2, Identity) failed over by `m1`, its report in `status.failover`.
+fn failed_over(policy: &str, phase: &str) -> serde_json::Value {
+    let mut f = flow_json(json!({
+        "source": {"alias": "dc1", "bootstrapServers": "a:9092",
+                   "sasl": {"mechanism": "SCRAM-SHA-512", "credentials": {"secretName": "dc1-user"}}},
+        "target": {"alias": "dc2", "bootstrapServers": "b:9092"},
+        "topics": {"include": ["orders"]},
+        "replicationPolicy": {"type": policy},
+        "workers": {"replicas": 2},
+        "failover": {"id": "m1", "mode": "Planned"}
+    }));
+    f["status"] = json!({"failover": {"id": "m1", "mode": "Planned", "phase": phase, "partitions": [
+        {"topic": "orders", "partition": 0, "sourceEnd": 560, "targetHolds": 560,
+         "targetTopic": "orders", "targetEnd": 600}]}});
+    f
+}
+
+fn failback_args(dry_run: bool, wait: bool) -> FailbackArgs {
+    FailbackArgs {
+        flow_ref: "kafka/orders".into(),
+        id: "m1".into(),
+        name: None,
+        copy_diverged: true,
+        dry_run,
+        wait,
+        timeout_seconds: 5,
+    }
+}
+
+const REVERSE: &str = "/apis/mirrorflow.io/v1alpha1/namespaces/kafka/mirrorflows/orders-failback";
+
+#[tokio::test]
+async fn failback_applies_the_reverse_flow_once_and_prints_its_report() {
+    let api = FakeApi::new();
+    api.insert(failed_over("Identity", "Done"));
+
+    let dry = failback(&api.client(), &failback_args(true, false))
+        .await
+        .unwrap();
+    assert_eq!(api.count("PATCH", REVERSE), 0, "--dry-run applies nothing");
+    assert!(
+        dry.contains("kind: MirrorFlow\n") && dry.contains("copyDiverged: true"),
+        "{dry}"
+    );
+    assert!(dry.contains("orders  0          600       560\n"), "{dry}");
+
+    let out = failback(&api.client(), &failback_args(false, false))
+        .await
+        .unwrap();
+    assert_eq!(
+        out,
+        "MirrorFlow kafka/orders-failback applied: failing back after failover \"m1\" of kafka/orders\n"
+    );
+    assert!(
+        api.patch_query(REVERSE)
+            .contains("fieldManager=mirrorflow-failback"),
+        "{}",
+        api.patch_query(REVERSE)
+    );
+    let r = api.object(REVERSE).expect("the reverse flow");
+    assert_eq!(r["kind"], "MirrorFlow");
+    assert_eq!(r["spec"]["source"]["alias"], "dc2");
+    assert_eq!(r["spec"]["source"]["bootstrapServers"], "b:9092");
+    assert_eq!(
+        r["spec"]["source"]["startFrom"],
+        json!({"afterFailover": {"flow": "kafka/orders", "id": "m1", "copyDiverged": true}})
+    );
+    assert_eq!(r["spec"]["target"]["alias"], "dc1");
+    assert_eq!(
+        r["spec"]["target"]["sasl"]["credentials"]["secretName"],
+        "dc1-user"
+    );
+    assert_eq!(r["spec"]["replicationPolicy"]["type"], "Identity");
+    assert_eq!(r["spec"]["topics"]["include"], json!(["orders"]));
+    assert_eq!(r["spec"]["workers"]["replicas"], 2);
+    assert!(r["spec"].get("failover").is_none(), "{r}");
+
+    // Its worker 0 reports; a re-run changes nothing and, with --wait, prints the report.
+    api.edit(REVERSE, |r| {
+        r["status"] = json!({"workers": [{"id": "orders-failback-worker-0", "state": "Running",
+            "failback": {"flow": "kafka/orders", "id": "m1", "partitionsStarted": 1,
+                         "divergedRecords": 10, "divergedCopied": 10, "partitions": [
+                {"topic": "orders", "partition": 0, "startAt": 600,
+                 "diverged": {"topic": "orders", "firstOffset": 560, "lastOffset": 569, "records": 10}}]}}]})
+    });
+    let again = failback(&api.client(), &failback_args(false, true))
+        .await
+        .unwrap();
+    assert_eq!(
+        api.count("PATCH", REVERSE),
+        1,
+        "the same reverse flow is not applied again"
+    );
+    assert_eq!(
+        again,
+        "MirrorFlow kafka/orders-failback already fails back after failover \"m1\" of kafka/orders: unchanged
+failback after failover \"m1\" of kafka/orders: 1 partition(s) started at the failover's positions, 10 diverged record(s), 10 copied to <topic>.diverged
+
+TOPIC   PARTITION  START-AT  DIVERGED
+orders  0          600       10 records, orders/0 offsets 560-569
+"
+    );
+}
+
+#[tokio::test]
+async fn failback_refuses_before_writing_anything() {
+    let cases = [
+        (failed_over("Identity", "Draining"), None,
+         "MirrorFlow kafka/orders: status.failover.phase of failover \"m1\" is Draining, not Done; fail back once it is Done"),
+        (failed_over("Prefix", "Done"), None,
+         "MirrorFlow kafka/orders: spec.replicationPolicy.type is Prefix: only Identity writes back to the original topics (the reverse flow would write to renamed copies); fail back with a flow of your own"),
+        (failed_over("Identity", "Done"),
+         Some(json!({"afterFailover": {"flow": "kafka/orders", "id": "m0"}})),
+         "MirrorFlow kafka/orders-failback exists with spec.source.startFrom {\"afterFailover\":{\"flow\":\"kafka/orders\",\"id\":\"m0\",\"copyDiverged\":false}}, not afterFailover {flow: kafka/orders, id: m1, copyDiverged: true}: delete it or choose another --name"),
+    ];
+    for (f, existing, says) in cases {
+        let api = FakeApi::new();
+        api.insert(f);
+        if let Some(start) = existing {
+            let mut r = flow_json(json!({
+                "source": {"alias": "dc2", "bootstrapServers": "b:9092", "startFrom": start},
+                "target": {"alias": "dc1", "bootstrapServers": "a:9092"}
+            }));
+            r["metadata"]["name"] = json!("orders-failback");
+            api.insert(r);
+        }
+        let err = failback(&api.client(), &failback_args(false, false))
+            .await
+            .unwrap_err();
+        assert_eq!(err.to_string(), says);
+        assert_eq!(api.count("PATCH", REVERSE), 0, "{says}");
+    }
+    let api = FakeApi::new();
+    let err = failback(&api.client(), &failback_args(true, false))
+        .await
+        .unwrap_err();
+    assert_eq!(err.to_string(), "MirrorFlow kafka/orders not found");
 }

@@ -1,7 +1,8 @@
 //! Operator tools: `mirrorflow status` ([`status`]: a flow read through the Kubernetes API,
 //! as a page), `mirrorflow translate` ([`translate`]: a group's checkpoints for failover) and
 //! `mirrorflow audit` ([`audit`]: source records compared with their target copies) and
-//! `mirrorflow failover` ([`failover`]: `spec.failover` patched, its report printed).
+//! `mirrorflow failover` ([`failover`]: `spec.failover` patched, its report printed)
+//! and `mirrorflow failback` ([`failback`]: the reverse flow applied).
 //! The rendering is pure; the reads are thin edges beside it. They print the decisions of the
 //! rooms below (`worker::checkpoint`, `worker::validation`), never make their own.
 
@@ -10,6 +11,7 @@ use kube::Api;
 use crate::api::MirrorFlow;
 
 pub mod audit;
+pub mod failback;
 pub mod failover;
 pub mod flow_source;
 pub mod status;
