@@ -43,6 +43,10 @@ enum Command {
     /// Fail back after a Done failover: apply the reverse flow (Identity only), starting where
     /// the failover left the new primary; --dry-run prints it; --wait prints what diverged.
     Failback(mirrorflow::cli::failback::FailbackArgs),
+    /// Take over from a stopped MirrorMaker 2: patch spec.source.startFrom.mirrorMaker2;
+    /// --dry-run prints where each partition would start; --wait prints the takeover.
+    #[command(name = "migrate-from-mm2")]
+    MigrateFromMm2(mirrorflow::cli::migrate::MigrateArgs),
     /// A flow read through the Kubernetes API: conditions, workers and their lag, failed
     /// partitions with the command that clears each.
     Status(mirrorflow::cli::status::StatusArgs),
@@ -111,6 +115,9 @@ fn main() -> ExitCode {
         }
         Command::Failback(args) => {
             runtime().and_then(|rt| rt.block_on(mirrorflow::cli::failback::run_failback(args)))
+        }
+        Command::MigrateFromMm2(args) => {
+            runtime().and_then(|rt| rt.block_on(mirrorflow::cli::migrate::run_migrate(args)))
         }
         Command::Status(args) => {
             runtime().and_then(|rt| rt.block_on(mirrorflow::cli::status::run_status(args)))

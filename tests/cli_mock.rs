@@ -1,11 +1,12 @@
-//! The API edges of `mirrorflow translate --flow-ref`, `status` and `failback`
-//! against the fake API server (`kube_mock`): what they read, what they
+//! The API edges of `mirrorflow translate --flow-ref`, `status`, `failback` and
+//! `migrate-from-mm2` against the fake API server (`kube_mock`): what they read, what they
 //! write, what they make of it, and their errors naming the object.
 
 mod kube_mock;
 
 use jiff::Timestamp;
 use mirrorflow::cli::failback::{failback, FailbackArgs};
+use mirrorflow::cli::migrate::{migrate, MigrateArgs};
 use mirrorflow::cli::status::status_page;
 use mirrorflow::cli::translate::target_from_api;
 use serde_json::json;
@@ -297,4 +298,66 @@ async fn failback_refuses_before_writing_anything() {
         .await
         .unwrap_err();
     assert_eq!(err.to_string(), "MirrorFlow kafka/orders not found");
+}
+
+fn migrate_args(offsets_topic: Option<&str>) -> MigrateArgs {
+    MigrateArgs {
+        flow_ref: "kafka/orders".into(),
+        offsets_topic: offsets_topic.map(str::to_string),
+        dry_run: false,
+        wait: false,
+        timeout_seconds: 5,
+    }
+}
+
+#[tokio::test]
+async fn migrate_patches_only_the_mirror_maker2_start() {
+    let orders = format!("{FLOWS}/orders");
+    let api = FakeApi::new();
+    api.insert(flow_json(json!({
+        "source": {"alias": "dc1", "bootstrapServers": "a:9092"},
+        "target": {"alias": "dc2", "bootstrapServers": "b:9092"}
+    })));
+    let out = migrate(&api.client(), &migrate_args(Some("connect-offsets")))
+        .await
+        .unwrap();
+    assert_eq!(
+        out,
+        "MirrorFlow kafka/orders: spec.source.startFrom.mirrorMaker2 set\n"
+    );
+    assert_eq!(
+        api.patch_body(&orders),
+        json!({"spec": {"source": {"startFrom": {"mirrorMaker2": {"offsetsTopic": "connect-offsets"}}}}})
+    );
+    assert!(
+        !api.patch_query(&orders).contains("fieldManager"),
+        "a merge patch"
+    );
+
+    let api = FakeApi::new();
+    api.insert(flow_json(json!({
+        "source": {"alias": "dc1", "bootstrapServers": "a:9092", "startFrom": {"mirrorMaker2": {}}},
+        "target": {"alias": "dc2", "bootstrapServers": "b:9092"}
+    })));
+    let out = migrate(&api.client(), &migrate_args(None)).await.unwrap();
+    assert_eq!(
+        out,
+        "MirrorFlow kafka/orders: spec.source.startFrom.mirrorMaker2 already so: unchanged\n"
+    );
+    assert_eq!(api.count("PATCH", &orders), 0);
+
+    let api = FakeApi::new();
+    api.insert(flow_json(json!({
+        "source": {"alias": "dc1", "bootstrapServers": "a:9092",
+                   "startFrom": {"afterFailover": {"flow": "kafka/back", "id": "m1"}}},
+        "target": {"alias": "dc2", "bootstrapServers": "b:9092"}
+    })));
+    let err = migrate(&api.client(), &migrate_args(None))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "MirrorFlow kafka/orders: spec.source.startFrom.afterFailover is set (flow kafka/back, id m1): a flow takes its first positions from one place; remove it first, or take over from MirrorMaker 2 with another flow"
+    );
+    assert_eq!(api.count("PATCH", &orders), 0);
 }

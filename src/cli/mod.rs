@@ -1,8 +1,9 @@
 //! Operator tools: `mirrorflow status` ([`status`]: a flow read through the Kubernetes API,
 //! as a page), `mirrorflow translate` ([`translate`]: a group's checkpoints for failover) and
 //! `mirrorflow audit` ([`audit`]: source records compared with their target copies) and
-//! `mirrorflow failover` ([`failover`]: `spec.failover` patched, its report printed)
-//! and `mirrorflow failback` ([`failback`]: the reverse flow applied).
+//! `mirrorflow failover` ([`failover`]: `spec.failover` patched, its report printed),
+//! `mirrorflow failback` ([`failback`]: the reverse flow applied) and
+//! `mirrorflow migrate-from-mm2` ([`migrate`]: `spec.source.startFrom.mirrorMaker2` patched).
 //! The rendering is pure; the reads are thin edges beside it. They print the decisions of the
 //! rooms below (`worker::checkpoint`, `worker::validation`), never make their own.
 
@@ -14,6 +15,7 @@ pub mod audit;
 pub mod failback;
 pub mod failover;
 pub mod flow_source;
+pub mod migrate;
 pub mod status;
 pub mod translate;
 
