@@ -493,11 +493,20 @@ async fn planned_failover_drains_commits_the_idle_groups_names_the_active_one_an
     assert_eq!(report.phase, FailoverPhase::Done, "{report:?}");
     assert_eq!(report.not_replicated, Some(0));
     // The source's `heartbeats` topic is replicated too (worker 0 writes it every second).
+    // Each partition holds records, so has a last time; drained, none is a recovery point.
+    assert_eq!(
+        report.recovery_point, None,
+        "nothing missing after a full drain"
+    );
     let parts: Vec<FailoverPartition> = report
         .partitions
         .iter()
         .filter(|p| p.topic == "orders")
         .cloned()
+        .map(|mut p| {
+            assert!(p.last_replicated_time.take().is_some(), "{p:?}");
+            p
+        })
         .collect();
     let want_parts: Vec<FailoverPartition> = (0..PARTITIONS)
         .map(|partition| FailoverPartition {
