@@ -84,6 +84,25 @@ pub fn record_time(ms: i64) -> Option<Timestamp> {
     Timestamp::from_second(ms.div_euclid(1000)).ok()
 }
 
+/// Records read back from a partition's end to find its last record.
+const LAST_RECORD_WINDOW: i64 = 16;
+
+/// The offset ranges `[from, to)` read back from `end` towards the log start `low` to find a
+/// partition's last record: first [`LAST_RECORD_WINDOW`] offsets, then each range 8 times
+/// wider, just below the previous one, while they held only transaction markers and aborted
+/// records; none when the partition is empty.
+pub fn windows_back(low: i64, end: i64) -> impl Iterator<Item = (i64, i64)> {
+    let mut state = (end, LAST_RECORD_WINDOW);
+    std::iter::from_fn(move || {
+        let (to, window) = state;
+        (to > low).then(|| {
+            let from = to.saturating_sub(window).max(low);
+            state = (from, window.saturating_mul(8));
+            (from, to)
+        })
+    })
+}
+
 /// Sets each partition's `lastReplicatedTime` from `times` (ms, by target topic and
 /// partition: the last record the target partition holds); a partition not in it (empty,
 /// or not read) has none.
@@ -368,6 +387,26 @@ mod tests {
         for (ms, want) in cases {
             assert_eq!(record_time(ms).map(|t| t.as_second()), want, "{ms}");
         }
+    }
+
+    #[test]
+    fn windows_back_table() {
+        let cases = [
+            (0_i64, 0_i64, Vec::<(i64, i64)>::new()),
+            (7, 7, vec![]),
+            (0, 10, vec![(0, 10)]),
+            (0, 200, vec![(184, 200), (56, 184), (0, 56)]),
+            (100, 1_000, vec![(984, 1_000), (856, 984), (100, 856)]),
+        ];
+        for (low, end, want) in cases {
+            assert_eq!(
+                windows_back(low, end).collect::<Vec<_>>(),
+                want,
+                "{low}..{end}"
+            );
+        }
+        let far: Vec<_> = windows_back(0, i64::MAX).collect();
+        assert_eq!(far.last().map(|r| r.0), Some(0), "ends at the log start");
     }
 
     #[test]

@@ -16,7 +16,7 @@ use tracing::{info, warn};
 
 use super::plan::{
     drain_step, plan_group, planned_partitions, ranges_to_count, record_final, record_times,
-    summarize_recovery, DrainStep, GroupInput, Proposal, Tp,
+    summarize_recovery, windows_back, DrainStep, GroupInput, Proposal, Tp,
 };
 use crate::api::{
     FailoverMode, FailoverPartition, FailoverPhase, FailoverReport, FailoverRequest,
@@ -641,10 +641,6 @@ fn note(report: &mut FailoverReport, what: String) {
     });
 }
 
-/// Records read back from a partition's end to find its last record; widened (times 8) while
-/// a window held only transaction markers and aborted records.
-const LAST_RECORD_WINDOW: i64 = 16;
-
 /// Blocking: the timestamp (ms) of the last record a read_committed reader gets below `end`
 /// in `topic`/`partition`, reading windows back from `end` down to the log start; `None`
 /// when there is no record (or it carries no timestamp).
@@ -655,17 +651,14 @@ fn last_record_ms(
     end: i64,
 ) -> Result<Option<i64>, FailoverError> {
     let (low, _) = consumer.fetch_watermarks(topic, partition, IO_TIMEOUT)?;
-    let (mut to, mut window) = (end, LAST_RECORD_WINDOW);
-    while to > low {
-        let from = to.saturating_sub(window).max(low);
+    for range in windows_back(low, end) {
         let mut last = None;
-        read_range(consumer, topic, partition, (from, to), |m| {
+        read_range(consumer, topic, partition, range, |m| {
             last = Some(m.timestamp().to_millis());
         })?;
         if let Some(ms) = last {
             return Ok(ms);
         }
-        (to, window) = (from, window.saturating_mul(8));
     }
     Ok(None)
 }
