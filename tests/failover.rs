@@ -493,11 +493,20 @@ async fn planned_failover_drains_commits_the_idle_groups_names_the_active_one_an
     assert_eq!(report.phase, FailoverPhase::Done, "{report:?}");
     assert_eq!(report.not_replicated, Some(0));
     // The source's `heartbeats` topic is replicated too (worker 0 writes it every second).
+    // Each partition holds records, so has a last time; drained, none is a recovery point.
+    assert_eq!(
+        report.recovery_point, None,
+        "nothing missing after a full drain"
+    );
     let parts: Vec<FailoverPartition> = report
         .partitions
         .iter()
         .filter(|p| p.topic == "orders")
         .cloned()
+        .map(|mut p| {
+            assert!(p.last_replicated_time.take().is_some(), "{p:?}");
+            p
+        })
         .collect();
     let want_parts: Vec<FailoverPartition> = (0..PARTITIONS)
         .map(|partition| FailoverPartition {
@@ -505,6 +514,7 @@ async fn planned_failover_drains_commits_the_idle_groups_names_the_active_one_an
             partition,
             source_end: Some(end),
             target_holds: end,
+            last_replicated_time: None,
             not_replicated: Some(0),
             target_topic: Some("dc1.orders".into()),
             target_end: Some(end),
@@ -647,9 +657,28 @@ async fn unplanned_failover_commits_the_last_checkpoints_and_reports_the_recover
         return;
     };
     let (src, tgt) = (run.src.clone(), run.tgt.clone());
-    brokers::produce(&src, "orders", &batch(0, PER_PARTITION))
-        .await
-        .unwrap();
+    // Explicit timestamps, whole seconds, ten minutes back: record j of a partition at
+    // base + j s, shifted per partition so that partition 1 ends earliest.
+    let now_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let base = (now_s - 600) * 1000;
+    let skew = [0, -30_000, 5_000];
+    let stamp = |partition: usize, j: i64| base + j * 1000 + skew[partition];
+    let stamped: Vec<ProduceRecord> = batch(0, PER_PARTITION)
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let (partition, j) = (i % PARTITIONS as usize, (i / PARTITIONS as usize) as i64);
+            r.timestamp(stamp(partition, j))
+        })
+        .collect();
+    brokers::produce(&src, "orders", &stamped).await.unwrap();
+    // The last record each partition holds on the target (the rest never arrive).
+    let last: BTreeMap<i32, i64> = (0..PARTITIONS)
+        .map(|p| (p, stamp(p as usize, PER_PARTITION - 1)))
+        .collect();
     let at: BTreeMap<i32, i64> = [(0, 10), (1, 20), (2, PER_PARTITION)].into_iter().collect();
     brokers::commit_group(&src, "g-a", "orders", &at)
         .await
@@ -713,7 +742,31 @@ async fn unplanned_failover_commits_the_last_checkpoints_and_reports_the_recover
             "{p:?}"
         );
         assert_eq!(PER_PARTITION + LOST - p.target_holds, LOST, "never arrived");
+        // The flow copies each record's timestamp: the last one on the target is the last
+        // record that arrived, not one of the LOST (stamped now).
+        assert_eq!(
+            p.last_replicated_time.as_ref().map(|t| t.0),
+            Some(jiff::Timestamp::from_millisecond(last[&p.partition]).unwrap()),
+            "{p:?}"
+        );
     }
+    // The recovery point: the earliest of those, partition 1's; the start minus it.
+    let earliest = *last.values().min().unwrap();
+    assert_eq!(earliest, last[&1]);
+    assert_eq!(
+        report.recovery_point.as_ref().map(|t| t.0),
+        Some(jiff::Timestamp::from_millisecond(earliest).unwrap())
+    );
+    let started = report.started_at.as_ref().expect("startedAt").0.as_second();
+    assert_eq!(
+        report.recovery_point_seconds,
+        Some(started - earliest / 1000),
+        "{report:?}"
+    );
+    assert!(
+        report.recovery_point_seconds.unwrap() >= 600 - 29,
+        "the last arrived at least 571s before the failover: {report:?}"
+    );
     assert_eq!(
         report
             .partitions

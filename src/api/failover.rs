@@ -77,6 +77,15 @@ pub struct FailoverPartition {
     pub source_end: Option<i64>,
     /// The source position the target holds: every record below it is replicated.
     pub target_holds: i64,
+    /// The timestamp (to the second, rounded down) of the last record the target partition
+    /// held once replication stopped (Done; read_committed: transaction markers and aborted
+    /// records are skipped). The flow copies each source record's timestamp, so this is the
+    /// source's producer time (CreateTime), or its broker's append time for a source topic
+    /// with `LogAppendTime`; a target topic set to `LogAppendTime` restamps records and
+    /// makes it the copy's time instead. Absent when the partition holds no record or it
+    /// could not be read (the message says which).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_replicated_time: Option<Time>,
     /// Records below `sourceEnd` not on the target (Planned; 0 after a full drain).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub not_replicated: Option<i64>,
@@ -132,6 +141,20 @@ pub struct FailoverReport {
     /// Records not replicated, over all partitions (Planned).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub not_replicated: Option<i64>,
+    /// The recovery point in time: the earliest `lastReplicatedTime` over the partitions not
+    /// known to be complete (all of them in an Unplanned failover; none after a full drain).
+    /// Every such partition holds the source's records up to at least this time. A partition
+    /// that took no writes for long sets it early although nothing of it is missing: the
+    /// per-partition times (`mirrorflow status`; `partitions`, oldest first after those
+    /// behind) show which one sets it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovery_point: Option<Time>,
+    /// `startedAt` minus `recoveryPoint`, in whole seconds (0 when record timestamps are
+    /// ahead of the worker's clock): at most this much time of source writes may be missing
+    /// from the target. Record timestamps are set by producers (CreateTime), so their clocks
+    /// bound its accuracy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovery_point_seconds: Option<i64>,
     /// Per source partition.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 1000))]
@@ -160,6 +183,8 @@ impl FailoverReport {
             started_at: None,
             finished_at: None,
             not_replicated: None,
+            recovery_point: None,
+            recovery_point_seconds: None,
             partitions: Vec::new(),
             groups: Vec::new(),
             partitions_not_shown: None,
@@ -167,12 +192,18 @@ impl FailoverReport {
     }
 
     /// The report as `status.failover` holds it: the partitions behind first (most records
-    /// not replicated first, then in order), at most [`FAILOVER_PARTITIONS_SHOWN`]. Pure;
-    /// bounding a bounded report changes nothing.
+    /// not replicated first), then the oldest `lastReplicatedTime` first (those without one
+    /// last), then in order; at most [`FAILOVER_PARTITIONS_SHOWN`]. Pure; bounding a
+    /// bounded report changes nothing.
     pub fn bounded(mut self) -> Self {
         if self.partitions.len() > FAILOVER_PARTITIONS_SHOWN {
-            self.partitions
-                .sort_by_key(|p| std::cmp::Reverse(p.not_replicated.unwrap_or(0)));
+            self.partitions.sort_by_key(|p| {
+                (
+                    std::cmp::Reverse(p.not_replicated.unwrap_or(0)),
+                    p.last_replicated_time.is_none(),
+                    p.last_replicated_time.as_ref().map(|t| t.0),
+                )
+            });
             let cut = self.partitions.len() - FAILOVER_PARTITIONS_SHOWN;
             self.partitions.truncate(FAILOVER_PARTITIONS_SHOWN);
             let before = self.partitions_not_shown.unwrap_or(0);
@@ -265,6 +296,7 @@ mod tests {
             partition,
             source_end: behind.map(|b| 100 + b),
             target_holds: 100,
+            last_replicated_time: None,
             not_replicated: behind,
             target_topic: None,
             target_end: None,
@@ -287,6 +319,11 @@ mod tests {
         many[n as usize + 2].not_replicated = Some(5);
         many[3].not_replicated = Some(9);
         let unplanned: Vec<_> = (0..n + 1).map(|p| part(p, None)).collect();
+        // Times: partition n - 1 the oldest, then 2; the rest hold no record.
+        let at = |s: i64| Some(Time(jiff::Timestamp::from_second(s).unwrap()));
+        let mut timed: Vec<_> = (0..n + 2).map(|p| part(p, None)).collect();
+        timed[2].last_replicated_time = at(2_000);
+        timed[n as usize - 1].last_replicated_time = at(1_000);
         let cases = [
             ("fits", few, (0..n).collect::<Vec<_>>(), None),
             (
@@ -299,6 +336,19 @@ mod tests {
                 Some(4),
             ),
             ("unplanned: in order", unplanned, (0..n).collect(), Some(1)),
+            (
+                "oldest last record first, then those without one",
+                timed,
+                [n - 1, 2]
+                    .into_iter()
+                    .chain(
+                        (0..n + 2)
+                            .filter(|p| *p != 2 && *p != n - 1)
+                            .take(n as usize - 2),
+                    )
+                    .collect(),
+                Some(2),
+            ),
         ];
         for (name, parts, shown, not_shown) in cases {
             let b = report(parts).bounded();

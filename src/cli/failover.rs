@@ -75,9 +75,20 @@ pub fn render(r: &FailoverReport) -> String {
         out.push_str(&format!(", {n} record(s) not replicated"));
     }
     out.push('\n');
+    if let (Some(t), Some(s)) = (&r.recovery_point, r.recovery_point_seconds) {
+        out.push_str(&format!(
+            "recovery point {}: at most {s}s of writes missing\n",
+            t.0
+        ));
+    }
     if let Some(m) = &r.message {
         out.push_str(&format!("{m}\n"));
     }
+    // The time column only once a failover read the times (Done).
+    let timed = r
+        .partitions
+        .iter()
+        .any(|p| p.last_replicated_time.is_some());
     let mut parts = vec![vec![
         "TOPIC".to_string(),
         "PARTITION".into(),
@@ -85,15 +96,26 @@ pub fn render(r: &FailoverReport) -> String {
         "TARGET-HOLDS".into(),
         "NOT-REPLICATED".into(),
     ]];
+    if timed {
+        parts[0].push("LAST-REPLICATED".into());
+    }
     let opt = |v: Option<i64>| v.map_or("-".to_string(), |v| v.to_string());
     for p in &r.partitions {
-        parts.push(vec![
+        let mut row = vec![
             p.topic.clone(),
             p.partition.to_string(),
             opt(p.source_end),
             p.target_holds.to_string(),
             opt(p.not_replicated),
-        ]);
+        ];
+        if timed {
+            row.push(
+                p.last_replicated_time
+                    .as_ref()
+                    .map_or("-".to_string(), |t| t.0.to_string()),
+            );
+        }
+        parts.push(row);
     }
     if parts.len() > 1 {
         out.push_str("\nPARTITIONS\n");
@@ -231,6 +253,7 @@ mod tests {
                 partition: 0,
                 source_end: Some(560),
                 target_holds: 560,
+                last_replicated_time: None,
                 not_replicated: Some(0),
                 target_topic: None,
                 target_end: None,
@@ -276,6 +299,39 @@ g-live  -                               -           1 active member(s) on the ta
             ),
             "{}",
             render(&bounded)
+        );
+    }
+
+    #[test]
+    fn render_shows_the_recovery_point_and_each_partitions_last_time() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let at = |s: i64| Some(Time(jiff::Timestamp::from_second(s).unwrap()));
+        let part = |partition: i32, time| FailoverPartition {
+            topic: "orders".into(),
+            partition,
+            source_end: None,
+            target_holds: 60,
+            last_replicated_time: time,
+            not_replicated: None,
+            target_topic: None,
+            target_end: None,
+        };
+        let r = FailoverReport {
+            recovery_point: at(1_700_000_000),
+            recovery_point_seconds: Some(95),
+            partitions: vec![part(0, at(1_700_000_000)), part(1, None)],
+            ..FailoverReport::new("x", FailoverMode::Unplanned, FailoverPhase::Done)
+        };
+        assert_eq!(
+            render(&r),
+            "failover \"x\" (Unplanned): Done
+recovery point 2023-11-14T22:13:20Z: at most 95s of writes missing
+
+PARTITIONS
+TOPIC   PARTITION  SOURCE-END  TARGET-HOLDS  NOT-REPLICATED  LAST-REPLICATED
+orders  0          -           60            -               2023-11-14T22:13:20Z
+orders  1          -           60            -               -
+"
         );
     }
 }

@@ -4,7 +4,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::api::{FailoverGroup, FailoverPartition};
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use crate::api::{FailoverGroup, FailoverPartition, FailoverReport};
 use crate::kafka::admin::GroupOffset;
 use crate::worker::checkpoint::translate::{
     decide_group_sync, GroupSyncDecision, TargetGroupState,
@@ -45,6 +48,7 @@ pub fn planned_partitions(
                 partition: *partition,
                 source_end: Some(end),
                 target_holds: held,
+                last_replicated_time: None,
                 not_replicated: Some(behind),
                 target_topic: None,
                 target_end: None,
@@ -71,6 +75,69 @@ pub fn record_final(
         p.target_end = ends.get(&(t.clone(), p.partition)).copied();
         p.target_topic = Some(t);
     }
+}
+
+/// A record's timestamp (ms since the epoch) as reported: to the second, rounded down
+/// (status times carry seconds; rounding down never makes the target look more complete).
+/// `None` for a timestamp outside what a time can hold.
+pub fn record_time(ms: i64) -> Option<Timestamp> {
+    Timestamp::from_second(ms.div_euclid(1000)).ok()
+}
+
+/// Records read back from a partition's end to find its last record.
+const LAST_RECORD_WINDOW: i64 = 16;
+
+/// The offset ranges `[from, to)` read back from `end` towards the log start `low` to find a
+/// partition's last record: first [`LAST_RECORD_WINDOW`] offsets, then each range 8 times
+/// wider, just below the previous one, while they held only transaction markers and aborted
+/// records; none when the partition is empty.
+pub fn windows_back(low: i64, end: i64) -> impl Iterator<Item = (i64, i64)> {
+    let mut state = (end, LAST_RECORD_WINDOW);
+    std::iter::from_fn(move || {
+        let (to, window) = state;
+        (to > low).then(|| {
+            let from = to.saturating_sub(window).max(low);
+            state = (from, window.saturating_mul(8));
+            (from, to)
+        })
+    })
+}
+
+/// Sets each partition's `lastReplicatedTime` from `times` (ms, by target topic and
+/// partition: the last record the target partition holds); a partition not in it (empty,
+/// or not read) has none.
+pub fn record_times(parts: &mut [FailoverPartition], times: &BTreeMap<Tp, i64>) {
+    for p in parts {
+        let tp = (p.target_topic.clone().unwrap_or_default(), p.partition);
+        p.last_replicated_time = times.get(&tp).copied().and_then(record_time).map(Time);
+    }
+}
+
+/// The recovery point: the earliest `lastReplicatedTime` over the partitions not known to be
+/// complete (a drained partition's `notReplicated` is 0: nothing of it is missing, however
+/// old its last record), and `started` minus it in whole seconds, never below 0. `None` when
+/// no such partition has a time.
+pub fn recovery_point(parts: &[FailoverPartition], started: Timestamp) -> Option<(Timestamp, i64)> {
+    let earliest = parts
+        .iter()
+        .filter(|p| p.not_replicated != Some(0))
+        .filter_map(|p| p.last_replicated_time.as_ref().map(|t| t.0))
+        .min()?;
+    Some((
+        earliest,
+        (started.as_second() - earliest.as_second()).max(0),
+    ))
+}
+
+/// Sets the report's `recoveryPoint` and `recoveryPointSeconds` ([`recovery_point`]) from
+/// its partitions and `startedAt`.
+pub fn summarize_recovery(report: &mut FailoverReport) {
+    let point = report
+        .started_at
+        .as_ref()
+        .and_then(|s| recovery_point(&report.partitions, s.0));
+    report.recovery_point = point.map(|(t, _)| Time(t));
+    report.recovery_point_seconds = point.map(|(_, s)| s);
 }
 
 /// The drain's next step.
@@ -283,6 +350,7 @@ mod tests {
             partition,
             source_end: Some(held),
             target_holds: held,
+            last_replicated_time: None,
             not_replicated: Some(0),
             target_topic: None,
             target_end: None,
@@ -308,12 +376,131 @@ mod tests {
     }
 
     #[test]
+    fn record_time_rounds_down_to_the_second() {
+        let cases = [
+            (1_700_000_000_999, Some(1_700_000_000)),
+            (1_700_000_000_000, Some(1_700_000_000)),
+            (0, Some(0)),
+            (-1, Some(-1)),
+            (i64::MAX, None),
+        ];
+        for (ms, want) in cases {
+            assert_eq!(record_time(ms).map(|t| t.as_second()), want, "{ms}");
+        }
+    }
+
+    #[test]
+    fn windows_back_table() {
+        let cases = [
+            (0_i64, 0_i64, Vec::<(i64, i64)>::new()),
+            (7, 7, vec![]),
+            (0, 10, vec![(0, 10)]),
+            (0, 200, vec![(184, 200), (56, 184), (0, 56)]),
+            (100, 1_000, vec![(984, 1_000), (856, 984), (100, 856)]),
+        ];
+        for (low, end, want) in cases {
+            assert_eq!(
+                windows_back(low, end).collect::<Vec<_>>(),
+                want,
+                "{low}..{end}"
+            );
+        }
+        let far: Vec<_> = windows_back(0, i64::MAX).collect();
+        assert_eq!(far.last().map(|r| r.0), Some(0), "ends at the log start");
+    }
+
+    #[test]
+    fn record_times_by_target_topic() {
+        let part = |partition: i32| FailoverPartition {
+            topic: "a".into(),
+            partition,
+            source_end: None,
+            target_holds: 5,
+            last_replicated_time: Some(Time(Timestamp::UNIX_EPOCH)),
+            not_replicated: None,
+            target_topic: Some("dc1.a".into()),
+            target_end: Some(5),
+        };
+        let mut parts = vec![part(0), part(1)];
+        // Partition 1 holds no record (or was not read): it has no time, not a stale one.
+        record_times(
+            &mut parts,
+            &BTreeMap::from([(tp("dc1.a", 0), 1_700_000_000_500), (tp("a", 1), 9)]),
+        );
+        let got: Vec<Option<i64>> = parts
+            .iter()
+            .map(|p| p.last_replicated_time.as_ref().map(|t| t.0.as_second()))
+            .collect();
+        assert_eq!(got, vec![Some(1_700_000_000), None]);
+    }
+
+    #[test]
+    fn recovery_point_table() {
+        let at = |s: i64| Timestamp::from_second(s).unwrap();
+        let part = |time: Option<i64>, not_replicated: Option<i64>| FailoverPartition {
+            topic: "a".into(),
+            partition: 0,
+            source_end: None,
+            target_holds: 1,
+            last_replicated_time: time.map(|s| Time(at(s))),
+            not_replicated,
+            target_topic: None,
+            target_end: None,
+        };
+        let started = at(10_000) + jiff::SignedDuration::from_millis(900);
+        // (name, partitions, recovery point and seconds)
+        let cases = [
+            ("no partition", vec![], None),
+            ("none holds a record", vec![part(None, None)], None),
+            (
+                "unplanned: the earliest; empty ones do not count",
+                vec![
+                    part(Some(9_000), None),
+                    part(None, None),
+                    part(Some(8_500), None),
+                ],
+                Some((8_500, 1_500)),
+            ),
+            (
+                "drained partitions miss nothing, however old",
+                vec![part(Some(1_000), Some(0)), part(Some(9_990), Some(3))],
+                Some((9_990, 10)),
+            ),
+            ("all drained", vec![part(Some(1_000), Some(0))], None),
+            (
+                "timestamps ahead of the clock: 0",
+                vec![part(Some(20_000), None)],
+                Some((20_000, 0)),
+            ),
+        ];
+        for (name, parts, want) in cases {
+            let got = recovery_point(&parts, started).map(|(t, s)| (t.as_second(), s));
+            assert_eq!(got, want, "{name}");
+            let mut report = FailoverReport {
+                started_at: Some(Time(started)),
+                partitions: parts,
+                ..FailoverReport::new(
+                    "x",
+                    crate::api::FailoverMode::Unplanned,
+                    crate::api::FailoverPhase::Done,
+                )
+            };
+            summarize_recovery(&mut report);
+            let summary = report
+                .recovery_point
+                .map(|t| (t.0.as_second(), report.recovery_point_seconds.unwrap()));
+            assert_eq!(summary, want, "{name}: the report's summary");
+        }
+    }
+
+    #[test]
     fn drain_step_table() {
         let part = |missing: i64| FailoverPartition {
             topic: "a".into(),
             partition: 3,
             source_end: Some(10),
             target_holds: 10 - missing,
+            last_replicated_time: None,
             not_replicated: Some(missing),
             target_topic: None,
             target_end: None,

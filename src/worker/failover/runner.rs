@@ -15,8 +15,8 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use super::plan::{
-    drain_step, plan_group, planned_partitions, ranges_to_count, record_final, DrainStep,
-    GroupInput, Proposal, Tp,
+    drain_step, plan_group, planned_partitions, ranges_to_count, record_final, record_times,
+    summarize_recovery, windows_back, DrainStep, GroupInput, Proposal, Tp,
 };
 use crate::api::{
     FailoverMode, FailoverPartition, FailoverPhase, FailoverReport, FailoverRequest,
@@ -259,12 +259,12 @@ impl FailoverRunner {
             // Replication stops now (not only once the report is stored), so the target's
             // ends recorded next are final: failing back starts there.
             self.stopped.send_replace(true);
-            if let Err(e) = self.record_positions(&mut report).await {
-                let note = format!("targetEnd not recorded (failing back will wait): {e}");
-                report.message = Some(match report.message.take() {
-                    Some(m) => format!("{m}; {note}"),
-                    None => note,
-                });
+            match self.record_positions(&mut report).await {
+                Ok(()) => self.record_last_times(&mut report).await,
+                Err(e) => note(
+                    &mut report,
+                    format!("targetEnd not recorded (failing back will wait): {e}"),
+                ),
             }
         }
         report.finished_at = Some(Time(Timestamp::now()));
@@ -344,7 +344,7 @@ impl FailoverRunner {
             .map_err(|e| e.doing("reading the checkpoints"))?;
         self.commit(&target, groups, report).await;
         report.phase = FailoverPhase::Done;
-        report.message = Some("the source was not asked: each group moved to its last checkpoint; targetHolds is the recovery point".into());
+        report.message = Some("the source was not asked: each group moved to its last checkpoint; the recovery point is targetHolds in records, recoveryPoint in time".into());
         Ok(())
     }
 
@@ -387,6 +387,55 @@ impl FailoverRunner {
             }
             last = Some((holds, ends));
             tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// Done, positions recorded: each partition's `lastReplicatedTime` (the last record below
+    /// its `targetEnd`) and the recovery point. A partition that could not be read has no
+    /// time and is named in the message.
+    async fn record_last_times(&self, report: &mut FailoverReport) {
+        let wanted: Vec<(Tp, i64)> = report
+            .partitions
+            .iter()
+            .filter_map(|p| Some(((p.target_topic.clone()?, p.partition), p.target_end?)))
+            .collect();
+        let config = match self.config(true) {
+            Ok(c) => range_reader(&c, "mirrorflow-failover-times"),
+            Err(e) => return note(report, format!("lastReplicatedTime not read: {e}")),
+        };
+        let read = blocking(move || {
+            let consumer: BaseConsumer = config.create()?;
+            let (mut times, mut unread) = (BTreeMap::new(), Vec::new());
+            for ((topic, partition), end) in wanted {
+                match last_record_ms(&consumer, &topic, partition, end) {
+                    Ok(Some(ms)) => {
+                        times.insert((topic, partition), ms);
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        warn!(%topic, partition, end, "reading the last replicated record: {e}");
+                        unread.push(format!("{topic}/{partition}"));
+                    }
+                }
+            }
+            Ok((times, unread))
+        })
+        .await;
+        match read {
+            Ok((times, unread)) => {
+                record_times(&mut report.partitions, &times);
+                summarize_recovery(report);
+                if !unread.is_empty() {
+                    note(
+                        report,
+                        format!(
+                            "lastReplicatedTime not read for {} (not in recoveryPoint)",
+                            crate::api::status::list_some(&unread)
+                        ),
+                    );
+                }
+            }
+            Err(e) => note(report, format!("lastReplicatedTime not read: {e}")),
         }
     }
 
@@ -584,6 +633,36 @@ impl FailoverRunner {
     }
 }
 
+/// Adds `what` to the report's message.
+fn note(report: &mut FailoverReport, what: String) {
+    report.message = Some(match report.message.take() {
+        Some(m) => format!("{m}; {what}"),
+        None => what,
+    });
+}
+
+/// Blocking: the timestamp (ms) of the last record a read_committed reader gets below `end`
+/// in `topic`/`partition`, reading windows back from `end` down to the log start; `None`
+/// when there is no record (or it carries no timestamp).
+fn last_record_ms(
+    consumer: &BaseConsumer,
+    topic: &str,
+    partition: i32,
+    end: i64,
+) -> Result<Option<i64>, FailoverError> {
+    let (low, _) = consumer.fetch_watermarks(topic, partition, IO_TIMEOUT)?;
+    for range in windows_back(low, end) {
+        let mut last = None;
+        read_range(consumer, topic, partition, range, |m| {
+            last = Some(m.timestamp().to_millis());
+        })?;
+        if let Some(ms) = last {
+            return Ok(ms);
+        }
+    }
+    Ok(None)
+}
+
 /// Unplanned: what the target holds per partition (the recovery point).
 fn unplanned_partitions(holds: &BTreeMap<Tp, i64>) -> Vec<FailoverPartition> {
     holds
@@ -593,6 +672,7 @@ fn unplanned_partitions(holds: &BTreeMap<Tp, i64>) -> Vec<FailoverPartition> {
             partition: *partition,
             source_end: None,
             target_holds: held,
+            last_replicated_time: None,
             not_replicated: None,
             target_topic: None,
             target_end: None,

@@ -186,6 +186,7 @@ mod tests {
             partition,
             source_end: Some(holds),
             target_holds: holds,
+            last_replicated_time: None,
             not_replicated: Some(0),
             target_topic: Some("orders".into()),
             target_end: end,
