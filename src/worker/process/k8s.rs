@@ -208,12 +208,14 @@ impl Folded {
 
 /// The entry's failover report, unless the controller already holds this very report in
 /// `status.failover` (then the entry leaves it out and `kubectl describe` shows it once; a
-/// report that changes, or a new id, is sent again). Pure.
+/// report that changes, or a new id, is sent again). Compared as the API holds them: times
+/// there are whole seconds, ours may not be. Pure.
 pub fn unfolded_failover(
     own: Option<FailoverReport>,
     folded: Option<&FailoverReport>,
 ) -> Option<FailoverReport> {
-    own.filter(|r| Some(&r.clone().bounded()) != folded)
+    let as_stored = |r: &FailoverReport| serde_json::to_value(r).ok();
+    own.filter(|r| folded.is_none_or(|f| as_stored(&r.clone().bounded()) != as_stored(f)))
 }
 
 /// The entry as it is applied: a failure the controller has already folded into
@@ -679,6 +681,12 @@ mod tests {
         };
         let done = report("m1", FailoverPhase::Done);
         let draining = report("m1", FailoverPhase::Draining);
+        // What the worker holds: the same report with a sub-second time the API drops.
+        let mut precise = done.clone();
+        let at = |s: &str| k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(s.parse().unwrap());
+        precise.started_at = Some(at("2026-12-06T21:10:01.734Z"));
+        let mut done = done;
+        done.started_at = Some(at("2026-12-06T21:10:01Z"));
         let cases = [
             (None, None, None, "no failover"),
             (Some(&done), None, Some(&done), "not folded yet: sent"),
@@ -696,6 +704,12 @@ mod tests {
                 "a new id: sent",
             ),
             (None, Some(&done), None, "none of its own"),
+            (
+                Some(&precise),
+                Some(&done),
+                None,
+                "folded, its times cut to seconds: left out",
+            ),
         ];
         for (own, folded, want, name) in cases {
             assert_eq!(
