@@ -193,7 +193,7 @@ impl FailoverRunner {
         self.state.send_replace(Some(report.clone()));
     }
 
-    async fn read_store(&self) -> Result<HashMap<String, FailoverReport>, FailoverError> {
+    async fn read_store(&self) -> Result<BTreeMap<String, FailoverReport>, FailoverError> {
         let config = self.config(true)?;
         let topic = failover_store(&self.namespace, &self.flow);
         Ok(read_store(config, topic, "target cluster").await?)

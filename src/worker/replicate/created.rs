@@ -84,17 +84,8 @@ impl CreatedTopics {
         let known = &mut self.known;
         let store = &self.topic;
         let read = self.tail.catch_up(self.timeout, |m| {
-            use rdkafka::Message;
-            let Some(key) = m.key() else { return };
-            let name = String::from_utf8_lossy(key).into_owned();
-            match m.payload().map(serde_json::from_slice::<CreatedTopic>) {
-                Some(Ok(v)) => {
-                    known.insert(name, v);
-                }
-                None => {
-                    known.remove(&name);
-                }
-                Some(Err(e)) => bad = Some(format!("{store} offset {}: {e}", m.offset())),
+            if let Some(e) = super::store::apply_keyed(known, m) {
+                bad = Some(format!("{store} {e}"));
             }
         })?;
         if read > 0 {

@@ -80,7 +80,7 @@ impl FailbackIo {
     pub async fn prepare(&self, replicated: HashSet<Tp>) -> Result<Prepared, FailbackError> {
         let key = failback::store_key(&self.start.flow, &self.start.id);
         let store = failback_store(&self.namespace, &self.flow);
-        let mut stored: std::collections::HashMap<String, FailbackReport> =
+        let mut stored: std::collections::BTreeMap<String, FailbackReport> =
             read_store(self.target.clone(), store.clone(), "target cluster").await?;
         if let Some(r) = stored.remove(&key) {
             return Ok(Prepared::Ready(r));
@@ -92,7 +92,7 @@ impl FailbackIo {
             return Err(FailbackError::FlowRef(self.start.flow.clone()));
         };
         let failover_topic = failover_store(ns, name);
-        let mut reports: std::collections::HashMap<String, FailoverReport> = read_store(
+        let mut reports: std::collections::BTreeMap<String, FailoverReport> = read_store(
             self.source.clone(),
             failover_topic.clone(),
             "source cluster",

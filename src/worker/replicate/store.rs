@@ -1,7 +1,7 @@
 //! Small JSON stores in compacted topics (the failover and failback reports) and read_committed
 //! reads of offset ranges: shared by the failover (`worker::failover`) and failing back.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -38,28 +38,40 @@ impl From<rdkafka::error::KafkaError> for StoreError {
     }
 }
 
+/// Applies one record of a keyed JSON store to `known`: the last record per key wins and a
+/// record without a value forgets its key. A record that does not decode changes nothing and
+/// is described (`offset N: why`): the caller fails the read, since guessing is worse.
+pub fn apply_keyed<T: serde::de::DeserializeOwned>(
+    known: &mut BTreeMap<String, T>,
+    m: &impl rdkafka::Message,
+) -> Option<String> {
+    let key = String::from_utf8_lossy(m.key()?).into_owned();
+    match m.payload().map(serde_json::from_slice::<T>) {
+        Some(Ok(v)) => {
+            known.insert(key, v);
+        }
+        None => {
+            known.remove(&key);
+        }
+        Some(Err(e)) => return Some(format!("offset {}: {e}", m.offset())),
+    }
+    None
+}
+
 /// The JSON records of store `topic` on `cluster` (a config for it), by key: the last
 /// record per key wins, a tombstone forgets it. A missing topic reads as empty.
 pub async fn read_store<T: serde::de::DeserializeOwned + Send + 'static>(
     config: ClientConfig,
     topic: String,
     cluster: &'static str,
-) -> Result<HashMap<String, T>, StoreError> {
+) -> Result<BTreeMap<String, T>, StoreError> {
     blocking(move || {
         let mut tail = TopicTail::new(&config, &topic, cluster)?;
-        let mut out = HashMap::new();
+        let mut out = BTreeMap::new();
         let mut bad = None;
         tail.catch_up(IO_TIMEOUT, |m| {
-            let Some(key) = m.key() else { return };
-            let id = String::from_utf8_lossy(key).into_owned();
-            match m.payload().map(serde_json::from_slice::<T>) {
-                Some(Ok(r)) => {
-                    out.insert(id, r);
-                }
-                None => {
-                    out.remove(&id);
-                }
-                Some(Err(e)) => bad = Some(format!("offset {}: {e}", m.offset())),
+            if let Some(e) = apply_keyed(&mut out, m) {
+                bad = Some(e);
             }
         })?;
         match bad {
