@@ -3,11 +3,12 @@
 //! safe group listing. All calls block (run them on tokio's blocking pool) and are bounded by
 //! the timeout given to [`GroupAdmin::new`].
 //!
-//! Many groups: on a plaintext cluster of Kafka 3.0+ the group offsets are read with
-//! OffsetFetch v8, up to 1000 groups per request, and committed with pipelined OffsetCommit
-//! requests, on connections of our own (`kafka::group_client`; librdkafka 2.12 refuses more
-//! than one group per ListConsumerGroupOffsets call and finds each group's coordinator again).
-//! Otherwise (TLS, SASL, older brokers, or `MIRRORFLOW_DIRECT_GROUP_CALLS=0`) librdkafka takes
+//! Many groups: on a cluster of Kafka 3.0+ the group offsets are read with OffsetFetch v8, up
+//! to 1000 groups per request, and committed with pipelined OffsetCommit requests, on
+//! connections of our own (`kafka::group_client`, plaintext or TLS, SASL PLAIN or SCRAM;
+//! librdkafka 2.12 refuses more than one group per ListConsumerGroupOffsets call and finds
+//! each group's coordinator again). Otherwise (GSSAPI, OAUTHBEARER, encrypted keys, older
+//! brokers, or `MIRRORFLOW_DIRECT_GROUP_CALLS=0`) librdkafka takes
 //! one group per ListConsumerGroupOffsets / AlterConsumerGroupOffsets request, so up to
 //! [`MAX_IN_FLIGHT`] requests are kept outstanding on a private queue, each tagged with its
 //! index as the event opaque so answers (and timeouts) map back to their group.
@@ -50,6 +51,8 @@ pub struct GroupAdmin {
     admin: AdminClient<DefaultClientContext>,
     /// Many groups per request, when the cluster allows it (module docs).
     direct: Option<GroupClient>,
+    /// Calls the many-group client served.
+    direct_calls: std::sync::atomic::AtomicU64,
     timeout: Duration,
     what: String,
 }
@@ -80,6 +83,7 @@ impl GroupAdmin {
         Ok(Self {
             admin,
             direct,
+            direct_calls: Default::default(),
             timeout,
             what: what.to_string(),
         })
@@ -91,6 +95,11 @@ impl GroupAdmin {
         self.direct.is_some()
     }
 
+    /// Calls served many groups per request so far (the others took librdkafka's path).
+    pub fn many_group_calls(&self) -> u64 {
+        self.direct_calls.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Runs `f` on the many-group client if there is one and it can serve the call.
     fn try_direct<R>(
         &self,
@@ -98,11 +107,14 @@ impl GroupAdmin {
     ) -> Option<Vec<Result<R, Error>>> {
         let direct = self.direct.as_ref()?;
         match f(direct) {
-            Ok(r) => Some(
+            Ok(r) => Some({
+                self.direct_calls
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+
                 r.into_iter()
                     .map(|r| r.map_err(|e| e.context(&self.what)))
-                    .collect(),
-            ),
+                    .collect()
+            }),
             Err(Unavailable(why)) => {
                 tracing::debug!(cluster = %self.what, reason = %why, "group offsets: one request per group this time");
                 None

@@ -54,7 +54,7 @@ impl From<RDKafkaErrorCode> for Code {
     }
 }
 
-/// A Kafka answer that does not decode (the hand-written protocol client): what was read and
+/// A Kafka answer that does not decode (the many-group client): what was read and
 /// where. Here rather than in `protocol` so that the room's error type imports nothing of it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{what}: truncated or malformed at byte {offset}")]

@@ -1,16 +1,16 @@
-//! Many-group offset calls on plaintext connections of our own (the requests of
-//! `kafka::protocol`): FindCoordinator v4 for every group whose coordinator is not cached,
-//! then OffsetFetch v8 with up to [`MAX_GROUPS_PER_FETCH`] groups per request, or one
-//! OffsetCommit v8 per group, pipelined, spread over up to [`MAX_LANES`] connections per
-//! coordinator (a broker serves one connection's requests in order). Blocking (run on tokio's
-//! blocking pool); every socket call is bounded by the timeout.
+//! Many-group offset calls on connections of our own (the requests of `kafka::protocol`,
+//! over `kafka::transport`: plaintext or TLS, SASL PLAIN or SCRAM): FindCoordinator v4 for
+//! every group whose coordinator is not cached, then OffsetFetch v8 with up to
+//! [`MAX_GROUPS_PER_FETCH`] groups per request, or one OffsetCommit v8 per group, pipelined,
+//! spread over up to [`MAX_LANES`] connections per coordinator (a broker serves one
+//! connection's requests in order). Blocking (run on tokio's blocking pool); each call ends
+//! by its deadline (the client's timeout from the call's start).
 //!
-//! Only for clusters without TLS or SASL (`security.protocol` unset or `plaintext`): those
+//! Clusters whose settings the transport does not serve (GSSAPI, OAUTHBEARER, encrypted keys)
 //! keep librdkafka's one-group-per-request calls, as does a broker older than Kafka 3.0
 //! (FindCoordinator v4 and OffsetFetch v8), which [`Unavailable`] reports to the caller.
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -20,10 +20,13 @@ use rdkafka::ClientConfig;
 use super::error::{Code, Error};
 use super::group_offset::GroupOffset;
 use super::protocol::{
-    self as p, code_error, code_text, is_reroute, Coordinator, FetchOutcome, API_VERSIONS,
-    FIND_COORDINATOR, FIND_COORDINATOR_VERSION, MAX_GROUPS_PER_FETCH, OFFSET_COMMIT,
-    OFFSET_COMMIT_VERSION, OFFSET_FETCH, OFFSET_FETCH_VERSION,
+    self as p, code_text, is_reroute, Coordinator, FetchOutcome, API_VERSIONS, FIND_COORDINATOR,
+    FIND_COORDINATOR_VERSION, MAX_GROUPS_PER_FETCH, OFFSET_COMMIT, OFFSET_COMMIT_VERSION,
+    OFFSET_FETCH, OFFSET_FETCH_VERSION, SASL_AUTHENTICATE, SASL_AUTHENTICATE_VERSION,
+    SASL_HANDSHAKE, SASL_HANDSHAKE_VERSION,
 };
+use super::scram;
+use super::transport::{Deadline, Sasl, Security, Stream};
 
 /// Rounds of a call: a group whose coordinator moved is looked up and asked again.
 const ROUNDS: usize = 3;
@@ -70,7 +73,7 @@ impl Lanes {
 pub struct Unavailable(pub String);
 
 struct Conn {
-    stream: TcpStream,
+    stream: Stream,
     versions: HashMap<i16, i16>,
 }
 
@@ -80,6 +83,8 @@ struct State {
     conns: HashMap<(String, usize), Conn>,
     coordinators: HashMap<String, Coordinator>,
     correlation: i32,
+    /// The running call's deadline.
+    deadline: Option<Deadline>,
     /// Set once a broker lacks the versions: the path stays off for this client.
     unsupported: Option<String>,
 }
@@ -87,6 +92,7 @@ struct State {
 /// One cluster's many-group client.
 pub struct GroupClient {
     bootstrap: Vec<String>,
+    security: Security,
     client_id: String,
     timeout: Duration,
     lanes: Lanes,
@@ -103,12 +109,16 @@ enum Answer<T> {
 }
 
 impl GroupClient {
-    /// A client for the cluster of `config`, or `None` when its connections need TLS or SASL
-    /// (or it has no bootstrap servers).
+    /// A client for the cluster of `config`, or `None` when the transport does not serve its
+    /// settings (logged with the reason) or it has no bootstrap servers.
     pub fn for_config(config: &ClientConfig, timeout: Duration, lanes: Lanes) -> Option<Self> {
-        let plaintext = config
-            .get("security.protocol")
-            .is_none_or(|s| s.eq_ignore_ascii_case("plaintext"));
+        let security = match Security::from_config(config) {
+            Ok(s) => s,
+            Err(why) => {
+                tracing::info!(reason = %why, "group offsets: one request per group (librdkafka)");
+                return None;
+            }
+        };
         let bootstrap: Vec<String> = config
             .get("bootstrap.servers")?
             .split(',')
@@ -116,8 +126,9 @@ impl GroupClient {
             .map(|s| s.rsplit_once("://").map_or(s, |(_, a)| a).to_string())
             .filter(|s| !s.is_empty())
             .collect();
-        (plaintext && !bootstrap.is_empty()).then(|| Self {
+        (!bootstrap.is_empty()).then(|| Self {
             bootstrap,
+            security,
             client_id: config.get("client.id").unwrap_or("mirrorflow").to_string(),
             timeout,
             lanes,
@@ -229,12 +240,10 @@ impl GroupClient {
                 };
                 let answer = match p::decode_offset_commit(&body) {
                     Err(e) => Answer::Done(Err(e.into())),
-                    Ok(parts) => match parts.iter().find(|(_, _, e)| *e != p::code::NONE) {
-                        None => Answer::Done(Ok(())),
-                        Some((_, _, e)) if is_reroute(*e) => Answer::Reroute(code_error(*e)),
-                        Some((t, part, e)) => {
-                            Answer::Done(Err(code_error(*e).context(format!("{t}/{part}"))))
-                        }
+                    Ok(parts) => match p::commit_outcome(offsets[g.as_str()], &parts) {
+                        FetchOutcome::Offsets(_) => Answer::Done(Ok(())),
+                        FetchOutcome::Reroute(e) => Answer::Reroute(e),
+                        FetchOutcome::Failed(e) => Answer::Done(Err(e)),
                     },
                 };
                 out.insert(g.clone(), answer);
@@ -274,6 +283,8 @@ impl GroupClient {
         if let Some(why) = &st.unsupported {
             return Err(Unavailable(why.clone()));
         }
+        let deadline = Deadline::after(self.timeout);
+        st.deadline = Some(deadline);
         let mut done: HashMap<String, Result<T, Error>> = HashMap::new();
         let mut last_error: HashMap<String, Error> = HashMap::new();
         for round in 0..ROUNDS {
@@ -286,7 +297,14 @@ impl GroupClient {
                 break;
             }
             if round > 0 {
-                std::thread::sleep(Duration::from_millis(200 * round as u64));
+                let pause = Duration::from_millis(200 * round as u64);
+                if deadline.left() <= pause {
+                    for g in pending {
+                        last_error.insert(g.to_string(), deadline.timeout());
+                    }
+                    break;
+                }
+                std::thread::sleep(pause);
             }
             let plan = p::plan_round(&pending, &st.coordinators, per_request);
             for keys in &plan.find {
@@ -441,6 +459,7 @@ impl GroupClient {
             work.push((lane, conn, chunk, first));
         }
         let client_id = self.client_id.as_str();
+        let deadline = self.deadline(st);
         let done: Vec<LaneDone> = std::thread::scope(|scope| {
             let handles: Vec<_> = work
                 .into_iter()
@@ -454,6 +473,7 @@ impl GroupClient {
                             client_id,
                             chunk,
                             flexible,
+                            deadline,
                         );
                         (lane, conn, chunk.len(), r)
                     })
@@ -520,6 +540,7 @@ impl GroupClient {
         let first = st.correlation;
         st.correlation = st.correlation.wrapping_add(bodies.len() as i32);
         let flexible = p::is_flexible(api_key, version);
+        let deadline = self.deadline(st);
         let conn = st.conns.get_mut(&key).expect("opened above");
         let result = pipeline(
             &mut conn.stream,
@@ -529,6 +550,7 @@ impl GroupClient {
             &self.client_id,
             bodies,
             flexible,
+            deadline,
         );
         if result.is_err() {
             st.conns.remove(&key);
@@ -536,38 +558,128 @@ impl GroupClient {
         result.map_err(|e| Unavailable(format!("broker {addr}: {e}")))
     }
 
+    /// The running call's deadline (a call outside `many` gets the client's timeout).
+    fn deadline(&self, st: &State) -> Deadline {
+        st.deadline.unwrap_or_else(|| Deadline::after(self.timeout))
+    }
+
+    /// One request on a connection being opened.
+    fn ask(
+        &self,
+        st: &mut State,
+        stream: &mut Stream,
+        api_key: i16,
+        version: i16,
+        body: Vec<u8>,
+    ) -> Result<Vec<u8>, Error> {
+        let id = st.correlation;
+        st.correlation = st.correlation.wrapping_add(1);
+        let flexible = p::is_flexible(api_key, version);
+        let deadline = self.deadline(st);
+        let mut answers = pipeline(
+            stream,
+            api_key,
+            version,
+            id,
+            &self.client_id,
+            &[body],
+            flexible,
+            deadline,
+        )?;
+        Ok(answers.pop().unwrap_or_default())
+    }
+
+    /// TCP, then TLS when configured, ApiVersions, and SASL when configured.
     fn connect(&self, st: &mut State, addr: &str) -> Result<Conn, Unavailable> {
         let fail = |e: String| Unavailable(format!("broker {addr}: {e}"));
+        let deadline = self.deadline(st);
         let sock = addr
             .to_socket_addrs()
             .map_err(|e| fail(format!("resolve: {e}")))?
             .next()
             .ok_or_else(|| fail("resolves to no address".into()))?;
-        let mut stream = TcpStream::connect_timeout(&sock, self.timeout)
-            .map_err(|e| fail(format!("connect: {e}")))?;
-        stream
-            .set_read_timeout(Some(self.timeout))
-            .and_then(|_| stream.set_write_timeout(Some(self.timeout)))
-            .and_then(|_| stream.set_nodelay(true))
+        let left = deadline.left();
+        if left.is_zero() {
+            return Err(fail(deadline.timeout().to_string()));
+        }
+        let tcp =
+            TcpStream::connect_timeout(&sock, left).map_err(|e| fail(format!("connect: {e}")))?;
+        tcp.set_nodelay(true).map_err(|e| fail(e.to_string()))?;
+        let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let mut stream = Stream::open(tcp, host, self.security.tls.as_ref(), deadline)
             .map_err(|e| fail(e.to_string()))?;
-        let id = st.correlation;
-        st.correlation = st.correlation.wrapping_add(1);
-        let body = pipeline(
-            &mut stream,
-            API_VERSIONS,
-            0,
-            id,
-            &self.client_id,
-            &[Vec::new()],
-            false,
-        )
-        .map_err(|e| fail(e.to_string()))?
-        .pop()
-        .unwrap_or_default();
+        let body = self
+            .ask(st, &mut stream, API_VERSIONS, 0, Vec::new())
+            .map_err(|e| fail(e.to_string()))?;
         let versions = p::decode_api_versions(&body)
             .map_err(|e| fail(e.to_string()))?
             .map_err(|c| fail(format!("ApiVersions: {}", code_text(c))))?;
+        if let Some(sasl) = &self.security.sasl {
+            self.authenticate(st, &mut stream, sasl)
+                .map_err(|e| fail(format!("SASL {}: {e}", sasl.mechanism())))?;
+        }
         Ok(Conn { stream, versions })
+    }
+
+    /// SaslHandshake v1, then the mechanism's exchange in SaslAuthenticate v2 frames.
+    fn authenticate(&self, st: &mut State, stream: &mut Stream, sasl: &Sasl) -> Result<(), Error> {
+        let answer = self.ask(
+            st,
+            stream,
+            SASL_HANDSHAKE,
+            SASL_HANDSHAKE_VERSION,
+            p::sasl_handshake_body(sasl.mechanism()),
+        )?;
+        if let Err((code, offered)) = p::decode_sasl_handshake(&answer)? {
+            return Err(Error::code(
+                Code(i32::from(code)),
+                format!(
+                    "{}; the broker offers {}",
+                    code_text(code),
+                    offered.join(", ")
+                ),
+            ));
+        }
+        let exchange =
+            |st: &mut State, stream: &mut Stream, bytes: Vec<u8>| -> Result<Vec<u8>, Error> {
+                let body = p::sasl_authenticate_body(&bytes);
+                let answer = self.ask(
+                    st,
+                    stream,
+                    SASL_AUTHENTICATE,
+                    SASL_AUTHENTICATE_VERSION,
+                    body,
+                )?;
+                p::decode_sasl_authenticate(&answer)?
+                    .map_err(|(code, message)| Error::code(Code(i32::from(code)), message))
+            };
+        match sasl {
+            Sasl::Plain { user, password } => {
+                exchange(st, stream, format!("\0{user}\0{password}").into_bytes())?;
+            }
+            Sasl::Scram {
+                mechanism,
+                user,
+                password,
+            } => {
+                let mut nonce = [0u8; 24];
+                ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut nonce)
+                    .map_err(|_| Error::Client("no random bytes for the SCRAM nonce".into()))?;
+                let nonce =
+                    base64::Engine::encode(&base64::engine::general_purpose::STANDARD, nonce);
+                let mut client = scram::Client::new(*mechanism, user, password, &nonce);
+                let server_first = exchange(st, stream, client.first())?;
+                let fin = client
+                    .fin(&server_first)
+                    .map_err(|e| Error::Client(e.to_string()))?;
+                let server_final = exchange(st, stream, fin)?;
+                client
+                    .verify(&server_final)
+                    .map_err(|e| Error::Client(e.to_string()))?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -582,14 +694,16 @@ const WINDOW: usize = 64;
 
 /// Writes the frames, a window at a time, reading that window's answers (in order) before
 /// the next.
+#[allow(clippy::too_many_arguments)]
 fn pipeline(
-    stream: &mut TcpStream,
+    stream: &mut Stream,
     api_key: i16,
     version: i16,
     first_id: i32,
     client_id: &str,
     bodies: &[Vec<u8>],
     flexible: bool,
+    deadline: Deadline,
 ) -> Result<Vec<Vec<u8>>, Error> {
     let mut out = Vec::with_capacity(bodies.len());
     for (w, window) in bodies.chunks(WINDOW).enumerate() {
@@ -604,23 +718,9 @@ fn pipeline(
                 body,
             ));
         }
-        stream
-            .write_all(&buf)
-            .map_err(|e| Error::Client(format!("send: {e}")))?;
+        stream.send(&buf, deadline)?;
         for i in 0..window.len() {
-            let mut size = [0u8; 4];
-            stream
-                .read_exact(&mut size)
-                .map_err(|e| Error::Client(format!("receive: {e}")))?;
-            let size = usize::try_from(i32::from_be_bytes(size))
-                .map_err(|_| Error::Protocol("negative frame size".into()))?;
-            if size > MAX_RESPONSE_BYTES {
-                return Err(Error::Protocol(format!("answer of {size} bytes refused")));
-            }
-            let mut frame = vec![0u8; size];
-            stream
-                .read_exact(&mut frame)
-                .map_err(|e| Error::Client(format!("receive: {e}")))?;
+            let frame = stream.receive(MAX_RESPONSE_BYTES, deadline)?;
             let (id, body) = p::response_header(&frame, flexible)?;
             let expected = base.wrapping_add(i as i32);
             if id != expected {
@@ -773,6 +873,7 @@ mod tests {
             let addr = format!("{}:{}", c.host, c.port);
             st.conns[&(addr, lane)]
                 .stream
+                .tcp()
                 .shutdown(std::net::Shutdown::Both)
                 .unwrap();
         }

@@ -15,12 +15,14 @@ pub mod health;
 pub mod naming;
 pub mod producer;
 pub mod protocol;
+mod scram;
 pub mod secrets;
 #[allow(unsafe_code)]
 mod sys;
 pub mod tail;
 pub mod topic_config;
 pub mod topics;
+mod transport;
 pub mod wire;
 
 pub use error::{Code, Error, ErrorKind};

@@ -1,18 +1,25 @@
-//! The few Kafka protocol requests mirrorflow speaks itself, because librdkafka asks for one
-//! consumer group per request (`rd_kafka_ListConsumerGroupOffsets` refuses more than one in
-//! 2.12, and finds each group's coordinator again: its coordinator cache holds 11 entries):
-//! ApiVersions v0, FindCoordinator v4 (many groups per request, Kafka 3.0, KIP-699),
-//! OffsetFetch v8 (many groups per request, Kafka 3.0, KIP-709) and OffsetCommit v8 (one
-//! group per request, pipelined). Pure encoding, decoding and request planning; the socket
-//! side is `kafka::group_client`.
-//!
-//! Layouts follow the Apache Kafka message definitions (`clients/src/main/resources/common/
-//! message/*.json`). Flexible versions (all but ApiVersions v0 here) use request header v2
-//! (client id as a non-compact nullable string, then tagged fields) and response header v1
-//! (correlation id, tagged fields); compact strings and arrays carry their length + 1 as an
-//! unsigned varint, 0 meaning null.
+//! The few Kafka requests the many-group client (`kafka::group_client`) sends, because
+//! librdkafka asks for one consumer group per request: ApiVersions v0, SaslHandshake v1 and
+//! SaslAuthenticate v2, FindCoordinator v4 and OffsetFetch v8 (many groups per request, Kafka
+//! 3.0, KIP-699 / KIP-709) and OffsetCommit v8 (one group per request, pipelined). Encoding
+//! and decoding are the `kafka-protocol` crate's (vendored with one patch, see
+//! `vendor/README.md`); what is here maps its messages to ours, plans requests and judges
+//! answers, as pure functions.
 
 use std::collections::{BTreeMap, HashMap};
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::offset_commit_request::{
+    OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+};
+use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestGroup;
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsResponse, FindCoordinatorRequest, FindCoordinatorResponse, GroupId,
+    OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse,
+    RequestHeader, ResponseHeader, SaslAuthenticateRequest, SaslAuthenticateResponse,
+    SaslHandshakeRequest, SaslHandshakeResponse, TopicName,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
 use super::error::{Code, DecodeError, Error};
 use super::group_offset::GroupOffset;
@@ -87,44 +94,59 @@ pub fn code_error(code: i16) -> Error {
     Error::code(Code(i32::from(code)), code_text(code))
 }
 
-struct Writer(Vec<u8>);
+/// SaslHandshake API key.
+pub const SASL_HANDSHAKE: i16 = 17;
+/// SaslAuthenticate API key.
+pub const SASL_AUTHENTICATE: i16 = 36;
+/// SaslHandshake v1: the mechanism, then SaslAuthenticate frames (KIP-152).
+pub const SASL_HANDSHAKE_VERSION: i16 = 1;
+/// SaslAuthenticate v2 (flexible, Kafka 2.4).
+pub const SASL_AUTHENTICATE_VERSION: i16 = 2;
 
-impl Writer {
-    fn i8(&mut self, v: i8) {
-        self.0.push(v as u8);
-    }
-    fn i16(&mut self, v: i16) {
-        self.0.extend_from_slice(&v.to_be_bytes());
-    }
-    fn i32(&mut self, v: i32) {
-        self.0.extend_from_slice(&v.to_be_bytes());
-    }
-    fn i64(&mut self, v: i64) {
-        self.0.extend_from_slice(&v.to_be_bytes());
-    }
-    fn uvarint(&mut self, mut v: u64) {
-        while v >= 0x80 {
-            self.0.push((v as u8) | 0x80);
-            v >>= 7;
-        }
-        self.0.push(v as u8);
-    }
-    /// Compact array or string length (`len + 1`; `None` is null).
-    fn compact_len(&mut self, len: Option<usize>) {
-        self.uvarint(len.map_or(0, |l| l as u64 + 1));
-    }
-    fn compact_string(&mut self, s: Option<&str>) {
-        self.compact_len(s.map(str::len));
-        if let Some(s) = s {
-            self.0.extend_from_slice(s.as_bytes());
-        }
-    }
-    fn no_tags(&mut self) {
-        self.uvarint(0);
+fn decode_error(what: &'static str, total: usize, left: usize) -> DecodeError {
+    DecodeError {
+        what,
+        offset: total.saturating_sub(left),
     }
 }
 
-/// A request frame: size prefix, header (v1 or, for flexible versions, v2), body.
+/// Decodes `body` as `M` at `version` with the codec of the `kafka-protocol` crate; the whole
+/// body must be used.
+fn decode<M: Decodable>(body: &[u8], version: i16, what: &'static str) -> Result<M, DecodeError> {
+    let mut buf = Bytes::copy_from_slice(body);
+    let message =
+        M::decode(&mut buf, version).map_err(|_| decode_error(what, body.len(), buf.len()))?;
+    if !buf.is_empty() {
+        return Err(decode_error(what, body.len(), buf.len()));
+    }
+    Ok(message)
+}
+
+/// Encodes a request body at `version`. The requests built here only hold fields every
+/// version spoken here has, so encoding cannot fail; if it ever did, the body is empty and
+/// the broker's refusal says so.
+fn encode<M: Encodable>(message: &M, version: i16) -> Vec<u8> {
+    let mut buf = BytesMut::new();
+    match message.encode(&mut buf, version) {
+        Ok(()) => buf.to_vec(),
+        Err(e) => {
+            tracing::error!(error = %e, version, "group client: request does not encode");
+            Vec::new()
+        }
+    }
+}
+
+fn header_version(api_key: i16, version: i16, request: bool) -> i16 {
+    match ApiKey::try_from(api_key) {
+        Ok(key) if request => key.request_header_version(version),
+        Ok(key) => key.response_header_version(version),
+        // Only the keys above are sent; a flexible-style header is the safe guess.
+        Err(()) if request => 2,
+        Err(()) => 1,
+    }
+}
+
+/// A request frame: size prefix, request header (v1, or v2 for flexible versions), body.
 pub fn frame(
     api_key: i16,
     version: i16,
@@ -132,57 +154,57 @@ pub fn frame(
     client_id: &str,
     body: &[u8],
 ) -> Vec<u8> {
-    let mut w = Writer(Vec::with_capacity(body.len() + 32));
-    w.i32(0); // size, patched below
-    w.i16(api_key);
-    w.i16(version);
-    w.i32(correlation_id);
-    w.i16(i16::try_from(client_id.len()).unwrap_or(i16::MAX));
-    w.0.extend_from_slice(&client_id.as_bytes()[..client_id.len().min(i16::MAX as usize)]);
-    if is_flexible(api_key, version) {
-        w.no_tags();
-    }
-    w.0.extend_from_slice(body);
-    let size = i32::try_from(w.0.len() - 4).unwrap_or(i32::MAX);
-    w.0[..4].copy_from_slice(&size.to_be_bytes());
-    w.0
+    let header = RequestHeader::default()
+        .with_request_api_key(api_key)
+        .with_request_api_version(version)
+        .with_correlation_id(correlation_id)
+        .with_client_id(Some(StrBytes::from_string(client_id.to_string())));
+    let mut out = vec![0u8; 4];
+    out.extend(encode(&header, header_version(api_key, version, true)));
+    out.extend_from_slice(body);
+    let size = i32::try_from(out.len() - 4).unwrap_or(i32::MAX);
+    out[..4].copy_from_slice(&size.to_be_bytes());
+    out
 }
 
-/// Whether `version` of `api_key` uses the flexible (tagged-field) encoding.
+/// Whether `version` of `api_key` uses the flexible (tagged-field) encoding: its response
+/// header is v1.
 pub fn is_flexible(api_key: i16, version: i16) -> bool {
-    match api_key {
-        API_VERSIONS => version >= 3,
-        FIND_COORDINATOR => version >= 3,
-        OFFSET_FETCH => version >= 6,
-        OFFSET_COMMIT => version >= 8,
-        _ => false,
-    }
+    header_version(api_key, version, false) >= 1
+}
+
+fn group_id(g: &str) -> GroupId {
+    GroupId(StrBytes::from_string(g.to_string()))
 }
 
 /// FindCoordinator v4 body: group coordinators of `groups`.
 pub fn find_coordinator_body(groups: &[String]) -> Vec<u8> {
-    let mut w = Writer(Vec::new());
-    w.i8(0); // key type: group
-    w.compact_len(Some(groups.len()));
-    for g in groups {
-        w.compact_string(Some(g));
-    }
-    w.no_tags();
-    w.0
+    let request = FindCoordinatorRequest::default()
+        .with_key_type(0)
+        .with_coordinator_keys(
+            groups
+                .iter()
+                .map(|g| StrBytes::from_string(g.clone()))
+                .collect(),
+        );
+    encode(&request, FIND_COORDINATOR_VERSION)
 }
 
 /// OffsetFetch v8 body: every committed partition (topics null) of `groups`.
 pub fn offset_fetch_body(groups: &[String]) -> Vec<u8> {
-    let mut w = Writer(Vec::new());
-    w.compact_len(Some(groups.len()));
-    for g in groups {
-        w.compact_string(Some(g));
-        w.compact_len(None); // all topics
-        w.no_tags();
-    }
-    w.0.push(0); // require_stable false
-    w.no_tags();
-    w.0
+    let request = OffsetFetchRequest::default()
+        .with_groups(
+            groups
+                .iter()
+                .map(|g| {
+                    OffsetFetchRequestGroup::default()
+                        .with_group_id(group_id(g))
+                        .with_topics(None)
+                })
+                .collect(),
+        )
+        .with_require_stable(false);
+    encode(&request, OFFSET_FETCH_VERSION)
 }
 
 /// OffsetCommit v8 body: an admin commit (generation -1, no member) of `offsets` to `group`,
@@ -192,149 +214,100 @@ pub fn offset_commit_body(group: &str, offsets: &[GroupOffset]) -> Vec<u8> {
     for o in offsets {
         by_topic.entry(o.topic.as_str()).or_default().push(o);
     }
-    let mut w = Writer(Vec::new());
-    w.compact_string(Some(group));
-    w.i32(-1); // generation
-    w.compact_string(Some("")); // member id
-    w.compact_string(None); // group instance id
-    w.compact_len(Some(by_topic.len()));
-    for (topic, parts) in by_topic {
-        w.compact_string(Some(topic));
-        w.compact_len(Some(parts.len()));
-        for o in parts {
-            w.i32(o.partition);
-            w.i64(o.offset);
-            w.i32(-1); // leader epoch unknown
-            w.compact_string(Some(&o.metadata));
-            w.no_tags();
-        }
-        w.no_tags();
-    }
-    w.no_tags();
-    w.0
+    let topics = by_topic
+        .into_iter()
+        .map(|(topic, parts)| {
+            OffsetCommitRequestTopic::default()
+                .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+                .with_partitions(
+                    parts
+                        .into_iter()
+                        .map(|o| {
+                            OffsetCommitRequestPartition::default()
+                                .with_partition_index(o.partition)
+                                .with_committed_offset(o.offset)
+                                .with_committed_leader_epoch(-1)
+                                .with_committed_metadata(Some(StrBytes::from_string(
+                                    o.metadata.clone(),
+                                )))
+                        })
+                        .collect(),
+                )
+        })
+        .collect();
+    let request = OffsetCommitRequest::default()
+        .with_group_id(group_id(group))
+        .with_generation_id_or_member_epoch(-1)
+        .with_member_id(StrBytes::default())
+        .with_group_instance_id(None)
+        .with_topics(topics);
+    encode(&request, OFFSET_COMMIT_VERSION)
 }
 
-struct Reader<'a> {
-    buf: &'a [u8],
-    pos: usize,
-    what: &'static str,
+/// SaslHandshake v1 body for `mechanism`.
+pub fn sasl_handshake_body(mechanism: &str) -> Vec<u8> {
+    let request =
+        SaslHandshakeRequest::default().with_mechanism(StrBytes::from_string(mechanism.into()));
+    encode(&request, SASL_HANDSHAKE_VERSION)
 }
 
-impl<'a> Reader<'a> {
-    fn new(buf: &'a [u8], what: &'static str) -> Self {
-        Self { buf, pos: 0, what }
-    }
-    fn err(&self) -> DecodeError {
-        DecodeError {
-            what: self.what,
-            offset: self.pos,
-        }
-    }
-    fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
-        let end = self.pos.checked_add(n).filter(|e| *e <= self.buf.len());
-        let end = end.ok_or_else(|| self.err())?;
-        let s = &self.buf[self.pos..end];
-        self.pos = end;
-        Ok(s)
-    }
-    fn i16(&mut self) -> Result<i16, DecodeError> {
-        Ok(i16::from_be_bytes(
-            self.take(2)?.try_into().expect("2 bytes"),
-        ))
-    }
-    fn i32(&mut self) -> Result<i32, DecodeError> {
-        Ok(i32::from_be_bytes(
-            self.take(4)?.try_into().expect("4 bytes"),
-        ))
-    }
-    fn i64(&mut self) -> Result<i64, DecodeError> {
-        Ok(i64::from_be_bytes(
-            self.take(8)?.try_into().expect("8 bytes"),
-        ))
-    }
-    fn uvarint(&mut self) -> Result<u64, DecodeError> {
-        let mut v = 0u64;
-        for shift in (0..64).step_by(7) {
-            let b = self.take(1)?[0];
-            v |= u64::from(b & 0x7f) << shift;
-            if b & 0x80 == 0 {
-                return Ok(v);
-            }
-        }
-        Err(self.err())
-    }
-    /// Compact length: `None` for null.
-    fn compact_len(&mut self) -> Result<Option<usize>, DecodeError> {
-        let n = self.uvarint()?;
-        if n == 0 {
-            return Ok(None);
-        }
-        let len = usize::try_from(n - 1).map_err(|_| self.err())?;
-        // An element takes at least one byte: a larger count is malformed, not an allocation.
-        if len > self.buf.len() - self.pos {
-            return Err(self.err());
-        }
-        Ok(Some(len))
-    }
-    fn compact_string(&mut self) -> Result<Option<String>, DecodeError> {
-        match self.compact_len()? {
-            None => Ok(None),
-            Some(n) => {
-                let at = self.pos;
-                let bytes = self.take(n)?;
-                std::str::from_utf8(bytes)
-                    .map(|s| Some(s.to_string()))
-                    .map_err(|_| DecodeError {
-                        what: self.what,
-                        offset: at,
-                    })
-            }
-        }
-    }
-    fn string(&mut self) -> Result<String, DecodeError> {
-        Ok(self.compact_string()?.unwrap_or_default())
-    }
-    fn skip_tags(&mut self) -> Result<(), DecodeError> {
-        let n = self.uvarint()?;
-        for _ in 0..n {
-            self.uvarint()?; // tag
-            let size = usize::try_from(self.uvarint()?).map_err(|_| self.err())?;
-            self.take(size)?;
-        }
-        Ok(())
-    }
-    fn array_len(&mut self) -> Result<usize, DecodeError> {
-        Ok(self.compact_len()?.unwrap_or(0))
-    }
+/// SaslAuthenticate v2 body carrying `bytes`.
+pub fn sasl_authenticate_body(bytes: &[u8]) -> Vec<u8> {
+    let request = SaslAuthenticateRequest::default().with_auth_bytes(Bytes::copy_from_slice(bytes));
+    encode(&request, SASL_AUTHENTICATE_VERSION)
 }
 
-/// Splits a response frame body (without the size prefix) into correlation id and body;
-/// `flexible` responses carry tagged fields in the header (ApiVersions never does).
+/// Splits a response frame (size prefix removed) into its correlation id and body; the
+/// header is v1 (with tagged fields) when `flexible`.
 pub fn response_header(frame: &[u8], flexible: bool) -> Result<(i32, &[u8]), DecodeError> {
-    let mut r = Reader::new(frame, "response header");
-    let correlation = r.i32()?;
-    if flexible {
-        r.skip_tags()?;
-    }
-    Ok((correlation, &frame[r.pos..]))
+    let mut buf = Bytes::copy_from_slice(frame);
+    let header = ResponseHeader::decode(&mut buf, i16::from(flexible))
+        .map_err(|_| decode_error("response header", frame.len(), buf.len()))?;
+    Ok((header.correlation_id, &frame[frame.len() - buf.len()..]))
 }
 
 /// ApiVersions v0 answer: the highest version per API key, or the top-level error code.
 pub fn decode_api_versions(body: &[u8]) -> Result<Result<HashMap<i16, i16>, i16>, DecodeError> {
-    let mut r = Reader::new(body, "ApiVersions response");
-    let error = r.i16()?;
-    if error != code::NONE {
-        return Ok(Err(error));
+    // A refusal may carry the error code alone.
+    if let [hi, lo, ..] = body {
+        let error = i16::from_be_bytes([*hi, *lo]);
+        if error != code::NONE {
+            return Ok(Err(error));
+        }
     }
-    let n = r.i32()?;
-    let mut out = HashMap::new();
-    for _ in 0..n.max(0) {
-        let key = r.i16()?;
-        let _min = r.i16()?;
-        let max = r.i16()?;
-        out.insert(key, max);
+    let answer: ApiVersionsResponse = decode(body, 0, "ApiVersions response")?;
+    Ok(Ok(answer
+        .api_keys
+        .iter()
+        .map(|k| (k.api_key, k.max_version))
+        .collect()))
+}
+
+/// SaslHandshake v1 answer: `Ok` when the broker takes the mechanism, else the error code
+/// and the mechanisms it offers.
+pub fn decode_sasl_handshake(body: &[u8]) -> Result<Result<(), (i16, Vec<String>)>, DecodeError> {
+    let answer: SaslHandshakeResponse =
+        decode(body, SASL_HANDSHAKE_VERSION, "SaslHandshake response")?;
+    if answer.error_code == code::NONE {
+        return Ok(Ok(()));
     }
-    Ok(Ok(out))
+    let offered = answer.mechanisms.iter().map(|m| m.to_string()).collect();
+    Ok(Err((answer.error_code, offered)))
+}
+
+/// SaslAuthenticate v2 answer: the server's bytes, or the error code and message.
+pub fn decode_sasl_authenticate(
+    body: &[u8],
+) -> Result<Result<Vec<u8>, (i16, String)>, DecodeError> {
+    let answer: SaslAuthenticateResponse =
+        decode(body, SASL_AUTHENTICATE_VERSION, "SaslAuthenticate response")?;
+    if answer.error_code == code::NONE {
+        return Ok(Ok(answer.auth_bytes.to_vec()));
+    }
+    let message = answer
+        .error_message
+        .map_or_else(|| code_text(answer.error_code), |m| m.to_string());
+    Ok(Err((answer.error_code, message)))
 }
 
 /// Where a group's coordinator is.
@@ -353,27 +326,28 @@ pub type Found = Result<Coordinator, (i16, String)>;
 
 /// FindCoordinator v4 answer, per key.
 pub fn decode_find_coordinator(body: &[u8]) -> Result<Vec<(String, Found)>, DecodeError> {
-    let mut r = Reader::new(body, "FindCoordinator response");
-    let _throttle = r.i32()?;
-    let n = r.array_len()?;
-    let mut out = Vec::with_capacity(n);
-    for _ in 0..n {
-        let key = r.string()?;
-        let node = r.i32()?;
-        let host = r.string()?;
-        let port = r.i32()?;
-        let error = r.i16()?;
-        let message = r.compact_string()?;
-        r.skip_tags()?;
-        let answer = if error == code::NONE {
-            Ok(Coordinator { node, host, port })
-        } else {
-            Err((error, message.unwrap_or_else(|| code_text(error))))
-        };
-        out.push((key, answer));
-    }
-    r.skip_tags()?;
-    Ok(out)
+    let answer: FindCoordinatorResponse =
+        decode(body, FIND_COORDINATOR_VERSION, "FindCoordinator response")?;
+    Ok(answer
+        .coordinators
+        .into_iter()
+        .map(|c| {
+            let found = if c.error_code == code::NONE {
+                Ok(Coordinator {
+                    node: c.node_id.0,
+                    host: c.host.to_string(),
+                    port: c.port,
+                })
+            } else {
+                let message = c.error_message.map(|m| m.to_string());
+                Err((
+                    c.error_code,
+                    message.unwrap_or_else(|| code_text(c.error_code)),
+                ))
+            };
+            (c.key.to_string(), found)
+        })
+        .collect())
 }
 
 /// One group of an OffsetFetch v8 answer.
@@ -389,61 +363,72 @@ pub struct FetchedGroup {
 
 /// OffsetFetch v8 answer.
 pub fn decode_offset_fetch(body: &[u8]) -> Result<Vec<FetchedGroup>, DecodeError> {
-    let mut r = Reader::new(body, "OffsetFetch response");
-    let _throttle = r.i32()?;
-    let n = r.array_len()?;
-    let mut out = Vec::with_capacity(n);
-    for _ in 0..n {
-        let group = r.string()?;
-        let mut partitions = Vec::new();
-        for _ in 0..r.array_len()? {
-            let topic = r.string()?;
-            for _ in 0..r.array_len()? {
-                let partition = r.i32()?;
-                let offset = r.i64()?;
-                let _epoch = r.i32()?;
-                let metadata = r.compact_string()?.unwrap_or_default();
-                let error = r.i16()?;
-                r.skip_tags()?;
-                let o = GroupOffset {
-                    topic: topic.clone(),
-                    partition,
-                    offset,
-                    metadata,
-                };
-                partitions.push((o, error));
-            }
-            r.skip_tags()?;
-        }
-        let error = r.i16()?;
-        r.skip_tags()?;
-        out.push(FetchedGroup {
-            group,
-            error,
-            partitions,
-        });
-    }
-    r.skip_tags()?;
-    Ok(out)
+    let answer: OffsetFetchResponse = decode(body, OFFSET_FETCH_VERSION, "OffsetFetch response")?;
+    Ok(answer
+        .groups
+        .into_iter()
+        .map(|g| FetchedGroup {
+            group: g.group_id.0.to_string(),
+            error: g.error_code,
+            partitions: g
+                .topics
+                .into_iter()
+                .flat_map(|t| {
+                    let topic = t.name.0.to_string();
+                    t.partitions.into_iter().map(move |p| {
+                        let o = GroupOffset {
+                            topic: topic.clone(),
+                            partition: p.partition_index,
+                            offset: p.committed_offset,
+                            metadata: p.metadata.map(|m| m.to_string()).unwrap_or_default(),
+                        };
+                        (o, p.error_code)
+                    })
+                })
+                .collect(),
+        })
+        .collect())
 }
 
 /// OffsetCommit v8 answer: `(topic, partition, error code)` per partition.
 pub fn decode_offset_commit(body: &[u8]) -> Result<Vec<(String, i32, i16)>, DecodeError> {
-    let mut r = Reader::new(body, "OffsetCommit response");
-    let _throttle = r.i32()?;
-    let mut out = Vec::new();
-    for _ in 0..r.array_len()? {
-        let topic = r.string()?;
-        for _ in 0..r.array_len()? {
-            let partition = r.i32()?;
-            let error = r.i16()?;
-            r.skip_tags()?;
-            out.push((topic.clone(), partition, error));
+    let answer: OffsetCommitResponse =
+        decode(body, OFFSET_COMMIT_VERSION, "OffsetCommit response")?;
+    Ok(answer
+        .topics
+        .into_iter()
+        .flat_map(|t| {
+            let topic = t.name.0.to_string();
+            t.partitions
+                .into_iter()
+                .map(move |p| (topic.clone(), p.partition_index, p.error_code))
+        })
+        .collect())
+}
+
+/// A group's outcome in one commit answer: every partition asked must be answered, without
+/// error. Partitions the answer adds are ignored.
+pub fn commit_outcome(asked: &[GroupOffset], answer: &[(String, i32, i16)]) -> FetchOutcome {
+    let by_partition: HashMap<(&str, i32), i16> = answer
+        .iter()
+        .map(|(t, p, e)| ((t.as_str(), *p), *e))
+        .collect();
+    for o in asked {
+        let at = || format!("{}/{}", o.topic, o.partition);
+        match by_partition.get(&(o.topic.as_str(), o.partition)) {
+            None => {
+                return FetchOutcome::Failed(
+                    Error::Protocol("partition missing from the answer".into()).context(at()),
+                )
+            }
+            Some(&e) if is_reroute(e) => return FetchOutcome::Reroute(code_error(e)),
+            Some(&e) if e != code::NONE => {
+                return FetchOutcome::Failed(code_error(e).context(at()))
+            }
+            Some(_) => {}
         }
-        r.skip_tags()?;
     }
-    r.skip_tags()?;
-    Ok(out)
+    FetchOutcome::Offsets(Vec::new())
 }
 
 /// A group's outcome in one fetch answer.
@@ -545,6 +530,45 @@ pub fn supports(max_versions: &HashMap<i16, i16>, api_key: i16, version: i16) ->
 mod tests {
     use super::*;
     use pretty_assertions::assert_eq;
+
+    /// Broker answers written byte by byte from the Kafka message definitions, independent
+    /// of the codec under test.
+    struct Writer(Vec<u8>);
+
+    impl Writer {
+        fn i16(&mut self, v: i16) {
+            self.0.extend_from_slice(&v.to_be_bytes());
+        }
+        fn i32(&mut self, v: i32) {
+            self.0.extend_from_slice(&v.to_be_bytes());
+        }
+        fn i64(&mut self, v: i64) {
+            self.0.extend_from_slice(&v.to_be_bytes());
+        }
+        fn uvarint(&mut self, mut v: u64) {
+            while v >= 0x80 {
+                self.0.push((v as u8) | 0x80);
+                v >>= 7;
+            }
+            self.0.push(v as u8);
+        }
+        fn compact_len(&mut self, len: Option<usize>) {
+            self.uvarint(len.map_or(0, |n| n as u64 + 1));
+        }
+        fn compact_string(&mut self, s: Option<&str>) {
+            self.compact_len(s.map(str::len));
+            if let Some(s) = s {
+                self.0.extend_from_slice(s.as_bytes());
+            }
+        }
+        fn compact_bytes(&mut self, b: &[u8]) {
+            self.compact_len(Some(b.len()));
+            self.0.extend_from_slice(b);
+        }
+        fn no_tags(&mut self) {
+            self.uvarint(0);
+        }
+    }
 
     fn coord(node: i32) -> Coordinator {
         Coordinator {
@@ -693,17 +717,6 @@ mod tests {
                 5, 255, 255, 255, 255, 1, 0, 0, 0
             ]
         );
-    }
-
-    #[test]
-    fn varints_round_trip_at_their_boundaries() {
-        for v in [0u64, 1, 127, 128, 300, 16_383, 16_384, u32::MAX as u64] {
-            let mut w = Writer(Vec::new());
-            w.uvarint(v);
-            let mut r = Reader::new(&w.0, "test");
-            assert_eq!(r.uvarint().unwrap(), v);
-            assert_eq!(r.pos, w.0.len());
-        }
     }
 
     /// (topic, partition, offset, metadata, error code) of one answered partition.
@@ -875,5 +888,117 @@ mod tests {
             code_text(25).contains("unknown member"),
             "classified as ActiveOnTarget"
         );
+    }
+
+    #[test]
+    fn commit_answers_must_answer_every_partition_asked() {
+        let asked = |parts: &[(&str, i32)]| -> Vec<GroupOffset> {
+            parts
+                .iter()
+                .map(|(t, p)| GroupOffset {
+                    topic: t.to_string(),
+                    partition: *p,
+                    offset: 1,
+                    metadata: String::new(),
+                })
+                .collect()
+        };
+        let answered = |parts: &[(&str, i32, i16)]| -> Vec<(String, i32, i16)> {
+            parts
+                .iter()
+                .map(|(t, p, e)| (t.to_string(), *p, *e))
+                .collect()
+        };
+        // (name, asked, answered, outcome: "ok" | "reroute" | error text it contains)
+        type Case = (&'static str, Vec<GroupOffset>, Vec<(String, i32, i16)>, &'static str);
+        let cases: Vec<Case> = vec![
+            (
+                "all answered",
+                asked(&[("t", 0), ("t", 1)]),
+                answered(&[("t", 1, 0), ("t", 0, 0)]),
+                "ok",
+            ),
+            (
+                "an extra partition is ignored",
+                asked(&[("t", 0)]),
+                answered(&[("t", 0, 0), ("u", 3, 0)]),
+                "ok",
+            ),
+            (
+                "one missing",
+                asked(&[("t", 0), ("t", 1)]),
+                answered(&[("t", 0, 0)]),
+                "t/1: partition missing from the answer",
+            ),
+            (
+                "answered for another topic",
+                asked(&[("t", 0)]),
+                answered(&[("u", 0, 0)]),
+                "t/0: partition missing",
+            ),
+            (
+                "an error names its partition",
+                asked(&[("t", 0), ("t", 1)]),
+                answered(&[("t", 0, 0), ("t", 1, 25)]),
+                "t/1: broker error 25 UNKNOWN_MEMBER_ID",
+            ),
+            (
+                "coordinator moved",
+                asked(&[("t", 0)]),
+                answered(&[("t", 0, code::NOT_COORDINATOR)]),
+                "reroute",
+            ),
+            ("nothing asked", asked(&[]), answered(&[]), "ok"),
+        ];
+        for (name, asked, answer, want) in cases {
+            let got = commit_outcome(&asked, &answer);
+            match (want, got) {
+                ("ok", FetchOutcome::Offsets(o)) => assert!(o.is_empty(), "{name}"),
+                ("reroute", FetchOutcome::Reroute(_)) => {}
+                (text, FetchOutcome::Failed(e)) => {
+                    assert!(e.to_string().contains(text), "{name}: {e}")
+                }
+                (_, other) => panic!("{name}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn sasl_answers_decode() {
+        let mut w = Writer(Vec::new());
+        w.i16(33);
+        w.i32(2);
+        for m in ["PLAIN", "SCRAM-SHA-512"] {
+            w.i16(m.len() as i16);
+            w.0.extend_from_slice(m.as_bytes());
+        }
+        assert_eq!(
+            decode_sasl_handshake(&w.0).unwrap(),
+            Err((33, vec!["PLAIN".to_string(), "SCRAM-SHA-512".to_string()]))
+        );
+        assert_eq!(decode_sasl_handshake(&[0, 0, 0, 0, 0, 0]).unwrap(), Ok(()));
+        let mut w = Writer(Vec::new());
+        w.i16(0);
+        w.compact_string(None);
+        w.compact_bytes(b"r=abc");
+        w.i64(0);
+        w.no_tags();
+        assert_eq!(
+            decode_sasl_authenticate(&w.0).unwrap(),
+            Ok(b"r=abc".to_vec())
+        );
+        let mut w = Writer(Vec::new());
+        w.i16(58);
+        w.compact_string(Some("Authentication failed"));
+        w.compact_bytes(b"");
+        w.i64(0);
+        w.no_tags();
+        assert_eq!(
+            decode_sasl_authenticate(&w.0).unwrap(),
+            Err((58, "Authentication failed".to_string()))
+        );
+        // Request layouts (KIP-152): handshake v1 is a plain string, authenticate v2 compact bytes.
+        assert_eq!(sasl_handshake_body("PLAIN"), b"\0\x05PLAIN".to_vec());
+        assert_eq!(sasl_authenticate_body(b"ab"), vec![3, b'a', b'b', 0]);
     }
 }
