@@ -245,6 +245,26 @@ async fn translate_all(
     Ok((target, source))
 }
 
+/// Polls the translated offsets once a second until `poll` accepts what it read (`Ok`), and
+/// returns that: they improve as offset syncs and checkpoints arrive. After [`WAIT`] it fails
+/// with `failure` of what the last poll saw.
+async fn wait_translated<T, S, F>(
+    mut poll: impl FnMut() -> F,
+    failure: impl FnOnce(S) -> String,
+) -> T
+where
+    F: std::future::Future<Output = Result<T, S>>,
+{
+    let deadline = Instant::now() + WAIT;
+    loop {
+        match poll().await {
+            Ok(done) => return done,
+            Err(seen) if Instant::now() >= deadline => panic!("{}", failure(seen)),
+            Err(_) => tokio::time::sleep(Duration::from_secs(1)).await,
+        }
+    }
+}
+
 /// MM2's `RemoteClusterUtils.translateOffsets` on `bootstrap` for the groups of `remote`:
 /// the offsets, and the metadata they carry.
 async fn mm2_translate(
@@ -392,20 +412,26 @@ spec:
         .collect();
 
     // The checkpoints improve as offset syncs arrive; wait until they are exact.
-    let deadline = Instant::now() + WAIT;
-    let printed = loop {
-        let last = translate_all(&flow, &c.secrets()).await;
-        if let Ok((target_offsets, source_offsets)) = &last {
-            if *target_offsets == exact && *source_offsets == committed {
-                break target_offsets.clone();
+    let (flow_path, secrets, exact_ref, committed_ref) =
+        (flow.as_path(), &c.secrets(), &exact, &committed);
+    let printed = wait_translated(
+        || async move {
+            match translate_all(flow_path, secrets).await {
+                Ok((target_offsets, source_offsets))
+                    if target_offsets == *exact_ref && source_offsets == *committed_ref =>
+                {
+                    Ok(target_offsets)
+                }
+                last => Err(last),
             }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "mirrorflow's checkpoints not exact in time: translate says {last:?}, exact is {exact:?}"
-        );
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    };
+        },
+        |last| {
+            format!(
+                "mirrorflow's checkpoints not exact in time: translate says {last:?}, exact is {exact:?}"
+            )
+        },
+    )
+    .await;
     worker.stop().await;
 
     let (mm2, mm2_metadata) = mm2_translate(java, &c.dst(), "dc1").await;
@@ -514,28 +540,32 @@ async fn mirrorflow_reads_mm2_offset_syncs_and_checkpoints() {
     // last syncs.
     let flow = c.flow_file(0, "");
     let committed = committed(&groups, "dc1.orders");
-    let deadline = Instant::now() + WAIT;
-    let (from_syncs, printed, syncs) = loop {
-        let (from_syncs, syncs) = translate_from_mm2_syncs(&c, &committed).await;
-        let last = translate_all(&flow, &c.secrets()).await;
-        if let Ok((target_offsets, source_offsets)) = &last {
-            let ends_synced = (0..PARTITIONS).all(|p| {
-                syncs
-                    .iter()
-                    .any(|s| s.partition == p && s.upstream_offset == PER_PARTITION - 1)
-            });
-            if ends_synced && *target_offsets == from_syncs && *source_offsets == committed {
-                break (from_syncs, target_offsets.clone(), syncs);
+    let (flow_path, c_ref, secrets, committed_ref) = (flow.as_path(), &c, &c.secrets(), &committed);
+    let (from_syncs, printed, syncs) = wait_translated(
+        || async move {
+            let (from_syncs, syncs) = translate_from_mm2_syncs(c_ref, committed_ref).await;
+            let last = translate_all(flow_path, secrets).await;
+            if let Ok((target_offsets, source_offsets)) = &last {
+                let ends_synced = (0..PARTITIONS).all(|p| {
+                    syncs
+                        .iter()
+                        .any(|s| s.partition == p && s.upstream_offset == PER_PARTITION - 1)
+                });
+                if ends_synced && *target_offsets == from_syncs && source_offsets == committed_ref {
+                    return Ok((from_syncs, target_offsets.clone(), syncs));
+                }
             }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "MM2's checkpoints and offset syncs do not agree in time: translate says {last:?}, \
-             MM2's syncs translate to {from_syncs:?}; {}",
-            mm2.problems(20)
-        );
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    };
+            Err((last, from_syncs))
+        },
+        |(last, from_syncs)| {
+            format!(
+                "MM2's checkpoints and offset syncs do not agree in time: translate says {last:?}, \
+                 MM2's syncs translate to {from_syncs:?}; {}",
+                mm2.problems(20)
+            )
+        },
+    )
+    .await;
     let (mm2_answer, mm2_metadata) = mm2_translate(java, &c.dst(), "dc1").await;
     let decoded = mirrorflow_checkpoints(&c.dst(), "dc1.checkpoints.internal").await;
     let (rss, peak) = (mm2.rss_kib(), mm2.peak_rss_kib());
@@ -1193,20 +1223,17 @@ spec:
     let mut groups: Vec<(&str, &[(i32, i64)])> = before.to_vec();
     groups.extend(after);
     let committed = committed(&groups, "dc1.orders");
-    let deadline = Instant::now() + WAIT;
-    let translated = loop {
-        let last = translate_all(&path, &c.secrets()).await;
-        if let Ok((offsets, sources)) = &last {
-            if *sources == committed {
-                break offsets.clone();
+    let (flow_path, secrets, committed_ref) = (path.as_path(), &c.secrets(), &committed);
+    let translated = wait_translated(
+        || async move {
+            match translate_all(flow_path, secrets).await {
+                Ok((offsets, sources)) if sources == *committed_ref => Ok(offsets),
+                last => Err(last),
             }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "not every group translates: {last:?}, committed {committed:?}"
-        );
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    };
+        },
+        |last| format!("not every group translates: {last:?}, committed {committed:?}"),
+    )
+    .await;
     worker.stop().await;
     let rereads = check_never_past(&translated, &committed, &target);
 

@@ -60,6 +60,9 @@ pub struct Outgoing<'a> {
     pub key: Option<&'a [u8]>,
     pub value: Option<&'a [u8]>,
     pub timestamp: Option<i64>,
+    /// Copied per send (librdkafka takes ownership of a record's headers); `None` costs
+    /// nothing.
+    pub headers: Option<&'a OwnedHeaders>,
 }
 
 impl EventProducer {
@@ -158,6 +161,7 @@ impl EventProducer {
                 br.key = r.key;
                 br.payload = r.value;
                 br.timestamp = r.timestamp;
+                br.headers = r.headers.cloned();
                 loop {
                     match self.producer.send(br) {
                         Ok(()) => sent += 1,
@@ -204,6 +208,7 @@ mod tests {
             key: None,
             value: Some(value),
             timestamp: None,
+            headers: None,
         }
     }
 
@@ -325,6 +330,62 @@ mod tests {
         assert_eq!(
             again.into_iter().map(|r| r.ok()).collect::<Vec<_>>(),
             vec![Some(1)]
+        );
+    }
+
+    #[tokio::test]
+    async fn send_all_carries_the_headers_given() {
+        use rdkafka::consumer::{BaseConsumer, Consumer};
+        use rdkafka::message::{Header, Headers, Message};
+        let mock = MockCluster::new(1).expect("mock cluster");
+        mock.create_topic("t", 1, 1).expect("topic");
+        let mut config = ClientConfig::new();
+        config.set("bootstrap.servers", mock.bootstrap_servers());
+        let p = EventProducer::create(&config, LogContext::new("test")).expect("producer");
+        let headers = OwnedHeaders::new().insert(Header {
+            key: "h",
+            value: Some(b"v".as_slice()),
+        });
+        let with = Outgoing {
+            headers: Some(&headers),
+            ..outgoing(0, b"with")
+        };
+        let reports = p
+            .send_all(&[with, outgoing(0, b"without")], Duration::from_secs(20))
+            .await;
+        assert!(reports.iter().all(Result::is_ok), "{reports:?}");
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", mock.bootstrap_servers())
+            .set("group.id", "read")
+            .set("auto.offset.reset", "earliest")
+            .create()
+            .expect("consumer");
+        consumer.subscribe(&["t"]).expect("subscribe");
+        let mut got = Vec::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while got.len() < 2 && std::time::Instant::now() < deadline {
+            if let Some(m) = consumer.poll(Duration::from_millis(100)) {
+                let m = m.expect("message");
+                let hs: Vec<(String, Option<Vec<u8>>)> = m
+                    .headers()
+                    .map(|h| {
+                        h.iter()
+                            .map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec)))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                got.push((m.payload().map(<[u8]>::to_vec), hs));
+            }
+        }
+        assert_eq!(
+            got,
+            vec![
+                (
+                    Some(b"with".to_vec()),
+                    vec![("h".into(), Some(b"v".to_vec()))]
+                ),
+                (Some(b"without".to_vec()), vec![]),
+            ]
         );
     }
 

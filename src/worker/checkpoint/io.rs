@@ -59,6 +59,7 @@ pub async fn write_checkpoints(
             key: Some(key),
             value: Some(value),
             timestamp: None,
+            headers: None,
         })
         .collect();
     let mut reports = producer.send_all(&outgoing, timeout).await.into_iter();

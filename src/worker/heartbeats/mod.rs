@@ -299,6 +299,7 @@ async fn write(producer: &EventProducer, hb: &Heartbeat) -> Result<(), Error> {
         key: Some(&key),
         value: Some(&value),
         timestamp: Some(hb.timestamp_ms),
+        headers: None,
     };
     match producer.send_all(&[record], TIMEOUT).await.pop() {
         Some(Ok(_)) => Ok(()),

@@ -5,14 +5,11 @@
 //! restart neither measures again (its own writes would count as diverged) nor copies again.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::time::Duration;
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::Message;
-use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
-use rdkafka::{ClientConfig, ClientContext};
+use rdkafka::message::{Message, OwnedHeaders};
+use rdkafka::ClientConfig;
 use tracing::info;
 
 use super::failback::{self, diverged_ranges, points, FailbackWait, Measured, Point, Tp};
@@ -22,6 +19,8 @@ use super::store::{
 };
 use crate::api::{AfterFailoverStart, FailbackReport, FailoverReport};
 use crate::kafka::admin::GroupAdmin;
+use crate::kafka::context::LogContext;
+use crate::kafka::producer::{EventProducer, Outgoing};
 use crate::worker::topic_filter::{TopicDecision, TopicFilter};
 
 /// Why failing back could not be prepared (the worker retries, saying why).
@@ -202,44 +201,67 @@ impl FailbackIo {
         ranges: Vec<(Tp, i64, i64)>,
     ) -> Result<(BTreeMap<Tp, Measured>, i64), FailbackError> {
         let reader = range_reader(&self.target, "mirrorflow-failback-diverged");
-        let copy = self.start.copy_diverged.then(|| {
+        let producer = if self.start.copy_diverged {
             let mut c = self.target.clone();
             c.set("acks", "all").set("enable.idempotence", "true");
-            c
-        });
-        let (measured, copied, failed) = blocking(move || {
+            Some(EventProducer::create(&c, LogContext::new("target"))?)
+        } else {
+            None
+        };
+        // The reader hands the copies over in chunks while it reads on: memory stays bounded
+        // by two chunks however many records diverged.
+        let (chunks, mut to_copy) = tokio::sync::mpsc::channel::<CopyChunk>(1);
+        let copying = producer.is_some();
+        let read = blocking(move || {
             let consumer: BaseConsumer = reader.create()?;
-            let producer: Option<BaseProducer<Deliveries>> = copy
-                .map(|c| c.create_with_context(Deliveries::default()))
-                .transpose()?;
             let mut out = BTreeMap::new();
             for ((topic, partition), from, to) in ranges {
                 let dest = failback::diverged_topic(&topic);
                 let mut first_last: Option<(i64, i64)> = None;
-                let mut sent: Result<(), KafkaError> = Ok(());
+                let mut chunk = Vec::new();
                 let n = read_range(&consumer, &topic, partition, (from, to), |m| {
                     let (first, _) = *first_last.get_or_insert((m.offset(), m.offset()));
                     first_last = Some((first, m.offset()));
-                    if let (Some(p), Ok(())) = (&producer, &sent) {
-                        sent = send_copy(p, &dest, partition, m);
+                    if copying {
+                        chunk.push(CopiedRecord::of(m));
+                        if chunk.len() == COPY_CHUNK {
+                            let full = std::mem::take(&mut chunk);
+                            // Gone only when the copier stopped: it reports why.
+                            let _ = chunks.blocking_send((dest.clone(), partition, full));
+                        }
                     }
                 })?;
-                sent?;
+                if !chunk.is_empty() {
+                    let _ = chunks.blocking_send((dest, partition, chunk));
+                }
                 let (first, last) = first_last.unwrap_or((from, from));
                 out.insert((topic, partition), (first, last, n));
             }
-            let (copied, failed) = match &producer {
-                Some(p) => {
-                    crate::kafka::producer::flush(p, IO_TIMEOUT)?;
-                    let ctx = p.context();
-                    let failed = ctx.failed.lock().ok().and_then(|f| f.clone());
-                    (ctx.delivered.load(Ordering::Relaxed), failed)
+            Ok(out)
+        });
+        let copy = async {
+            let (mut copied, mut failed) = (0, None);
+            while let Some((topic, partition, records)) = to_copy.recv().await {
+                let Some(p) = producer.as_ref().filter(|_| failed.is_none()) else {
+                    continue; // drained, so the reader never waits on a stopped copier
+                };
+                let outgoing: Vec<Outgoing<'_>> = records
+                    .iter()
+                    .map(|r| r.outgoing(&topic, partition))
+                    .collect();
+                for report in p.send_all(&outgoing, IO_TIMEOUT).await {
+                    match report {
+                        Ok(_) => copied += 1,
+                        Err(e) => {
+                            failed.get_or_insert_with(|| (topic.clone(), e.to_string()));
+                        }
+                    }
                 }
-                None => (0, None),
-            };
-            Ok((out, copied, failed))
-        })
-        .await?;
+            }
+            (copied, failed)
+        };
+        let (measured, (copied, failed)) = tokio::join!(read, copy);
+        let measured = measured?;
         match failed {
             Some((topic, why)) => Err(FailbackError::Copy { topic, why }),
             None => Ok((measured, copied)),
@@ -247,61 +269,38 @@ impl FailbackIo {
     }
 }
 
-/// Sends a copy of `m` (key, value, headers, timestamp) to `topic`/`partition`, waiting while
-/// the producer's queue is full.
-fn send_copy(
-    producer: &BaseProducer<Deliveries>,
-    topic: &str,
-    partition: i32,
-    m: &rdkafka::message::BorrowedMessage<'_>,
-) -> Result<(), KafkaError> {
-    let headers = m.headers().map(|h| h.detach());
-    loop {
-        let mut record = BaseRecord::<'_, [u8], [u8]>::to(topic).partition(partition);
-        if let Some(k) = m.key() {
-            record = record.key(k);
-        }
-        if let Some(v) = m.payload() {
-            record = record.payload(v);
-        }
-        if let Some(ts) = m.timestamp().to_millis() {
-            record = record.timestamp(ts);
-        }
-        if let Some(h) = &headers {
-            record = record.headers(h.clone());
-        }
-        match producer.send(record) {
-            Ok(()) => return Ok(()),
-            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
-                producer.poll(Duration::from_millis(100));
-            }
-            Err((e, _)) => return Err(e),
+/// Records copied per [`EventProducer::send_all`].
+const COPY_CHUNK: usize = 1000;
+
+/// Records to copy to `.0`/`.1`.
+type CopyChunk = (String, i32, Vec<CopiedRecord>);
+
+/// A record read, to copy: key, value, timestamp and headers.
+struct CopiedRecord {
+    key: Option<Vec<u8>>,
+    value: Option<Vec<u8>>,
+    timestamp: Option<i64>,
+    headers: Option<OwnedHeaders>,
+}
+
+impl CopiedRecord {
+    fn of(m: &rdkafka::message::BorrowedMessage<'_>) -> Self {
+        Self {
+            key: m.key().map(<[u8]>::to_vec),
+            value: m.payload().map(<[u8]>::to_vec),
+            timestamp: m.timestamp().to_millis(),
+            headers: m.headers().map(|h| h.detach()),
         }
     }
-}
 
-/// Counts delivered copies and keeps the first failure.
-#[derive(Default)]
-struct Deliveries {
-    delivered: AtomicI64,
-    /// The first failure: `(topic, why)`.
-    failed: std::sync::Mutex<Option<(String, String)>>,
-}
-
-impl ClientContext for Deliveries {}
-
-impl ProducerContext for Deliveries {
-    type DeliveryOpaque = ();
-    fn delivery(&self, r: &DeliveryResult<'_>, _: ()) {
-        match r {
-            Ok(_) => {
-                self.delivered.fetch_add(1, Ordering::Relaxed);
-            }
-            Err((e, m)) => {
-                if let Ok(mut f) = self.failed.lock() {
-                    f.get_or_insert_with(|| (m.topic().to_owned(), e.to_string()));
-                }
-            }
+    fn outgoing<'a>(&'a self, topic: &'a str, partition: i32) -> Outgoing<'a> {
+        Outgoing {
+            topic,
+            partition: Some(partition),
+            key: self.key.as_deref(),
+            value: self.value.as_deref(),
+            timestamp: self.timestamp,
+            headers: self.headers.as_ref(),
         }
     }
 }
