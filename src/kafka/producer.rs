@@ -65,6 +65,27 @@ pub struct Outgoing<'a> {
     pub headers: Option<&'a OwnedHeaders>,
 }
 
+/// A record for [`EventProducer::send`].
+pub enum ToSend<'a> {
+    /// Its key and value are copied by librdkafka.
+    Copied(TargetRecord<'a>),
+    /// A consumed record sent without a copy: its event is held in the group of `at` (as
+    /// its record `at.1`) until the record's report; to topic `name`.
+    Held {
+        name: &'a str,
+        at: (&'a GroupHandle, usize),
+        event: HeldEvent,
+        timestamp: Option<i64>,
+        headers: Option<OwnedHeaders>,
+    },
+}
+
+/// What comes back of a record the producer refused.
+pub enum Refused<'a> {
+    Copied(TargetRecord<'a>),
+    Held(HeldEvent),
+}
+
 impl EventProducer {
     /// Creates the producer from `config`.
     pub fn create(config: &ClientConfig, ctx: LogContext) -> Result<Self, KafkaError> {
@@ -89,33 +110,36 @@ impl EventProducer {
         &self.producer
     }
 
-    /// The id of topic `name`, to send to it with [`EventProducer::send_to`].
+    /// The id of topic `name`, to send to it with [`EventProducer::send`].
     pub fn topic(&mut self, name: &str) -> TopicId {
         self.topics.id(name)
     }
 
-    /// Hands `record` to the producer through its topic's handle (see [`Topics::send`]).
+    /// Hands a record to the producer, to `topic` (an id of [`EventProducer::topic`]): the
+    /// one way records reach it (see [`Topics::send`] and [`Topics::send_held`]). On error
+    /// the record (or the held event) comes back.
     #[allow(clippy::result_large_err)] // rdkafka's own signature: the record comes back
-    pub fn send_to<'a>(
+    pub fn send<'a>(
         &self,
         topic: TopicId,
-        record: TargetRecord<'a>,
-    ) -> Result<(), (KafkaError, TargetRecord<'a>)> {
-        self.topics.send(topic, record)
-    }
-
-    /// Hands the record of `event` to the producer without a copy (see [`Topics::send_held`]).
-    pub fn send_held(
-        &self,
-        topic: TopicId,
-        name: &str,
-        at: (&GroupHandle, usize),
-        event: HeldEvent,
-        timestamp: Option<i64>,
-        headers: Option<OwnedHeaders>,
-    ) -> Result<(), (KafkaError, HeldEvent)> {
-        self.topics
-            .send_held(topic, name, at, event, timestamp, headers)
+        record: ToSend<'a>,
+    ) -> Result<(), (KafkaError, Refused<'a>)> {
+        match record {
+            ToSend::Copied(r) => self
+                .topics
+                .send(topic, r)
+                .map_err(|(e, r)| (e, Refused::Copied(r))),
+            ToSend::Held {
+                name,
+                at,
+                event,
+                timestamp,
+                headers,
+            } => self
+                .topics
+                .send_held(topic, name, at, event, timestamp, headers)
+                .map_err(|(e, ev)| (e, Refused::Held(ev))),
+        }
     }
 
     /// Where the delivery reports go.
@@ -193,6 +217,33 @@ impl EventProducer {
                 }),
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+impl EventProducer {
+    /// [`EventProducer::send`] of a held record, the event back on error.
+    pub fn send_held(
+        &self,
+        topic: TopicId,
+        name: &str,
+        at: (&GroupHandle, usize),
+        event: HeldEvent,
+        timestamp: Option<i64>,
+        headers: Option<OwnedHeaders>,
+    ) -> Result<(), (KafkaError, HeldEvent)> {
+        let record = ToSend::Held {
+            name,
+            at,
+            event,
+            timestamp,
+            headers,
+        };
+        match self.send(topic, record) {
+            Ok(()) => Ok(()),
+            Err((e, Refused::Held(event))) => Err((e, event)),
+            Err((_, Refused::Copied(_))) => unreachable!("a held record comes back held"),
+        }
     }
 }
 

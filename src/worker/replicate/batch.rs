@@ -39,6 +39,35 @@ pub struct BatchLimits {
     pub linger: Duration,
 }
 
+/// How full and how old a batch is, against its [`BatchLimits`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Fill {
+    pub records: usize,
+    /// Bytes counted so far.
+    pub bytes: usize,
+    /// When the first record arrived (`None` while empty).
+    pub opened_at: Option<Instant>,
+}
+
+impl Fill {
+    /// Whether a bound is reached: the batch must be written before consuming more.
+    pub fn is_full(&self, limits: &BatchLimits) -> bool {
+        self.records >= limits.max_records || self.bytes >= limits.max_bytes
+    }
+
+    /// When the batch must be written at the latest (`None` while empty).
+    pub fn deadline(&self, limits: &BatchLimits) -> Option<Instant> {
+        self.opened_at.map(|t| t + limits.linger)
+    }
+
+    /// Whether the batch must be written at `now`: it holds a record and is full, or its
+    /// linger time passed.
+    pub fn is_due(&self, limits: &BatchLimits, now: Instant) -> bool {
+        self.records > 0
+            && (self.is_full(limits) || self.deadline(limits).is_some_and(|d| now >= d))
+    }
+}
+
 /// The window of `spec.workers.inFlightMiB` = `mib`, in bytes (at least 1 MiB).
 pub fn window_bytes(mib: i32) -> usize {
     (mib.max(1).unsigned_abs() as usize) << 20
@@ -324,17 +353,21 @@ impl Batch {
 
     /// Whether the batch reached a bound and must be written before consuming more.
     pub fn is_full(&self, limits: &BatchLimits) -> bool {
-        self.records.len() >= limits.max_records || self.bytes >= limits.max_bytes
+        self.fill().is_full(limits)
+    }
+
+    /// How full and how old the batch is.
+    pub fn fill(&self) -> Fill {
+        Fill {
+            records: self.records.len(),
+            bytes: self.bytes,
+            opened_at: self.opened_at,
+        }
     }
 
     /// When the first record arrived (`None` while empty).
     pub fn opened_at(&self) -> Option<Instant> {
         self.opened_at
-    }
-
-    /// When the batch must be written at the latest (`None` while empty).
-    pub fn deadline(&self, limits: &BatchLimits) -> Option<Instant> {
-        self.opened_at.map(|t| t + limits.linger)
     }
 
     /// Empties the batch.
@@ -532,6 +565,71 @@ mod tests {
     }
 
     #[test]
+    fn fill_full_deadline_due() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let limits = BatchLimits {
+            max_records: 4,
+            max_bytes: 1000,
+            linger: ms(50),
+        };
+        let fill = |records, bytes, opened_at| Fill {
+            records,
+            bytes,
+            opened_at,
+        };
+        // (case, fill, now, full, deadline, due)
+        let cases = [
+            ("empty", Fill::default(), t0, false, None, false),
+            (
+                "young",
+                fill(1, 10, Some(t0)),
+                t0 + ms(49),
+                false,
+                Some(t0 + ms(50)),
+                false,
+            ),
+            (
+                "linger passed",
+                fill(1, 10, Some(t0)),
+                t0 + ms(50),
+                false,
+                Some(t0 + ms(50)),
+                true,
+            ),
+            (
+                "record bound",
+                fill(4, 10, Some(t0)),
+                t0,
+                true,
+                Some(t0 + ms(50)),
+                true,
+            ),
+            (
+                "byte bound",
+                fill(1, 1000, Some(t0)),
+                t0,
+                true,
+                Some(t0 + ms(50)),
+                true,
+            ),
+            (
+                "below both",
+                fill(3, 999, Some(t0)),
+                t0,
+                false,
+                Some(t0 + ms(50)),
+                false,
+            ),
+        ];
+        for (case, f, now, full, deadline, due) in cases {
+            assert_eq!(f.is_full(&limits), full, "{case}: full");
+            assert_eq!(f.deadline(&limits), deadline, "{case}: deadline");
+            assert_eq!(f.is_due(&limits, now), due, "{case}: due");
+        }
+    }
+
+    #[test]
     fn groups_by_partition_and_bounds() {
         let now = Instant::now();
         let limits = BatchLimits {
@@ -540,14 +638,17 @@ mod tests {
             linger: Duration::from_millis(50),
         };
         let mut b = Batch::new();
-        assert_eq!(b.deadline(&limits), None);
+        assert_eq!(b.fill().deadline(&limits), None);
         b.push("a", 0, rec(10, 1), now);
         b.push("b", 0, rec(3, 1), now + Duration::from_millis(5));
         b.push("a", 0, rec(11, 1), now);
         assert!(!b.is_full(&limits));
         b.push("a", 1, rec(0, 1), now);
         assert!(b.is_full(&limits), "record bound");
-        assert_eq!(b.deadline(&limits), Some(now + Duration::from_millis(50)));
+        assert_eq!(
+            b.fill().deadline(&limits),
+            Some(now + Duration::from_millis(50))
+        );
         let parts: Vec<(String, i32, i64, i64, usize)> = b
             .partitions()
             .iter()

@@ -35,7 +35,7 @@ use super::discovery::{Discovery, RefreshPlan};
 use super::intake::{classify_consumer_error, ConsumerError, ReadAhead};
 use super::io;
 use super::partitions::PartitionTable;
-use super::pipeline::{Consumed, Delivered, Job, Pipeline, PipelineConfig};
+use super::pipeline::{Consumed, Delivered, Event, Job, Pipeline, PipelineConfig, View};
 use super::report;
 use super::reset::{handled_reset_ids, ResetIo, Resets};
 use super::step::{due, next_step, wake_at, Deadlines, Due, LoopState, Step};
@@ -187,8 +187,13 @@ impl Engine {
         )
     }
 
-    fn can_write(&self) -> bool {
-        self.pipeline.can_write() && self.fatal.is_none()
+    /// What the engine reads of the pipeline now.
+    fn view(&self) -> View {
+        self.pipeline.view()
+    }
+
+    fn on(&mut self, event: Event<'_>) {
+        self.pipeline.on(event, &mut self.table);
     }
 
     /// Runs until `shutdown` completes (graceful: the open batch is committed or aborted) or
@@ -226,27 +231,28 @@ impl Engine {
             if let Some(msg) = &self.fatal {
                 return Err(EngineError::Fatal(msg.clone()));
             }
-            if !self.pipeline.has_writer() && self.pipeline.retry.due() {
+            let v = self.view();
+            if !v.has_writer && v.retry_due {
                 self.ensure_writer().await?;
-                if !self.pipeline.has_writer() {
-                    self.pipeline
-                        .schedule_retry(&"the target producer is not available");
+                if !self.view().has_writer {
+                    self.on(Event::Failed(&"the target producer is not available"));
                 }
             }
-            if self.pipeline.reload_needed() && self.pipeline.has_writer() {
+            let v = self.view();
+            if v.reload_needed && v.has_writer {
                 self.reload_positions().await?;
             }
             let limits = self.pipeline.fill_limits();
             match next_step(&self.loop_state(&limits)) {
                 Step::Dispatch => {
-                    self.pipeline.dispatch_open(&mut self.table).await?;
+                    self.pipeline.run(Job::Dispatch, &mut self.table).await?;
                     continue;
                 }
                 Step::Write => {
                     if !self.write_guarded(shutdown, Job::Open).await? {
                         return Ok(());
                     }
-                    if self.out_of_range_seen && self.pipeline.open_len() == 0 {
+                    if self.out_of_range_seen && self.view().open.records == 0 {
                         self.out_of_range_seen = false;
                         self.handle_out_of_range().await;
                     }
@@ -272,7 +278,11 @@ impl Engine {
         shutdown: &mut std::pin::Pin<&mut F>,
     ) -> Result<bool, EngineError> {
         while !self.start_step().await? {
-            let delay = self.pipeline.retry.next_delay();
+            self.on(Event::StartFailed);
+            let at = self.view().retry_at;
+            let delay = at.map_or(Duration::ZERO, |at| {
+                at.saturating_duration_since(Instant::now())
+            });
             self.publish();
             // Secrets that changed (also during the failed step) take effect before the next
             // attempt: a start that fails on a wrong password or CA must not retry with it.
@@ -286,7 +296,7 @@ impl Engine {
                 _ = tokio::time::sleep(delay) => {}
             }
         }
-        self.pipeline.retry.reset();
+        self.on(Event::Started);
         // Nothing replicates yet: the first refresh may hold the loop.
         let input = self.refresh_input();
         let plan = self.discovery.refresh(input).await;
@@ -299,17 +309,18 @@ impl Engine {
     }
 
     fn loop_state(&self, limits: &BatchLimits) -> LoopState {
+        let v = self.view();
         LoopState {
-            batch_due: self.pipeline.open_due(limits),
-            progress_due: self.pipeline.open_len() == 0 && self.table.has_pending(),
-            can_write: self.can_write(),
-            pipelined: self.pipeline.pipelined(&self.table),
-            has_room: self.pipeline.has_room(),
+            batch_due: v.open.is_due(limits, Instant::now()),
+            progress_due: v.open.records == 0 && self.table.has_pending(),
+            can_write: v.can_write && self.fatal.is_none(),
+            pipelined: v.pipelined(&self.table),
+            has_room: v.has_room,
             out_of_range: self.out_of_range_seen,
-            reassign_needed: self.pipeline.reassign_needed(),
-            open_empty: self.pipeline.open_len() == 0,
-            none_in_flight: self.pipeline.in_flight() == 0,
-            retry_due: self.pipeline.retry.due(),
+            reassign_needed: v.reassign_needed,
+            open_empty: v.open.records == 0,
+            none_in_flight: v.in_flight == 0,
+            retry_due: v.retry_due,
         }
     }
 
@@ -321,11 +332,12 @@ impl Engine {
         timers: &mut Timers,
     ) -> Result<bool, EngineError> {
         let now = Instant::now();
+        let v = self.view();
         let deadlines = Deadlines {
             refresh: self.refreshing.is_none().then_some(self.next_refresh),
             status: timers.next_status,
-            batch: self.pipeline.open_deadline(limits),
-            retry: self.pipeline.retry.at,
+            batch: v.open.deadline(limits),
+            retry: v.retry_at,
         };
         let due = due(&deadlines, now);
         if due.refresh {
@@ -337,7 +349,7 @@ impl Engine {
             self.publish();
         }
         if due.retry {
-            self.pipeline.retry.at = None;
+            self.on(Event::RetryTimer);
         }
         if due != Due::default() {
             // What was due may have changed the loop's state: decide again.
@@ -349,11 +361,10 @@ impl Engine {
         {
             timers.wake.as_mut().reset(at);
         }
-        let consuming = self.can_write()
-            && !self.pipeline.open_full(limits)
-            && !self.pipeline.reassign_needed();
-        let head_ready = self.can_write() && self.pipeline.head_finishable();
-        let delivery_pending = head_ready || self.pipeline.meta_in_flight() > 0;
+        let can_write = v.can_write && self.fatal.is_none();
+        let consuming = can_write && !v.open.is_full(limits) && !v.reassign_needed;
+        let head_ready = can_write && v.head_finishable;
+        let delivery_pending = head_ready || v.meta_in_flight > 0;
         let consumer = Arc::clone(&self.clients.consumer);
         let events = self.pipeline.producer_events();
         tokio::select! {
@@ -390,7 +401,7 @@ impl Engine {
                 }
             }
             d = self.pipeline.delivered(head_ready), if delivery_pending => match d {
-                Delivered::Meta => self.pipeline.on_meta_delivered(&mut self.table),
+                Delivered::Meta => self.on(Event::MetaDelivered),
                 Delivered::Head => {
                     if !self.write_guarded(shutdown, Job::Head).await? {
                         return Ok(false);
@@ -404,15 +415,19 @@ impl Engine {
             }
             // Delivery reports are served by the waits for them; this serves the rest
             // (statistics for the connection health, errors) while nothing is in flight.
-            _ = ProducerEvents::signalled(events.as_deref()) => self.pipeline.serve_producer(),
+            _ = ProducerEvents::signalled(events.as_deref()) => self.on(Event::ProducerSignalled),
             r = consumer.recv(), if consuming => {
-                match r {
-                    Ok(m) => self
-                        .pipeline
-                        .on_message(Consumed::Message(SourceMessage::of(&m)), &mut self.table),
-                    Err(e) => self.on_consumer_error(e),
-                }
-                self.drain_ready(&consumer, limits);
+                let more = match r {
+                    Ok(m) => {
+                        let m = Consumed::Message(SourceMessage::of(&m));
+                        self.pipeline.on_message(m, &mut self.table, limits)
+                    }
+                    Err(e) => {
+                        self.on_consumer_error(e);
+                        consuming
+                    }
+                };
+                self.drain_ready(&consumer, limits, more);
             }
             // Last: a busy loop sees its deadlines at the top of each turn.
             _ = timers.wake.as_mut(), if wake.is_some() => {}
@@ -423,7 +438,7 @@ impl Engine {
     /// One start step; `Ok(true)` when everything is ready.
     async fn start_step(&mut self) -> Result<bool, EngineError> {
         self.ensure_writer().await?;
-        if !self.pipeline.has_writer() {
+        if !self.view().has_writer {
             return Ok(false);
         }
         if !self.settings.retired_workers.is_empty() {
@@ -587,7 +602,7 @@ impl Engine {
                 for (tp, position) in self.table.reload(&p) {
                     info!(topic = %tp.topic, partition = tp.partition, position, "the commit had happened: resuming after it");
                 }
-                self.pipeline.reloaded();
+                self.on(Event::Reloaded);
                 Ok(())
             }
             Err(io::ProgressError::Corrupt(e)) => Err(EngineError::Fatal(format!(
@@ -595,8 +610,9 @@ impl Engine {
                  guess positions (that could skip records)"
             ))),
             Err(io::ProgressError::Unavailable(e)) => {
-                self.pipeline
-                    .schedule_retry(&format_args!("reading positions back after a commit: {e}"));
+                self.on(Event::Failed(&format_args!(
+                    "reading positions back after a commit: {e}"
+                )));
                 Ok(())
             }
         }
@@ -628,23 +644,27 @@ impl Engine {
         shutdown: &mut std::pin::Pin<&mut F>,
         job: Job,
     ) -> Result<bool, EngineError> {
-        if self.pipeline.nothing_to(job, &self.table) || !self.can_write() {
+        let v = self.view();
+        let nothing_to = match job {
+            Job::Head => v.in_flight == 0,
+            _ => v.open.records == 0 && v.in_flight == 0 && !self.table.has_pending(),
+        };
+        if nothing_to || !(v.can_write && self.fatal.is_none()) {
             return Ok(true);
         }
         let grace = self.settings.tuning.shutdown_grace;
         let mut limits = self.pipeline.fill_limits();
         if let Job::Head = job {
             // The open batch stays open: read ahead only what it still has room for.
-            let (records, bytes) = self.pipeline.open_size();
-            limits.max_records = limits.max_records.saturating_sub(records);
-            limits.max_bytes = limits.max_bytes.saturating_sub(bytes);
+            limits.max_records = limits.max_records.saturating_sub(v.open.records);
+            limits.max_bytes = limits.max_bytes.saturating_sub(v.open.bytes);
         }
         // While the batch is written, the next one is read ahead (the write waits on the
         // target most of the time). Not when the assignment is about to change: those
         // records would be dropped anyway.
         let mut ahead = ReadAhead::new(
             self.started
-                && !self.pipeline.reassign_needed()
+                && !v.reassign_needed
                 && !self.out_of_range_seen
                 && limits.max_records > 0
                 && limits.max_bytes > 0,
@@ -653,13 +673,12 @@ impl Engine {
         let consumer = Arc::clone(&self.clients.consumer);
         // The write may wait for a silent target for long (a transaction, up to its
         // timeouts): readiness and status keep telling, from what they were when it began.
-        self.waiting =
-            report::waiting_since(self.waiting, true, self.pipeline.last_ack(), Instant::now());
+        self.waiting = report::waiting_since(self.waiting, true, v.last_ack, Instant::now());
         let (waiting, before) = (self.waiting, self.snapshot());
         let mut status = tokio::time::interval(self.settings.tuning.status_interval);
         status.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let (result, interrupted) = {
-            let write = self.pipeline.run_job(job, &mut self.table);
+            let write = self.pipeline.run(job, &mut self.table);
             tokio::pin!(write);
             loop {
                 tokio::select! {
@@ -686,14 +705,14 @@ impl Engine {
         };
         let finished = result.is_some();
         match result {
-            Some(r) => self.pipeline.after_write(r?),
+            Some(r) => r?,
             None => warn!(
                 ?grace,
                 "the open batch did not finish within the shutdown grace period"
             ),
         }
         if interrupted {
-            let clean = finished && !self.pipeline.reassign_needed();
+            let clean = finished && !self.view().reassign_needed;
             self.shutdown_gracefully(clean).await;
             return Ok(false);
         }
@@ -701,12 +720,11 @@ impl Engine {
         // committed as a whole. After a rewind, a stopped partition or anything else that
         // re-assigns, the consumer starts again from the committed positions: keeping them
         // would put them after a hole.
-        let keep = !self.pipeline.reassign_needed();
+        let keep = !self.view().reassign_needed;
         ahead.take_each(|item| match item {
             Ok((topic, partition, record)) if keep => {
-                if self.table.accept(topic, partition, record.offset) {
-                    self.pipeline.push_open(topic, partition, record);
-                }
+                let record = Consumed::ReadAhead(topic, partition, record);
+                self.pipeline.on_message(record, &mut self.table, &limits);
             }
             Ok(_) => {}
             // An out-of-range error is handled either way (a re-assignment may not bring a
@@ -721,10 +739,15 @@ impl Engine {
         if let Some(h) = self.refreshing.take() {
             h.abort();
         }
-        self.pipeline.abandon(clean).await;
+        // Neither job fails (they log).
+        let abandon = Job::Abandon { clean };
+        let _ = self.pipeline.run(abandon, &mut self.table).await;
         if self.fatal.is_none() {
             let grace = self.settings.tuning.shutdown_grace;
-            self.pipeline.final_write(&mut self.table, grace).await;
+            let _ = self
+                .pipeline
+                .run(Job::Final { grace }, &mut self.table)
+                .await;
         }
         let _ = self.clients.consumer.unassign();
         self.out.readiness.set_not_ready("stopped");
@@ -733,23 +756,26 @@ impl Engine {
 
     /// Takes the records librdkafka already has queued without another trip through the
     /// select loop (whose timers cost more than a record), up to the batch bound.
-    fn drain_ready(&mut self, consumer: &Arc<StreamConsumer<LogContext>>, limits: &BatchLimits) {
+    /// `more`: the open batch takes more ([`Pipeline::on_message`]).
+    fn drain_ready(
+        &mut self,
+        consumer: &Arc<StreamConsumer<LogContext>>,
+        limits: &BatchLimits,
+        mut more: bool,
+    ) {
         let Some(queue) = ReadyQueue::of(consumer.as_ref()) else {
             return;
         };
         for _ in 0..limits.max_records {
             // An out-of-range error must be handled (next loop turn) before taking more.
-            if !(self.can_write()
-                && !self.pipeline.open_full(limits)
-                && !self.pipeline.reassign_needed()
-                && !self.out_of_range_seen)
-            {
+            if !(more && self.fatal.is_none() && !self.out_of_range_seen) {
                 return;
             }
             match queue.poll() {
-                Some(Polled::Message(ev)) => self
-                    .pipeline
-                    .on_message(Consumed::Event(ev, consumer), &mut self.table),
+                Some(Polled::Message(ev)) => {
+                    let m = Consumed::Event(ev, consumer);
+                    more = self.pipeline.on_message(m, &mut self.table, limits);
+                }
                 Some(Polled::Error(e)) => self.on_consumer_error(e),
                 None => return,
             }
@@ -792,8 +818,7 @@ impl Engine {
         {
             Ok(c) => c,
             Err(e) => {
-                self.pipeline
-                    .schedule_retry(&format_args!("out-of-range check: {e}"));
+                self.on(Event::Failed(&format_args!("out-of-range check: {e}")));
                 return;
             }
         };
@@ -802,13 +827,13 @@ impl Engine {
                 for d in detections {
                     self.report_detection(d);
                 }
-                self.pipeline.request_reassign();
+                self.on(Event::AssignmentChanged);
             }
-            Attribution::Unattributed => self.pipeline.schedule_retry(&format_args!(
+            Attribution::Unattributed => self.on(Event::Failed(&format_args!(
                 "the source reported an out-of-range position, but none of the {} assigned \
                  partitions is outside its log and the error does not say which one it was",
                 candidates.len()
-            )),
+            ))),
         }
     }
 
@@ -822,13 +847,13 @@ impl Engine {
         };
         let failed = detection_failure(d, flow, &mut self.reported, &self.failures_total);
         if self.table.fail(&tp, failed) {
-            self.pipeline.request_reassign();
+            self.on(Event::AssignmentChanged);
         }
     }
 
     /// Re-assigns the consumer to every replicating partition at its committed position.
     fn reassign(&mut self) {
-        self.pipeline.reassigned();
+        self.on(Event::Reassigned);
         let mut tpl = TopicPartitionList::new();
         for (tp, pos) in self.table.assignment() {
             if let Err(e) = tpl.add_partition_offset(&tp.topic, tp.partition, Offset::Offset(pos)) {
@@ -844,7 +869,7 @@ impl Engine {
         if let Err(e) = r {
             self.out.metrics.error(ErrorKind::Source);
             warn!("assigning source partitions failed: {e}");
-            self.pipeline.request_reassign();
+            self.on(Event::AssignmentChanged);
         } else {
             debug!(partitions = tpl.count(), "assigned source partitions");
         }
@@ -867,13 +892,13 @@ impl Engine {
             }
         }
         self.spec = live.spec;
-        self.pipeline.lag_max = self.spec.offset_syncs.lag_max;
+        self.on(Event::LagMax(self.spec.offset_syncs.lag_max));
         if live.paused_changed {
             let paused = self.spec.paused;
             info!(paused, "spec.paused changed");
             self.out.metrics.paused.set(i64::from(paused));
             self.table.set_paused(paused);
-            self.pipeline.request_reassign();
+            self.on(Event::AssignmentChanged);
         }
         self.publish();
     }
@@ -903,7 +928,7 @@ impl Engine {
             self.reported.forget(tp);
         }
         if !reset.is_empty() {
-            self.pipeline.request_reassign();
+            self.on(Event::AssignmentChanged);
         }
         self.publish();
     }

@@ -103,6 +103,60 @@ pub fn wake_at(d: &Deadlines, now: Instant) -> Option<Instant> {
         .min()
 }
 
+/// Result of writing a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteOutcome {
+    Committed,
+    /// Rewound; retry after a backoff.
+    Retry,
+    /// The commit's outcome is unknown: positions are read back from the progress topic
+    /// (with a new producer) before anything is written again.
+    Uncertain,
+    /// Rewound because a partition stopped; replay the others at once.
+    Replay,
+}
+
+/// What a write's outcome asks of the pipeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AfterWrite {
+    /// `mirrorflow_worker_batches_total{outcome}`.
+    pub label: &'static str,
+    /// The target acknowledged: backoff delays start over, a refusal shown is over.
+    pub acknowledged: bool,
+    /// Nothing is written for a backoff delay (and the consumer re-reads from the
+    /// committed positions), for this reason.
+    pub retry: Option<&'static str>,
+    /// Positions are read back from the progress topic before anything is written.
+    pub reload: bool,
+}
+
+/// What `outcome` asks of the pipeline.
+pub fn after_write(outcome: WriteOutcome) -> AfterWrite {
+    let retried = AfterWrite {
+        label: "retried",
+        acknowledged: false,
+        retry: None,
+        reload: false,
+    };
+    match outcome {
+        WriteOutcome::Committed => AfterWrite {
+            label: "committed",
+            acknowledged: true,
+            ..retried
+        },
+        WriteOutcome::Retry => AfterWrite {
+            retry: Some("writing a batch to the target failed"),
+            ..retried
+        },
+        WriteOutcome::Replay => retried,
+        WriteOutcome::Uncertain => AfterWrite {
+            retry: Some("the outcome of a commit is unknown"),
+            reload: true,
+            ..retried
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -316,6 +370,24 @@ mod tests {
         for (name, d, want_due, want_wake) in cases {
             assert_eq!(due(&d, now), want_due, "{name}: due");
             assert_eq!(wake_at(&d, now), want_wake, "{name}: wake_at");
+        }
+    }
+
+    #[test]
+    fn after_writes() {
+        // (outcome, label, acknowledged, retries, reloads)
+        let cases = [
+            (WriteOutcome::Committed, "committed", true, false, false),
+            (WriteOutcome::Retry, "retried", false, true, false),
+            (WriteOutcome::Replay, "retried", false, false, false),
+            (WriteOutcome::Uncertain, "retried", false, true, true),
+        ];
+        for (outcome, label, acknowledged, retries, reload) in cases {
+            let a = after_write(outcome);
+            assert_eq!(a.label, label, "{outcome:?}");
+            assert_eq!(a.acknowledged, acknowledged, "{outcome:?}");
+            assert_eq!(a.retry.is_some(), retries, "{outcome:?}");
+            assert_eq!(a.reload, reload, "{outcome:?}");
         }
     }
 }

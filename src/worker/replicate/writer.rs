@@ -5,17 +5,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rdkafka::error::KafkaError;
-use rdkafka::message::OwnedHeaders;
 use rdkafka::producer::Producer;
 use rdkafka::types::RDKafkaErrorCode;
 
 use crate::kafka::config::ClientProperties;
-use crate::kafka::consume::HeldEvent;
 use crate::kafka::context::LogContext;
-use crate::kafka::delivery::{GroupHandle, Tracker};
+use crate::kafka::delivery::Tracker;
 use crate::kafka::events::{DeliveryProducer, ProducerEvents};
-use crate::kafka::produce::{TargetRecord, TopicId};
-use crate::kafka::producer::EventProducer;
+use crate::kafka::produce::TopicId;
+use crate::kafka::producer::{EventProducer, Refused, ToSend};
 
 /// Producer tuning (its queue holds the batches' share of the window:
 /// [`super::settings::WindowShares`]).
@@ -248,30 +246,16 @@ impl TargetWriter {
         self.inner.topic(name)
     }
 
-    /// Hands `record` to the producer, to `topic` (`record.topic`'s id; the record comes
-    /// back on error, as from rdkafka's `send`).
+    /// Hands a record to the producer, to `topic` (its target topic's id): the one place
+    /// the replication engine's records (data, offset syncs, progress) reach the producer.
+    /// On error the record (or the held event) comes back, as from rdkafka's `send`.
     #[allow(clippy::result_large_err)] // rdkafka's own signature: the record comes back
     pub fn send<'a>(
         &self,
         topic: TopicId,
-        record: TargetRecord<'a>,
-    ) -> Result<(), (KafkaError, TargetRecord<'a>)> {
-        self.inner.send_to(topic, record)
-    }
-
-    /// Hands the record of `event` to the producer without a copy, to `topic` (named
-    /// `name`; see [`crate::kafka::produce::Topics::send_held`]).
-    pub fn send_held(
-        &self,
-        topic: TopicId,
-        name: &str,
-        at: (&GroupHandle, usize),
-        event: HeldEvent,
-        timestamp: Option<i64>,
-        headers: Option<OwnedHeaders>,
-    ) -> Result<(), (KafkaError, HeldEvent)> {
-        self.inner
-            .send_held(topic, name, at, event, timestamp, headers)
+        record: ToSend<'a>,
+    ) -> Result<(), (KafkaError, Refused<'a>)> {
+        self.inner.send(topic, record)
     }
 
     /// The producer's event signal.

@@ -9,12 +9,8 @@ use super::{Engine, EngineOutputs};
 impl Engine {
     pub(super) fn update_readiness(&mut self) {
         let now = Instant::now();
-        self.waiting = report::waiting_since(
-            self.waiting,
-            self.pipeline.pending_work(),
-            self.pipeline.last_ack(),
-            now,
-        );
+        let v = self.pipeline.view();
+        self.waiting = report::waiting_since(self.waiting, v.pending_work(), v.last_ack, now);
         self.stalled = report::stall_reason(
             self.waiting,
             now,

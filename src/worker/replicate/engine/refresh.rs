@@ -9,6 +9,7 @@ use tracing::{debug, info, warn};
 
 use super::super::clients::Clients;
 use super::super::discovery::{self, apply_plan, Discovery, Owner, RefreshPlan};
+use super::super::pipeline::{Event, Job};
 use super::super::syncs::fresh_epoch;
 use super::super::validate::TopicIds;
 use super::{Engine, EngineError};
@@ -48,9 +49,10 @@ impl Engine {
                 self.shutdown_gracefully(false).await;
                 return Ok(false);
             }
-            _ = self.pipeline.final_write(&mut self.table, grace) => {}
+            // It does not fail (it logs).
+            _ = self.pipeline.run(Job::Final { grace }, &mut self.table) => {}
         }
-        self.pipeline.replace_writer(&mut self.table);
+        self.on(Event::SecretsRotated);
         let _ = self.clients.consumer.unassign();
         let stored = self.discovery.stored.clone();
         self.topic_ids = TopicIds::new(
@@ -68,7 +70,7 @@ impl Engine {
         );
         self.discovery.stored = stored;
         self.clients = clients;
-        self.pipeline.request_reassign();
+        self.on(Event::AssignmentChanged);
         self.next_refresh = Instant::now();
         Ok(true)
     }
@@ -134,7 +136,7 @@ impl Engine {
             self.report_detection(d);
         }
         if a.reassign {
-            self.pipeline.request_reassign();
+            self.on(Event::AssignmentChanged);
         }
         debug!(
             elapsed_ms = plan.elapsed.as_millis() as u64,

@@ -38,7 +38,7 @@ impl Pipeline {
     /// Finishes the oldest dispatched batch (its records were sent before any later one's).
     /// A batch that did not commit as a whole drops every later one: the consumer restarts
     /// from the committed positions.
-    pub async fn finish_head(
+    pub(super) async fn finish_head(
         &mut self,
         table: &mut PartitionTable,
     ) -> Result<WriteOutcome, EngineError> {
@@ -499,7 +499,7 @@ impl Pipeline {
     /// Syncs and progress of a batch were acknowledged (AtLeastOnce). On failure, the
     /// positions are written again with the next batch; the syncs are not (their sequence
     /// has a hole, which readers see: translation falls back to the safe rule there).
-    pub fn on_meta_delivered(&mut self, table: &mut PartitionTable) {
+    pub(super) fn on_meta_delivered(&mut self, table: &mut PartitionTable) {
         let Some(m) = self.meta_in_flight.pop_front() else {
             return;
         };
@@ -521,7 +521,7 @@ impl Pipeline {
     }
 
     /// Waits for every sync and progress record in flight.
-    pub async fn drain_meta(&mut self, table: &mut PartitionTable) {
+    pub(super) async fn drain_meta(&mut self, table: &mut PartitionTable) {
         while !self.meta_in_flight.is_empty() {
             self.next_meta(table).await;
         }

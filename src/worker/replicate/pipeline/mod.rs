@@ -5,7 +5,12 @@
 //! the producer as they are read ([`Pipeline::on_message`]), and up to `pipeline_depth`
 //! sealed batches await their delivery reports, finished oldest first; a batch
 //! that did not commit as a whole drops every later one and the open one, and the consumer is
-//! re-assigned from the committed positions ([`Pipeline::request_reassign`]).
+//! re-assigned from the committed positions.
+//!
+//! The engine talks to it through a few entry points: events in ([`Pipeline::on`],
+//! [`Pipeline::on_message`]), work to run ([`Pipeline::run`]), delivery waits
+//! ([`Pipeline::delivered`]); what it must do next it decides from a [`View`]
+//! (`super::step`).
 
 mod finish;
 mod send;
@@ -22,10 +27,12 @@ use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
 use tracing::{info, warn};
 
-use super::batch::{Batch, BatchLimits, BatchRecord};
+use super::batch::{Batch, BatchLimits, BatchRecord, Fill};
 use super::intake::{detach_record, headers_and_size};
 use super::partitions::PartitionTable;
 use super::settings::{EngineError, EngineSettings, Tuning};
+use super::step::after_write;
+pub use super::step::WriteOutcome;
 use super::writer::{classify_error, describe_error, ErrorClass, TargetWriter};
 use crate::api::{Delivery, MirrorFlowSpec};
 use crate::kafka::config::ClientProperties;
@@ -34,6 +41,7 @@ use crate::kafka::context::LogContext;
 use crate::kafka::events::ProducerEvents;
 use crate::kafka::health::ClusterHealth;
 use crate::kafka::produce::target_record;
+use crate::kafka::producer::{Refused, ToSend};
 use crate::kafka::wire::{offset_syncs_topic, progress_topic};
 use crate::telemetry::metrics::{ErrorKind, WorkerMetrics};
 use send::{flush, head_delivered, meta_delivered, send_waiting};
@@ -51,37 +59,120 @@ pub enum Consumed<'a> {
     /// Its event, which may be held while librdkafka reads its bytes, and the consumer it
     /// was taken from.
     Event(MessageEvent<'a>, &'a Arc<StreamConsumer<LogContext>>),
+    /// Read while a batch was written (topic, partition, the record with its payload).
+    ReadAhead(&'a str, i32, BatchRecord),
 }
 
-impl Consumed<'_> {
+/// A record straight from the consumer.
+enum Fresh<'a> {
+    Message(SourceMessage<'a>),
+    Event(MessageEvent<'a>, &'a Arc<StreamConsumer<LogContext>>),
+}
+
+impl Fresh<'_> {
     fn message(&self) -> SourceMessage<'_> {
         match self {
-            Consumed::Message(m) => *m,
-            Consumed::Event(ev, _) => ev.message(),
+            Fresh::Message(m) => *m,
+            Fresh::Event(ev, _) => ev.message(),
         }
     }
 }
 
-/// Result of writing a batch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WriteOutcome {
-    Committed,
-    /// Rewound; retry after a backoff.
-    Retry,
-    /// The commit's outcome is unknown: positions are read back from the progress topic
-    /// (with a new producer) before anything is written again.
-    Uncertain,
-    /// Rewound because a partition stopped; replay the others at once.
-    Replay,
-}
-
-/// What a guarded write does.
+/// Work the engine runs on the pipeline ([`Pipeline::run`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Job {
     /// Finish every dispatched batch, then write the open batch and pending progress.
     Open,
     /// Finish the oldest dispatched batch.
     Head,
+    /// Seal the open batch and send it without waiting for its delivery reports.
+    Dispatch,
+    /// Shutting down (or replacing the clients): write what is open, in flight and pending
+    /// within the grace period (else abort it), wait for the syncs and progress, then drop
+    /// everything.
+    Final { grace: Duration },
+    /// Shutting down: abort a transaction a write left open and, unless every write so far
+    /// finished (`clean`), drop what is left (it would follow a batch whose outcome is
+    /// unknown).
+    Abandon { clean: bool },
+}
+
+/// What happened, for [`Pipeline::on`].
+pub enum Event<'a> {
+    /// The assignment changes (a partition stopped, appeared, was reset or paused; new
+    /// clients): the open batch goes now (its records follow positions that are about to
+    /// change) and the consumer is re-assigned at the committed positions before it reads
+    /// more.
+    AssignmentChanged,
+    /// The consumer was re-assigned: the open batch starts over.
+    Reassigned,
+    /// Positions were read back after a commit whose outcome was unknown.
+    Reloaded,
+    /// A step failed (why): nothing is written for a backoff delay, and the consumer re-reads
+    /// from the committed positions.
+    Failed(&'a dyn std::fmt::Display),
+    /// A start step failed: the next attempt waits for the next backoff delay
+    /// ([`View::retry_at`]).
+    StartFailed,
+    /// The worker started: backoff delays start over.
+    Started,
+    /// The retry delay passed.
+    RetryTimer,
+    /// The oldest syncs and progress in flight have their reports ([`Pipeline::delivered`]).
+    MetaDelivered,
+    /// The producer signalled events nobody waits for (statistics, errors).
+    ProducerSignalled,
+    /// The target's Secrets rotated (after [`Job::Final`]): the next write creates a
+    /// producer from fresh properties.
+    SecretsRotated,
+    /// `spec.offsetSyncs.lagMax` changed (it applies live).
+    LagMax(i64),
+}
+
+/// What the engine reads of the pipeline at a turn (decisions: [`super::step`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct View {
+    /// A producer exists.
+    pub has_writer: bool,
+    /// A producer exists, no retry is pending and positions are known.
+    pub can_write: bool,
+    /// Positions must be read back from the progress topic before writing (a commit's
+    /// outcome is unknown).
+    pub reload_needed: bool,
+    /// The consumer must be re-assigned at the committed positions before it reads more.
+    pub reassign_needed: bool,
+    /// Nothing is written before this instant.
+    pub retry_at: Option<Instant>,
+    /// The retry time (if any) has come.
+    pub retry_due: bool,
+    /// The open batch.
+    pub open: Fill,
+    /// Batches sent and not finished.
+    pub in_flight: usize,
+    /// Syncs and progress awaiting acknowledgement.
+    pub meta_in_flight: usize,
+    /// ExactlyOnce: one transaction per batch, one at a time.
+    pub transactional: bool,
+    /// Another batch may be dispatched now.
+    pub has_room: bool,
+    /// The oldest dispatched batch may be finished now (its syncs and progress need room).
+    pub head_finishable: bool,
+    /// When the target last acknowledged a batch, or syncs and progress.
+    pub last_ack: Instant,
+}
+
+impl View {
+    /// Whether batches may be dispatched before the previous ones finished: AtLeastOnce only
+    /// (a transaction holds one batch), and not while a partition of `table` is being
+    /// retried one record at a time.
+    pub fn pipelined(&self, table: &PartitionTable) -> bool {
+        !self.transactional && !table.any_careful()
+    }
+
+    /// Whether records (or syncs and progress) wait for the target.
+    pub fn pending_work(&self) -> bool {
+        self.open.records > 0 || self.in_flight > 0 || self.meta_in_flight > 0
+    }
 }
 
 /// Which delivery wait finished.
@@ -184,12 +275,12 @@ impl PipelineConfig {
 }
 
 /// Exponential retry delays after a failed write or start step.
-pub struct Retry {
+struct Retry {
     builder: ExponentialBuilder,
     backoff: ExponentialBackoff,
     max: Duration,
     /// Nothing is written before this instant.
-    pub at: Option<Instant>,
+    at: Option<Instant>,
 }
 
 impl Retry {
@@ -208,17 +299,17 @@ impl Retry {
     }
 
     /// The next delay.
-    pub fn next_delay(&mut self) -> Duration {
+    fn next_delay(&mut self) -> Duration {
         self.backoff.next().unwrap_or(self.max)
     }
 
     /// Back to the shortest delay.
-    pub fn reset(&mut self) {
+    fn reset(&mut self) {
         self.backoff = self.builder.build();
     }
 
     /// Whether the retry time (if any) has come.
-    pub fn due(&self) -> bool {
+    fn due(&self) -> bool {
         self.at.is_none_or(|t| Instant::now() >= t)
     }
 }
@@ -227,8 +318,8 @@ impl Retry {
 pub struct Pipeline {
     cfg: PipelineConfig,
     /// `spec.offsetSyncs.lagMax` (applies live).
-    pub lag_max: i64,
-    pub retry: Retry,
+    lag_max: i64,
+    retry: Retry,
     writer: Option<TargetWriter>,
     batch: Batch,
     /// A finished batch, emptied, whose memory the next open batch takes.
@@ -281,16 +372,6 @@ impl Pipeline {
             last_ack: Instant::now(),
             pins: Pins::default(),
         }
-    }
-
-    /// When the target last acknowledged a batch, or syncs and progress.
-    pub fn last_ack(&self) -> Instant {
-        self.last_ack
-    }
-
-    /// Whether records (or syncs and progress) wait for the target.
-    pub fn pending_work(&self) -> bool {
-        !self.idle()
     }
 
     /// Creates the producer if missing: `Ok(Some(problem))` when it failed for now (retry
@@ -353,68 +434,78 @@ impl Pipeline {
         }
     }
 
-    /// Drops the producer so that the next write creates one from fresh properties (the
-    /// target's Secrets rotated). Call after [`Pipeline::final_write`].
-    pub fn replace_writer(&mut self, table: &mut PartitionTable) {
-        self.drop_writer(table);
+    /// What the engine reads of the pipeline now.
+    pub fn view(&self) -> View {
+        let depth = self.cfg.tuning.pipeline_depth.max(1);
+        View {
+            has_writer: self.writer.is_some(),
+            can_write: self.can_write(),
+            reload_needed: self.reload_needed,
+            reassign_needed: self.reassign_needed,
+            retry_at: self.retry.at,
+            retry_due: self.retry.due(),
+            open: self.batch.fill(),
+            in_flight: self.in_flight.len(),
+            meta_in_flight: self.meta_in_flight.len(),
+            transactional: self.cfg.transactional,
+            has_room: self.in_flight.len() < depth,
+            head_finishable: !self.in_flight.is_empty() && self.meta_in_flight.len() < depth,
+            last_ack: self.last_ack,
+        }
     }
 
-    /// Whether a producer exists.
-    pub fn has_writer(&self) -> bool {
-        self.writer.is_some()
+    /// Takes `event` in.
+    pub fn on(&mut self, event: Event<'_>, table: &mut PartitionTable) {
+        match event {
+            Event::AssignmentChanged => self.request_reassign(),
+            Event::Reassigned => {
+                self.reassign_needed = false;
+                self.clear_open();
+            }
+            Event::Reloaded => {
+                self.reload_needed = false;
+                self.request_reassign();
+            }
+            Event::Failed(why) => self.schedule_retry(why),
+            Event::StartFailed => self.retry.at = Some(Instant::now() + self.retry.next_delay()),
+            Event::Started => {
+                self.retry.reset();
+                self.retry.at = None;
+            }
+            Event::RetryTimer => self.retry.at = None,
+            Event::MetaDelivered => self.on_meta_delivered(table),
+            Event::ProducerSignalled => {
+                if let Some(w) = &self.writer {
+                    w.serve();
+                }
+            }
+            Event::SecretsRotated => self.drop_writer(table),
+            Event::LagMax(lag_max) => self.lag_max = lag_max,
+        }
     }
 
     /// The producer's event signal, to wait for events nobody waits for (statistics,
-    /// errors); then [`Pipeline::serve_producer`].
+    /// errors); then [`Event::ProducerSignalled`].
     pub fn producer_events(&self) -> Option<Arc<ProducerEvents>> {
         self.writer.as_ref().map(|w| Arc::clone(w.events()))
     }
 
-    /// Serves the producer's queued events.
-    pub fn serve_producer(&self) {
-        if let Some(w) = &self.writer {
-            w.serve();
-        }
-    }
-
     /// Whether a producer exists, no retry is pending and positions are known.
-    pub fn can_write(&self) -> bool {
+    fn can_write(&self) -> bool {
         self.writer.is_some() && self.retry.due() && !self.reload_needed
-    }
-
-    /// Whether positions must be read back from the progress topic before writing.
-    pub fn reload_needed(&self) -> bool {
-        self.reload_needed
-    }
-
-    /// Positions were read back.
-    pub fn reloaded(&mut self) {
-        self.reload_needed = false;
-        self.request_reassign();
-    }
-
-    /// Whether the consumer must be re-assigned before it reads more.
-    pub fn reassign_needed(&self) -> bool {
-        self.reassign_needed
     }
 
     /// Asks for the consumer to be re-assigned at the committed positions (a partition
     /// stopped or appeared, a batch was rewound, ...). The open batch goes now: its records
     /// follow positions that are about to change, and are read again after re-assigning.
-    pub fn request_reassign(&mut self) {
+    fn request_reassign(&mut self) {
         self.reassign_needed = true;
-        self.clear_open();
-    }
-
-    /// The consumer was re-assigned: the open batch starts over.
-    pub fn reassigned(&mut self) {
-        self.reassign_needed = false;
         self.clear_open();
     }
 
     /// A write failed: nothing is written for a backoff delay, and the consumer re-reads
     /// from the committed positions.
-    pub fn schedule_retry(&mut self, why: &dyn std::fmt::Display) {
+    fn schedule_retry(&mut self, why: &dyn std::fmt::Display) {
         let delay = self.retry.next_delay();
         warn!(delay_ms = delay.as_millis() as u64, "{why}; retrying");
         self.retry.at = Some(Instant::now() + delay);
@@ -426,93 +517,29 @@ impl Pipeline {
         self.write_refused.as_deref()
     }
 
-    /// Counts a write's outcome; a failed one schedules a retry.
-    pub fn after_write(&mut self, outcome: WriteOutcome) {
-        let label = match outcome {
-            WriteOutcome::Committed => {
-                self.retry.reset();
-                self.last_ack = Instant::now();
-                self.write_refused = None;
-                "committed"
-            }
-            WriteOutcome::Retry => {
-                self.schedule_retry(&"writing a batch to the target failed");
-                "retried"
-            }
-            WriteOutcome::Replay => "retried",
-            WriteOutcome::Uncertain => {
-                self.reload_needed = true;
-                self.schedule_retry(&"the outcome of a commit is unknown");
-                "retried"
-            }
-        };
-        self.metrics.batches.with_label_values(&[label]).inc();
-    }
-
-    /// Records in the open batch.
-    pub fn open_len(&self) -> usize {
-        self.batch.len()
-    }
-
-    /// Whether the open batch reached `limits`.
-    pub fn open_full(&self, limits: &BatchLimits) -> bool {
-        self.batch.is_full(limits)
-    }
-
-    /// When the open batch must be written at the latest (`None` while empty).
-    pub fn open_deadline(&self, limits: &BatchLimits) -> Option<Instant> {
-        self.batch.deadline(limits)
-    }
-
-    /// Whether the open batch must be written: full, or its linger time passed.
-    pub fn open_due(&self, limits: &BatchLimits) -> bool {
-        !self.batch.is_empty()
-            && (self.batch.is_full(limits)
-                || self
-                    .batch
-                    .deadline(limits)
-                    .is_some_and(|d| Instant::now() >= d))
-    }
-
-    /// Batches sent and not finished.
-    pub fn in_flight(&self) -> usize {
-        self.in_flight.len()
-    }
-
-    /// Syncs and progress awaiting acknowledgement.
-    pub fn meta_in_flight(&self) -> usize {
-        self.meta_in_flight.len()
+    /// Counts a write's outcome and applies what it asks for ([`after_write`]).
+    fn after_write(&mut self, outcome: WriteOutcome) {
+        let a = after_write(outcome);
+        if a.acknowledged {
+            self.retry.reset();
+            self.last_ack = Instant::now();
+            self.write_refused = None;
+        }
+        self.reload_needed |= a.reload;
+        if let Some(why) = a.retry {
+            self.schedule_retry(&why);
+        }
+        self.metrics.batches.with_label_values(&[a.label]).inc();
     }
 
     /// Whether nothing at all is open, in flight or awaiting acknowledgement.
-    pub fn idle(&self) -> bool {
+    fn idle(&self) -> bool {
         self.batch.is_empty() && self.in_flight.is_empty() && self.meta_in_flight.is_empty()
     }
 
-    /// Whether `job` has nothing to do.
-    pub fn nothing_to(&self, job: Job, table: &PartitionTable) -> bool {
-        match job {
-            Job::Open => self.batch.is_empty() && self.in_flight.is_empty() && !table.has_pending(),
-            Job::Head => self.in_flight.is_empty(),
-        }
-    }
-
-    /// Whether batches may be dispatched before the previous ones finished: AtLeastOnce only
-    /// (a transaction holds one batch), and not while a partition is being retried one record
-    /// at a time.
-    pub fn pipelined(&self, table: &PartitionTable) -> bool {
-        !self.cfg.transactional && !table.any_careful()
-    }
-
-    /// Whether another batch may be dispatched now.
-    pub fn has_room(&self) -> bool {
-        self.in_flight.len() < self.cfg.tuning.pipeline_depth.max(1)
-    }
-
-    /// Whether the oldest batch may be finished now (its syncs and progress need room).
-    pub fn head_finishable(&self) -> bool {
-        !self.in_flight.is_empty()
-            && self.meta_in_flight.len() < self.cfg.tuning.pipeline_depth.max(1)
+    /// Whether batches may be dispatched before the previous ones finished.
+    fn pipelined(&self, table: &PartitionTable) -> bool {
+        self.view().pipelined(table)
     }
 
     /// Bounds of the open batch. `Tuning::batch` is the window: it bounds the record data
@@ -563,24 +590,41 @@ impl Pipeline {
         }
     }
 
-    /// Records and bytes of the open batch.
-    pub fn open_size(&self) -> (usize, usize) {
-        (self.batch.len(), self.batch.bytes())
-    }
-
     /// A record read ahead: into the open batch with its payload, sent when the batch is.
-    pub fn push_open(&mut self, topic: &str, partition: i32, record: BatchRecord) {
+    fn push_open(&mut self, topic: &str, partition: i32, record: BatchRecord) {
         let now = self.batch.opened_at().unwrap_or_else(Instant::now);
         self.batch.push(topic, partition, record, now);
     }
 
-    /// A record straight from the consumer, if the table accepts it. While the open batch
-    /// streams it is handed to the producer at once (as a bare copy loop does, and without
-    /// a burst per batch), and the batch keeps its bookkeeping: a record of at least
-    /// [`HELD_MIN_BYTES`] taken with its event is not copied at all (the event is held
-    /// until the record's delivery report), others are copied by librdkafka. Otherwise its
-    /// payload is copied into the batch.
-    pub fn on_message(&mut self, c: Consumed<'_>, table: &mut PartitionTable) {
+    /// A consumed record, if the table accepts it; whether the open batch takes more now
+    /// (a producer that can write, room within `limits`, no re-assignment pending).
+    ///
+    /// A record read ahead goes into the open batch with its payload, sent when the batch
+    /// is. Otherwise, while the open batch streams, the record is handed to the producer at
+    /// once (as a bare copy loop does, and without a burst per batch), and the batch keeps
+    /// its bookkeeping: a record of at least [`HELD_MIN_BYTES`] taken with its event is not
+    /// copied at all (the event is held until the record's delivery report), others are
+    /// copied by librdkafka. Otherwise its payload is copied into the batch.
+    pub fn on_message(
+        &mut self,
+        c: Consumed<'_>,
+        table: &mut PartitionTable,
+        limits: &BatchLimits,
+    ) -> bool {
+        match c {
+            Consumed::ReadAhead(topic, partition, record) => {
+                if table.accept(topic, partition, record.offset) {
+                    self.push_open(topic, partition, record);
+                }
+            }
+            Consumed::Message(m) => self.stream(Fresh::Message(m), table),
+            Consumed::Event(ev, consumer) => self.stream(Fresh::Event(ev, consumer), table),
+        }
+        self.can_write() && !self.reassign_needed && !self.batch.is_full(limits)
+    }
+
+    /// A record straight from the consumer (see [`Pipeline::on_message`]).
+    fn stream(&mut self, c: Fresh<'_>, table: &mut PartitionTable) {
         let m = c.message();
         // Read once: each read is a `strlen` and a UTF-8 check.
         let topic = m.topic();
@@ -599,7 +643,7 @@ impl Pipeline {
         let timestamp = m.timestamp();
         let (headers, size) = headers_and_size(m);
         let bytes = m.key().map_or(0, <[u8]>::len) + m.payload().map_or(0, <[u8]>::len);
-        let held = matches!(c, Consumed::Event(..)) && bytes >= HELD_MIN_BYTES;
+        let held = matches!(c, Fresh::Event(..)) && bytes >= HELD_MIN_BYTES;
         let now = self.batch.opened_at().unwrap_or_else(Instant::now);
         self.batch.push(
             topic,
@@ -619,54 +663,47 @@ impl Pipeline {
             s.next = i + 1;
             return;
         };
-        let sent = match c {
-            Consumed::Event(ev, consumer) if held => {
-                let ev = ev.hold(consumer, &self.pins);
-                writer
-                    .send_held(
-                        target.id,
-                        &target.name,
-                        (&s.group, i),
-                        ev,
-                        timestamp,
-                        headers,
-                    )
-                    .map_err(|(e, ev)| (e, Some(ev)))
-            }
-            c => {
-                let m = c.message();
-                let record = target_record(
-                    &target.name,
-                    s.group.ticket(i),
-                    partition,
-                    m.key(),
-                    m.payload(),
-                    timestamp,
-                    headers,
-                );
-                match writer.send(target.id, record) {
-                    Ok(()) => Ok(()),
-                    // Kept with its payload (below).
-                    Err((e @ KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
-                        self.batch.hold_last(detach_record(m));
-                        Err((e, None))
-                    }
-                    Err((e, _)) => Err((e, None)),
-                }
-            }
+        // Held: the event goes with the record; copied: the record borrows its bytes from
+        // the consumed message, kept here until the producer copied them.
+        let (event, copied) = match c {
+            Fresh::Event(ev, consumer) if held => (Some(ev.hold(consumer, &self.pins)), None),
+            c => (None, Some(c)),
         };
-        match sent {
+        let source = copied.as_ref().map(Fresh::message);
+        let record = match (event, source) {
+            (Some(event), _) => ToSend::Held {
+                name: &target.name,
+                at: (&s.group, i),
+                event,
+                timestamp,
+                headers,
+            },
+            (None, Some(m)) => ToSend::Copied(target_record(
+                &target.name,
+                s.group.ticket(i),
+                partition,
+                m.key(),
+                m.payload(),
+                timestamp,
+                headers,
+            )),
+            (None, None) => unreachable!("a record is sent either held or copied"),
+        };
+        match writer.send(target.id, record) {
             Ok(()) => {
                 s.pending.push(i);
                 s.sent += 1;
                 s.next = i + 1;
             }
-            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), ev)) => {
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
                 // Kept with its payload; `dispatch` sends it and the rest of the batch
                 // (waiting for room), in order.
-                if let Some(ev) = ev {
-                    self.batch.hold_last(detach_record(ev.message()));
-                }
+                let kept = match (&back, source) {
+                    (Refused::Held(ev), _) => detach_record(ev.message()),
+                    (Refused::Copied(_), Some(m)) => detach_record(m),
+                    (Refused::Copied(_), None) => unreachable!("a copied record has its source"),
+                };
+                self.batch.hold_last(kept);
             }
             Err((e, _)) => {
                 s.refuse(i, slot, &e);
@@ -708,7 +745,7 @@ impl Pipeline {
     }
 
     /// Sends the open batch without waiting for its delivery reports.
-    pub async fn dispatch_open(&mut self, table: &mut PartitionTable) -> Result<(), EngineError> {
+    async fn dispatch_open(&mut self, table: &mut PartitionTable) -> Result<(), EngineError> {
         let (batch, live) = self.take_open();
         match self.dispatch(batch, live, table).await? {
             Dispatch::Sent(d) => self.in_flight.push_back(d),
@@ -720,22 +757,29 @@ impl Pipeline {
         Ok(())
     }
 
-    /// Runs `job`.
-    pub async fn run_job(
-        &mut self,
-        job: Job,
-        table: &mut PartitionTable,
-    ) -> Result<WriteOutcome, EngineError> {
+    /// Runs `job`; a write's outcome is counted and applied (a failed one schedules a
+    /// retry, an unknown one a reload: see [`View`]). Only a fatal error is returned.
+    pub async fn run(&mut self, job: Job, table: &mut PartitionTable) -> Result<(), EngineError> {
         match job {
-            Job::Open => self.write_batch(table).await,
-            Job::Head => self.finish_head(table).await,
+            Job::Open => {
+                let outcome = self.write_batch(table).await?;
+                self.after_write(outcome);
+            }
+            Job::Head => {
+                let outcome = self.finish_head(table).await?;
+                self.after_write(outcome);
+            }
+            Job::Dispatch => self.dispatch_open(table).await?,
+            Job::Final { grace } => self.final_write(table, grace).await,
+            Job::Abandon { clean } => self.abandon(clean).await,
         }
+        Ok(())
     }
 
     /// Writes the open batch and pending progress, after every dispatched batch (in order).
     /// Errors other than fatal ones rewind and ask for a retry; the batch is consumed either
     /// way.
-    pub async fn write_batch(
+    async fn write_batch(
         &mut self,
         table: &mut PartitionTable,
     ) -> Result<WriteOutcome, EngineError> {
@@ -869,7 +913,7 @@ impl Pipeline {
     /// On shutdown: aborts a transaction a write left open (it cannot be finished safely)
     /// and, unless every write so far finished (`clean`), drops what is left (it would follow
     /// a batch whose outcome is unknown).
-    pub async fn abandon(&mut self, clean: bool) {
+    async fn abandon(&mut self, clean: bool) {
         if !clean {
             self.in_flight.clear();
             self.clear_open();
@@ -889,7 +933,7 @@ impl Pipeline {
 
     /// On shutdown: writes what is open, in flight and pending within `grace` (else aborts
     /// it), waits for the syncs and progress, then drops everything.
-    pub async fn final_write(&mut self, table: &mut PartitionTable, grace: Duration) {
+    async fn final_write(&mut self, table: &mut PartitionTable, grace: Duration) {
         let open = !self.idle() || table.has_pending();
         if open && self.can_write() {
             match tokio::time::timeout(grace, self.write_batch(table)).await {

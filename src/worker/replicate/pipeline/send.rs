@@ -18,6 +18,7 @@ use crate::api::TopicPartitionRef;
 use crate::kafka::delivery::{DeliveryReport, GroupHandle};
 use crate::kafka::events::DeliveryProducer;
 use crate::kafka::produce::{TargetRecord, TopicId};
+use crate::kafka::producer::{Refused, ToSend};
 
 /// What was handed to the producer for one batch so far. Built by `dispatch`, or record by
 /// record while the batch is read (AtLeastOnce, pipelined: `Pipeline::on_message`).
@@ -156,13 +157,21 @@ pub async fn send_waiting(
     record: TargetRecord<'_>,
     timeout: Duration,
 ) -> Result<(), KafkaError> {
-    match writer.send(topic, record) {
-        Ok(()) => Ok(()),
-        Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), record)) => {
-            flush(writer.producer(), timeout).await;
-            writer.send(topic, record).map_err(|(e, _)| e)
+    let mut record = ToSend::Copied(record);
+    let mut waited = false;
+    loop {
+        match writer.send(topic, record) {
+            Ok(()) => return Ok(()),
+            Err((
+                KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull),
+                Refused::Copied(back),
+            )) if !waited => {
+                flush(writer.producer(), timeout).await;
+                waited = true;
+                record = ToSend::Copied(back);
+            }
+            Err((e, _)) => return Err(e),
         }
-        Err((e, _)) => Err(e),
     }
 }
 
