@@ -23,6 +23,8 @@ use crate::kafka::secrets::FlowSecrets;
 use crate::kafka::wire;
 use crate::worker::topic_filter::{TopicDecision, TopicFilter};
 
+use super::failback::WithFailback;
+use super::failback_io::FailingBack;
 use super::group_sync::{merge_owned_failures, run_group_syncs, sync_owned, Handoff, SyncOffer};
 use super::groups::{assign_groups, GroupSelection};
 use super::io;
@@ -108,6 +110,7 @@ pub fn checkpoints_topic(flow: &MirrorFlowSpec) -> String {
 /// the group sync (the one it syncs, the newest waiting).
 pub struct CheckpointRunner {
     flow_name: String,
+    namespace: String,
     flow: MirrorFlowSpec,
     source: ClientConfig,
     target: ClientConfig,
@@ -145,6 +148,7 @@ impl CheckpointRunner {
         let (specs_tx, _) = watch::channel(checkpoints);
         let (state_tx, _) = watch::channel(RunnerState::default());
         Ok(Self {
+            namespace: flow.metadata.namespace.clone().unwrap_or_default(),
             flow_name,
             flow: flow.spec.clone(),
             source,
@@ -556,6 +560,14 @@ impl CheckpointRunner {
             in_force,
             filter: TopicFilter::new(&self.flow)?,
             metrics: self.metrics.clone(),
+            failback: FailingBack::of(
+                &self.flow,
+                &self.namespace,
+                &self.flow_name,
+                &self.source,
+                &self.target,
+                TopicFilter::new(&self.flow)?,
+            ),
         })
     }
 }
@@ -717,6 +729,8 @@ struct Worker {
     in_force: InForce,
     filter: TopicFilter,
     metrics: CheckpointMetrics,
+    /// With `spec.source.startFrom.afterFailover`: groups translate across the failover.
+    failback: Option<FailingBack>,
 }
 
 impl Worker {
@@ -799,6 +813,9 @@ impl Worker {
         // 2. Offset syncs, then target ends (in this order: an end read after the syncs is
         //    at or past every sync read).
         self.catch_up_syncs().await;
+        if let Some(f) = &mut self.failback {
+            f.refresh().await;
+        }
         let (targets, needed) = target_partitions(&by_group, |t| self.target_topic(t));
         let target = self.target.clone();
         let ends: PartitionMap<i64> = blocking(move || target.end_offsets(&needed))
@@ -814,7 +831,10 @@ impl Worker {
                     g,
                     offs,
                     |t| targets.get(t).and_then(|o| o.as_deref()),
-                    &self.store,
+                    &WithFailback {
+                        own: &self.store,
+                        back: self.failback.as_ref().and_then(FailingBack::back),
+                    },
                     &ends,
                     &self.in_force,
                 )
