@@ -397,26 +397,7 @@ async fn ends(cluster: &str, topic: &str) -> BTreeMap<i32, i64> {
 
 /// Reads what group `group` gets on the target from its committed offsets (keys per partition).
 fn read_group(tgt: &str, group: &str, want: usize) -> Vec<(i32, i64)> {
-    let c = consumer(tgt, group);
-    c.subscribe(&["dc1.orders"]).unwrap();
-    let mut got = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut quiet_until = None;
-    while Instant::now() < deadline {
-        match c.poll(Duration::from_millis(200)) {
-            Some(Ok(m)) => got.push((m.partition(), m.offset())),
-            _ if got.len() >= want => {
-                // Give a duplicate the chance to show up.
-                let q = *quiet_until.get_or_insert(Instant::now() + Duration::from_secs(2));
-                if Instant::now() >= q {
-                    break;
-                }
-            }
-            _ => {}
-        }
-    }
-    got.sort();
-    got
+    read_group_on(tgt, "dc1.orders", group, want)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1263,16 +1244,17 @@ spec:
             .flat_map(|(p, o)| (*o..copied[p]).map(move |x| (*p, x)))
             .collect();
         want.sort();
-        let got = read_group_on(&a, g, want.len());
+        let got = read_group_on(&a, "orders", g, want.len());
         eprintln!("{g}: {} records read on A from {from:?}", got.len());
         assert_eq!(got, want, "{g}: read again nothing, skipped nothing");
     }
 }
 
-/// Reads what group `group` gets from `orders` on `cluster` from its committed offsets.
-fn read_group_on(cluster: &str, group: &str, want: usize) -> Vec<(i32, i64)> {
+/// Reads what group `group` gets from `topic` on `cluster` from its committed offsets:
+/// (partition, offset) of each record, sorted.
+fn read_group_on(cluster: &str, topic: &str, group: &str, want: usize) -> Vec<(i32, i64)> {
     let c = consumer(cluster, group);
-    c.subscribe(&["orders"]).unwrap();
+    c.subscribe(&[topic]).unwrap();
     let mut got = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut quiet_until = None;
@@ -1280,6 +1262,7 @@ fn read_group_on(cluster: &str, group: &str, want: usize) -> Vec<(i32, i64)> {
         match c.poll(Duration::from_millis(200)) {
             Some(Ok(m)) => got.push((m.partition(), m.offset())),
             _ if got.len() >= want => {
+                // Give a duplicate the chance to show up.
                 let q = *quiet_until.get_or_insert(Instant::now() + Duration::from_secs(2));
                 if Instant::now() >= q {
                     break;

@@ -3,14 +3,19 @@
 //! primary). Where the flow started a partition (`startAt`, the new primary's end when the
 //! failover was done) and above, its own offset syncs translate; before its first one, the
 //! seed `startAt` ↔ the old primary's end when the flow started the partition. Below
-//! `startAt`, the failed-over flow's offset syncs, turned around. Pure; the reads are in
-//! [`super::failback_io`].
+//! `startAt`, the failed-over flow's offset syncs, turned around. Pure but for
+//! [`FailingBack`], which asks a [`LoadBack`] (`worker::failover::groups_back` reads the
+//! failover's and the failback's stores) until it knows.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
 
-use crate::api::FailbackReport;
+use rdkafka::ClientConfig;
+
+use crate::api::{FailbackPartition, FailbackReport};
 use crate::kafka::wire::{self, SyncSequence, WireError};
-use crate::worker::replicate::failback::Point;
 
 use super::store::SyncStore;
 use super::translate::{PartitionMap, PartitionRef, SyncPoint, Translation};
@@ -74,6 +79,17 @@ pub fn translate_back(
     }
 }
 
+/// One partition the failover reported, as failing back sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Point {
+    /// The partition on the new primary (this flow's source).
+    pub source: (String, i32),
+    /// The partition on the old primary the failover copied from.
+    pub old: (String, i32),
+    /// The old primary's offset below which the new primary holds every record.
+    pub holds: i64,
+}
+
 /// What failing back knows: the seeds and the failed-over flow's syncs, turned around
 /// (upstream on the new primary, downstream on the old), by new-primary partition.
 ///
@@ -101,15 +117,18 @@ impl Back {
         target_topic: impl Fn(&str) -> Option<String>,
     ) -> Self {
         let mut back = Self::default();
+        let reported: PartitionMap<&FailbackPartition> = report
+            .partitions
+            .iter()
+            .map(|r| ((r.topic.clone(), r.partition), r))
+            .collect();
         for p in points {
             if target_topic(&p.source.0).as_deref() != Some(p.old.0.as_str()) {
                 continue;
             }
-            let reported = report
-                .partitions
-                .iter()
-                .find(|r| r.topic == p.source.0 && r.partition == p.source.1);
-            let Some(reported) = reported else { continue };
+            let Some(reported) = reported.get(&p.source) else {
+                continue;
+            };
             // The end the failback measured to is past the last diverged record (a range
             // with only markers holds no record); without any, the old primary held
             // nothing the new one lacked past `holds`.
@@ -197,10 +216,45 @@ impl Translate for WithFailback<'_> {
     }
 }
 
+/// Reads what failing back knows, with the flow's current client configs (source, target):
+/// `None` until the flow's failback outcome is stored (or when a read failed, logged).
+pub trait LoadBack: Send + Sync {
+    fn load(
+        &self,
+        source: &ClientConfig,
+        target: &ClientConfig,
+    ) -> Pin<Box<dyn Future<Output = Option<Back>> + Send>>;
+}
+
+/// A flow failing back, as its checkpoints see it: loaded once, asked again each cycle until
+/// then (groups translate with the flow's own syncs only, and it has none before the
+/// outcome is stored).
+pub struct FailingBack {
+    loader: Arc<dyn LoadBack>,
+    back: Option<Back>,
+}
+
+impl FailingBack {
+    pub fn new(loader: Arc<dyn LoadBack>) -> Self {
+        Self { loader, back: None }
+    }
+
+    /// What is known, once read.
+    pub fn back(&self) -> Option<&Back> {
+        self.back.as_ref()
+    }
+
+    pub async fn refresh(&mut self, source: &ClientConfig, target: &ClientConfig) {
+        if self.back.is_none() {
+            self.back = self.loader.load(source, target).await;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{Diverged, FailbackPartition};
+    use crate::api::Diverged;
     use crate::worker::checkpoint::translate::NoSyncReason;
     use pretty_assertions::assert_eq;
 
@@ -295,11 +349,10 @@ mod tests {
         .encode()
     }
 
-    fn point(source: &str, old: &str, start_at: i64, holds: i64) -> Point {
+    fn point(source: &str, old: &str, holds: i64) -> Point {
         Point {
             source: (source.into(), 0),
             old: (old.into(), 0),
-            start_at,
             holds,
         }
     }
@@ -335,7 +388,7 @@ mod tests {
     /// copy: B ends at 70, A held 70 (holds), then took 5 diverged records 70..=74.
     fn back(seq_headers: bool, diverged: Option<(i64, i64)>) -> Back {
         let mut b = Back::new(
-            &[point("orders", "orders", 70, 70)],
+            &[point("orders", "orders", 70)],
             &report(vec![reported("orders", 70, diverged)]),
             |t| Some(t.to_owned()),
         );
@@ -390,7 +443,7 @@ mod tests {
         assert_eq!(with(&back(true, None), 70), Some(70));
         // Another topic than the old one: no failback translation.
         let elsewhere = Back::new(
-            &[point("orders", "orders", 70, 70)],
+            &[point("orders", "orders", 70)],
             &report(vec![reported("orders", 70, None)]),
             |t| Some(format!("dc2.{t}")),
         );

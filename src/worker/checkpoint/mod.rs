@@ -7,8 +7,7 @@
 //! - [`plan`]: one group's cycle as pure decisions.
 //! - [`group_sync`]: the group sync beside the cycles: the hand-off of plans (coalescing),
 //!   the commits to the target groups, who reports which failures.
-//! - [`failback`]: groups of a flow failing back translate across the failover
-//!   ([`failback_io`] reads what it needs).
+//! - [`failback`]: groups of a flow failing back translate across the failover.
 //! - [`status`]: runner state → `OffsetCheckpointStatus`.
 //! - [`metrics`]: Prometheus series.
 //! - [`io`] and `kafka::admin`: cluster calls.
@@ -16,7 +15,6 @@
 //!
 //! `mirrorflow translate` (`cli::translate`) prints [`translate`]'s decisions.
 pub mod failback;
-pub mod failback_io;
 pub mod group_sync;
 pub mod groups;
 pub mod io;

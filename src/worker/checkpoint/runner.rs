@@ -23,8 +23,7 @@ use crate::kafka::secrets::FlowSecrets;
 use crate::kafka::wire;
 use crate::worker::topic_filter::{TopicDecision, TopicFilter};
 
-use super::failback::WithFailback;
-use super::failback_io::FailingBack;
+use super::failback::{FailingBack, LoadBack, WithFailback};
 use super::group_sync::{merge_owned_failures, run_group_syncs, sync_owned, Handoff, SyncOffer};
 use super::groups::{assign_groups, GroupSelection};
 use super::io;
@@ -110,7 +109,8 @@ pub fn checkpoints_topic(flow: &MirrorFlowSpec) -> String {
 /// the group sync (the one it syncs, the newest waiting).
 pub struct CheckpointRunner {
     flow_name: String,
-    namespace: String,
+    /// With `spec.source.startFrom.afterFailover` (see [`Self::failing_back`]).
+    failback: Option<Arc<dyn LoadBack>>,
     flow: MirrorFlowSpec,
     source: ClientConfig,
     target: ClientConfig,
@@ -148,7 +148,7 @@ impl CheckpointRunner {
         let (specs_tx, _) = watch::channel(checkpoints);
         let (state_tx, _) = watch::channel(RunnerState::default());
         Ok(Self {
-            namespace: flow.metadata.namespace.clone().unwrap_or_default(),
+            failback: None,
             flow_name,
             flow: flow.spec.clone(),
             source,
@@ -159,6 +159,12 @@ impl CheckpointRunner {
             secrets_dir: secrets_dir.to_path_buf(),
             secrets: None,
         })
+    }
+
+    /// Groups of a flow failing back translate across the failover, from what `loader` reads.
+    pub fn failing_back(mut self, loader: Option<Arc<dyn LoadBack>>) -> Self {
+        self.failback = loader;
+        self
     }
 
     /// Reconnects (and starts over: reload, offset syncs read again) whenever a cluster's
@@ -560,14 +566,7 @@ impl CheckpointRunner {
             in_force,
             filter: TopicFilter::new(&self.flow)?,
             metrics: self.metrics.clone(),
-            failback: FailingBack::of(
-                &self.flow,
-                &self.namespace,
-                &self.flow_name,
-                &self.source,
-                &self.target,
-                TopicFilter::new(&self.flow)?,
-            ),
+            failback: self.failback.clone().map(FailingBack::new),
         })
     }
 }
@@ -814,7 +813,7 @@ impl Worker {
         //    at or past every sync read).
         self.catch_up_syncs().await;
         if let Some(f) = &mut self.failback {
-            f.refresh().await;
+            f.refresh(&runner.source, &runner.target).await;
         }
         let (targets, needed) = target_partitions(&by_group, |t| self.target_topic(t));
         let target = self.target.clone();
