@@ -906,21 +906,18 @@ fn keyed(prefix: &str, per_partition: &[(i32, i64)]) -> Vec<ProduceRecord> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn failback_copies_back_only_what_the_new_primary_took_and_reports_what_diverged() {
-    let Some((_a, _b, run)) = clusters_with_orders().await else {
-        return;
-    };
-    // dc1 (A) is the primary, dc2 (B) its mirror; under Identity the names match.
-    let (a, b) = (run.src.clone(), run.tgt.clone());
-    brokers::produce(&a, "orders", &batch(0, PER_PARTITION))
+/// dc1 (A) is the primary, dc2 (B) its mirror under Identity: 60 records per partition
+/// replicated, then planned failover `move-1` Done and the forward flow stopped.
+async fn failed_over(run: &FlowRun) -> FailoverReport {
+    let (a, b) = (&run.src, &run.tgt);
+    brokers::produce(a, "orders", &batch(0, PER_PARTITION))
         .await
         .unwrap();
     run.write("  replicationPolicy: {type: Identity}");
     let forward = run.start();
     let first: BTreeMap<i32, i64> = (0..PARTITIONS).map(|p| (p, PER_PARTITION)).collect();
     let deadline = Instant::now() + Duration::from_secs(90);
-    while ends(&b, "orders").await != first {
+    while ends(b, "orders").await != first {
         assert!(
             Instant::now() < deadline,
             "not replicated; {}",
@@ -931,6 +928,18 @@ async fn failback_copies_back_only_what_the_new_primary_took_and_reports_what_di
     run.write("  replicationPolicy: {type: Identity}\n  failover: {id: move-1, mode: Planned}");
     let report = forward.0.final_failover("move-1").await;
     assert_eq!(report.phase, FailoverPhase::Done, "{report:?}");
+    stop(forward).await;
+    report
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failback_copies_back_only_what_the_new_primary_took_and_reports_what_diverged() {
+    let Some((_a, _b, run)) = clusters_with_orders().await else {
+        return;
+    };
+    // dc1 (A) is the primary, dc2 (B) its mirror; under Identity the names match.
+    let (a, b) = (run.src.clone(), run.tgt.clone());
+    let report = failed_over(&run).await;
     let recorded: Vec<(i32, i64, Option<&str>, Option<i64>)> = report
         .partitions
         .iter()
@@ -951,7 +960,6 @@ async fn failback_copies_back_only_what_the_new_primary_took_and_reports_what_di
         recorded, want,
         "targetEnd recorded once replication stopped"
     );
-    stop(forward).await;
 
     // After the failover: the old primary still takes a few records (they never reach B),
     // the new primary takes 5,000.
@@ -1128,25 +1136,8 @@ async fn failback_translates_the_groups_back_without_skipping() {
         return;
     };
     let (a, b) = (run.src.clone(), run.tgt.clone());
-    brokers::produce(&a, "orders", &batch(0, PER_PARTITION))
-        .await
-        .unwrap();
-    run.write("  replicationPolicy: {type: Identity}");
-    let forward = run.start();
+    failed_over(&run).await;
     let first: BTreeMap<i32, i64> = (0..PARTITIONS).map(|p| (p, PER_PARTITION)).collect();
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while ends(&b, "orders").await != first {
-        assert!(
-            Instant::now() < deadline,
-            "not replicated; {}",
-            forward.0.describe()
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
-    run.write("  replicationPolicy: {type: Identity}\n  failover: {id: move-1, mode: Planned}");
-    let report = forward.0.final_failover("move-1").await;
-    assert_eq!(report.phase, FailoverPhase::Done, "{report:?}");
-    stop(forward).await;
 
     // A takes records that never reach B (diverged); consumers that moved to B commit there:
     // g-below inside what the failover copied, g-at exactly where B ended (targetEnd).
