@@ -279,6 +279,11 @@ spec:
     /// The reverse flow `back` (source the failover's target, dc2; target dc1; Identity), in
     /// `back.yaml`, failing back after failover `id` of `default/dr`.
     fn write_back(&self, id: &str, copy_diverged: bool) {
+        self.write_back_with(id, copy_diverged, "");
+    }
+
+    /// `write_back`, followed by `extra` (another object of the file).
+    fn write_back_with(&self, id: &str, copy_diverged: bool, extra: &str) {
         let (src, tgt) = (&self.src, &self.tgt);
         std::fs::write(
             self.dir.path().join("back.yaml"),
@@ -295,7 +300,7 @@ spec:
   topics: {{include: [orders], refreshIntervalSeconds: 1}}
   replicationPolicy: {{type: Identity}}
   delivery: AtLeastOnce
-"
+{extra}"
             ),
         )
         .unwrap();
@@ -392,26 +397,7 @@ async fn ends(cluster: &str, topic: &str) -> BTreeMap<i32, i64> {
 
 /// Reads what group `group` gets on the target from its committed offsets (keys per partition).
 fn read_group(tgt: &str, group: &str, want: usize) -> Vec<(i32, i64)> {
-    let c = consumer(tgt, group);
-    c.subscribe(&["dc1.orders"]).unwrap();
-    let mut got = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut quiet_until = None;
-    while Instant::now() < deadline {
-        match c.poll(Duration::from_millis(200)) {
-            Some(Ok(m)) => got.push((m.partition(), m.offset())),
-            _ if got.len() >= want => {
-                // Give a duplicate the chance to show up.
-                let q = *quiet_until.get_or_insert(Instant::now() + Duration::from_secs(2));
-                if Instant::now() >= q {
-                    break;
-                }
-            }
-            _ => {}
-        }
-    }
-    got.sort();
-    got
+    read_group_on(tgt, "dc1.orders", group, want)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -920,21 +906,18 @@ fn keyed(prefix: &str, per_partition: &[(i32, i64)]) -> Vec<ProduceRecord> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn failback_copies_back_only_what_the_new_primary_took_and_reports_what_diverged() {
-    let Some((_a, _b, run)) = clusters_with_orders().await else {
-        return;
-    };
-    // dc1 (A) is the primary, dc2 (B) its mirror; under Identity the names match.
-    let (a, b) = (run.src.clone(), run.tgt.clone());
-    brokers::produce(&a, "orders", &batch(0, PER_PARTITION))
+/// dc1 (A) is the primary, dc2 (B) its mirror under Identity: 60 records per partition
+/// replicated, then planned failover `move-1` Done and the forward flow stopped.
+async fn failed_over(run: &FlowRun) -> FailoverReport {
+    let (a, b) = (&run.src, &run.tgt);
+    brokers::produce(a, "orders", &batch(0, PER_PARTITION))
         .await
         .unwrap();
     run.write("  replicationPolicy: {type: Identity}");
     let forward = run.start();
     let first: BTreeMap<i32, i64> = (0..PARTITIONS).map(|p| (p, PER_PARTITION)).collect();
     let deadline = Instant::now() + Duration::from_secs(90);
-    while ends(&b, "orders").await != first {
+    while ends(b, "orders").await != first {
         assert!(
             Instant::now() < deadline,
             "not replicated; {}",
@@ -945,6 +928,18 @@ async fn failback_copies_back_only_what_the_new_primary_took_and_reports_what_di
     run.write("  replicationPolicy: {type: Identity}\n  failover: {id: move-1, mode: Planned}");
     let report = forward.0.final_failover("move-1").await;
     assert_eq!(report.phase, FailoverPhase::Done, "{report:?}");
+    stop(forward).await;
+    report
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failback_copies_back_only_what_the_new_primary_took_and_reports_what_diverged() {
+    let Some((_a, _b, run)) = clusters_with_orders().await else {
+        return;
+    };
+    // dc1 (A) is the primary, dc2 (B) its mirror; under Identity the names match.
+    let (a, b) = (run.src.clone(), run.tgt.clone());
+    let report = failed_over(&run).await;
     let recorded: Vec<(i32, i64, Option<&str>, Option<i64>)> = report
         .partitions
         .iter()
@@ -965,7 +960,6 @@ async fn failback_copies_back_only_what_the_new_primary_took_and_reports_what_di
         recorded, want,
         "targetEnd recorded once replication stopped"
     );
-    stop(forward).await;
 
     // After the failover: the old primary still takes a few records (they never reach B),
     // the new primary takes 5,000.
@@ -1109,4 +1103,165 @@ async fn failback_waits_and_says_why_while_the_failover_is_unknown() {
         "nothing copied while waiting"
     );
     stop(back).await;
+}
+
+/// Waits until `group`'s committed offsets on `topic` of `cluster` are `want`.
+async fn until_committed(
+    cluster: &str,
+    group: &str,
+    topic: &str,
+    want: &BTreeMap<i32, i64>,
+    w: &Sink,
+) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let got = brokers::group_committed(cluster, group, topic, PARTITIONS)
+            .await
+            .unwrap_or_default();
+        if &got == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{group}: committed {got:?}, want {want:?}; {}",
+            w.describe()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failback_translates_the_groups_back_without_skipping() {
+    let Some((_a, _b, run)) = clusters_with_orders().await else {
+        return;
+    };
+    let (a, b) = (run.src.clone(), run.tgt.clone());
+    failed_over(&run).await;
+    let first: BTreeMap<i32, i64> = (0..PARTITIONS).map(|p| (p, PER_PARTITION)).collect();
+
+    // A takes records that never reach B (diverged); consumers that moved to B commit there:
+    // g-below inside what the failover copied, g-at exactly where B ended (targetEnd).
+    let diverged: BTreeMap<i32, i64> = [(0, 7), (1, 0), (2, 3)].into_iter().collect();
+    let pairs: Vec<(i32, i64)> = diverged.iter().map(|(p, n)| (*p, *n)).collect();
+    brokers::produce(&a, "orders", &keyed("d", &pairs))
+        .await
+        .unwrap();
+    let below: BTreeMap<i32, i64> = [(0, 0), (1, 25), (2, 59)].into_iter().collect();
+    brokers::commit_group(&b, "g-below", "orders", &below)
+        .await
+        .unwrap();
+    brokers::commit_group(&b, "g-at", "orders", &first)
+        .await
+        .unwrap();
+
+    let checkpoint = "---
+apiVersion: mirrorflow.io/v1alpha1
+kind: OffsetCheckpoint
+metadata: {name: groups-back}
+spec:
+  flowRef: {name: back}
+  groups: {include: ['g-.*'], refreshIntervalSeconds: 1}
+  intervalSeconds: 1
+  syncGroupOffsets: true
+";
+    run.write_back_with("move-1", false, checkpoint);
+    let back = run.start_file("back.yaml");
+    // Nothing new on B yet: the flow has written nothing, the seed alone translates g-at.
+    // Under Identity an offset the failover copied is the same offset on A; B's end
+    // (targetEnd) is A's end when the flow started, past the diverged records.
+    let resume: BTreeMap<i32, i64> = diverged
+        .iter()
+        .map(|(p, n)| (*p, PER_PARTITION + n))
+        .collect();
+    until_committed(&a, "g-below", "orders", &below, &back.0).await;
+    until_committed(&a, "g-at", "orders", &resume, &back.0).await;
+    assert_eq!(
+        ends(&a, "orders").await,
+        resume,
+        "the flow wrote nothing while the seed translated"
+    );
+
+    // B takes 200 new records per partition; the flow copies them back, and g-beyond,
+    // committed 150 into them on B, translates by the flow's own syncs.
+    const NEW: i64 = 200;
+    let new_records: Vec<ProduceRecord> = (0..NEW * PARTITIONS as i64)
+        .map(|i| {
+            ProduceRecord::new(format!("n{i}"), "new").partition((i % PARTITIONS as i64) as i32)
+        })
+        .collect();
+    brokers::produce(&b, "orders", &new_records).await.unwrap();
+    let copied: BTreeMap<i32, i64> = resume.iter().map(|(p, r)| (*p, r + NEW)).collect();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while ends(&a, "orders").await != copied {
+        assert!(
+            Instant::now() < deadline,
+            "not copied back; {}",
+            back.0.describe()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let beyond: BTreeMap<i32, i64> = [(0, 150), (1, 1), (2, NEW)]
+        .into_iter()
+        .map(|(p, k)| (p, PER_PARTITION + k))
+        .collect();
+    brokers::commit_group(&b, "g-beyond", "orders", &beyond)
+        .await
+        .unwrap();
+    let beyond_on_a: BTreeMap<i32, i64> = beyond
+        .iter()
+        .map(|(p, o)| (*p, o - PER_PARTITION + resume[p]))
+        .collect();
+    until_committed(&a, "g-beyond", "orders", &beyond_on_a, &back.0).await;
+    // The seed's groups stay where they are (nothing moved on B).
+    until_committed(&a, "g-at", "orders", &resume, &back.0).await;
+    until_committed(&a, "g-below", "orders", &below, &back.0).await;
+    eprintln!(
+        "groups on B -> on A: g-below {below:?} -> {below:?}; g-at {first:?} -> {resume:?}; g-beyond {beyond:?} -> {beyond_on_a:?}"
+    );
+
+    stop(back).await;
+
+    // What each group reads on A from there: nothing it read on B again, nothing it had not
+    // read skipped: from its translated offset to A's end (for g-below that passes the
+    // diverged records, which no consumer on B ever saw).
+    let on_a = [
+        ("g-below", &below),
+        ("g-at", &resume),
+        ("g-beyond", &beyond_on_a),
+    ];
+    for (g, from) in on_a {
+        let mut want: Vec<(i32, i64)> = from
+            .iter()
+            .flat_map(|(p, o)| (*o..copied[p]).map(move |x| (*p, x)))
+            .collect();
+        want.sort();
+        let got = read_group_on(&a, "orders", g, want.len());
+        eprintln!("{g}: {} records read on A from {from:?}", got.len());
+        assert_eq!(got, want, "{g}: read again nothing, skipped nothing");
+    }
+}
+
+/// Reads what group `group` gets from `topic` on `cluster` from its committed offsets:
+/// (partition, offset) of each record, sorted.
+fn read_group_on(cluster: &str, topic: &str, group: &str, want: usize) -> Vec<(i32, i64)> {
+    let c = consumer(cluster, group);
+    c.subscribe(&[topic]).unwrap();
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut quiet_until = None;
+    while Instant::now() < deadline {
+        match c.poll(Duration::from_millis(200)) {
+            Some(Ok(m)) => got.push((m.partition(), m.offset())),
+            _ if got.len() >= want => {
+                // Give a duplicate the chance to show up.
+                let q = *quiet_until.get_or_insert(Instant::now() + Duration::from_secs(2));
+                if Instant::now() >= q {
+                    break;
+                }
+            }
+            _ => {}
+        }
+    }
+    got.sort();
+    got
 }

@@ -910,7 +910,12 @@ mod tests {
                 .collect()
         };
         // (name, asked, answered, outcome: "ok" | "reroute" | error text it contains)
-        type Case = (&'static str, Vec<GroupOffset>, Vec<(String, i32, i16)>, &'static str);
+        type Case = (
+            &'static str,
+            Vec<GroupOffset>,
+            Vec<(String, i32, i16)>,
+            &'static str,
+        );
         let cases: Vec<Case> = vec![
             (
                 "all answered",

@@ -7,12 +7,14 @@
 //! - [`plan`]: one group's cycle as pure decisions.
 //! - [`group_sync`]: the group sync beside the cycles: the hand-off of plans (coalescing),
 //!   the commits to the target groups, who reports which failures.
+//! - [`failback`]: groups of a flow failing back translate across the failover.
 //! - [`status`]: runner state → `OffsetCheckpointStatus`.
 //! - [`metrics`]: Prometheus series.
 //! - [`io`] and `kafka::admin`: cluster calls.
 //! - [`runner`]: start-up and the cycles, run by worker 0 of a flow.
 //!
 //! `mirrorflow translate` (`cli::translate`) prints [`translate`]'s decisions.
+pub mod failback;
 pub mod group_sync;
 pub mod groups;
 pub mod io;

@@ -18,7 +18,7 @@ use crate::api::GroupFailureReason;
 use crate::kafka::wire;
 use crate::kafka::Code;
 
-use super::store::SyncStore;
+use super::failback::Translate;
 use super::translate::{
     clamp_to_target_end, decide_checkpoint, decide_group_sync, CheckpointDecision,
     CheckpointKeyRef, CheckpointState, GroupSyncDecision, InForce, NoSyncReason, PartitionMap,
@@ -150,7 +150,7 @@ pub fn plan_group<T: AsRef<str>>(
     group: &str,
     offsets: &[GroupOffset],
     target_topic: impl Fn(&str) -> Option<T>,
-    syncs: &SyncStore,
+    syncs: &impl Translate,
     ends: &PartitionMap<i64>,
     in_force: &InForce,
 ) -> GroupPlan {
@@ -312,6 +312,7 @@ pub fn classify_commit_error(error: &crate::kafka::Error) -> GroupFailureReason 
 mod tests {
     use super::*;
     use crate::kafka::wire::{OffsetSync, SyncSequence};
+    use crate::worker::checkpoint::store::SyncStore;
     use crate::worker::checkpoint::translate::{CheckpointKey, EmitReason, SkipReason};
     use hashbrown::HashMap;
     use pretty_assertions::assert_eq;

@@ -17,6 +17,7 @@ mod startup;
 
 use std::future::Future;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -32,6 +33,7 @@ use crate::kafka::wire;
 use crate::worker::error::Error;
 use crate::worker::topic_filter::TopicFilter;
 
+use super::failback::LoadBack;
 use super::group_sync::{run_group_syncs, Handoff};
 use super::groups::GroupSelection;
 use super::metrics::CheckpointMetrics;
@@ -106,6 +108,8 @@ pub fn checkpoints_topic(flow: &MirrorFlowSpec) -> String {
 /// the group sync (the one it syncs, the newest waiting).
 pub struct CheckpointRunner {
     flow_name: String,
+    /// With `spec.source.startFrom.afterFailover` (see [`Self::failing_back`]).
+    failback: Option<Arc<dyn LoadBack>>,
     flow: MirrorFlowSpec,
     source: ClientConfig,
     target: ClientConfig,
@@ -143,6 +147,7 @@ impl CheckpointRunner {
         let (specs_tx, _) = watch::channel(checkpoints);
         let (state_tx, _) = watch::channel(RunnerState::default());
         Ok(Self {
+            failback: None,
             flow_name,
             flow: flow.spec.clone(),
             source,
@@ -153,6 +158,12 @@ impl CheckpointRunner {
             secrets_dir: secrets_dir.to_path_buf(),
             secrets: None,
         })
+    }
+
+    /// Groups of a flow failing back translate across the failover, from what `loader` reads.
+    pub fn failing_back(mut self, loader: Option<Arc<dyn LoadBack>>) -> Self {
+        self.failback = loader;
+        self
     }
 
     /// Reconnects (and starts over: reload, offset syncs read again) whenever a cluster's

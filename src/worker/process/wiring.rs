@@ -436,7 +436,9 @@ fn start_checkpoints(
     let mut flow = MirrorFlow::new(&input.name, input.spec.borrow().clone());
     flow.metadata.namespace = Some(input.namespace.clone());
     let cps = checkpoints.borrow().clone();
-    match CheckpointRunner::new(&flow, cps, secrets_dir, registry).map(|r| r.watch_secrets(secrets))
+    let back = crate::worker::failover::groups_back::loader(&flow);
+    match CheckpointRunner::new(&flow, cps, secrets_dir, registry)
+        .map(|r| r.watch_secrets(secrets).failing_back(back))
     {
         Ok(runner) => {
             let specs = runner.specs();

@@ -15,6 +15,7 @@ use crate::kafka::Error as KafkaError;
 use crate::worker::error::Error;
 use crate::worker::topic_filter::TopicDecision;
 
+use super::super::failback::{FailingBack, WithFailback};
 use super::super::group_sync::SyncOffer;
 use super::super::io;
 use super::super::plan::{plan_group, GroupPlan};
@@ -87,6 +88,9 @@ impl Worker {
         // 2. Offset syncs, then target ends (in this order: an end read after the syncs is
         //    at or past every sync read).
         self.catch_up_syncs().await;
+        if let Some(f) = &mut self.failback {
+            f.refresh(&runner.source, &runner.target).await;
+        }
         let (targets, needed) = target_partitions(&by_group, |t| self.target_topic(t));
         let target = self.target.clone();
         let ends: PartitionMap<i64> = blocking(move || target.end_offsets(&needed))
@@ -102,7 +106,10 @@ impl Worker {
                     g,
                     offs,
                     |t| targets.get(t).and_then(|o| o.as_deref()),
-                    &self.store,
+                    &WithFailback {
+                        own: &self.store,
+                        back: self.failback.as_ref().and_then(FailingBack::back),
+                    },
                     &ends,
                     &self.in_force,
                 )

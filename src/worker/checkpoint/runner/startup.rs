@@ -16,6 +16,7 @@ use crate::kafka::Error as KafkaError;
 use crate::worker::error::Error;
 use crate::worker::topic_filter::TopicFilter;
 
+use super::super::failback::FailingBack;
 use super::super::io;
 use super::super::metrics::CheckpointMetrics;
 use super::super::status::RunnerState;
@@ -93,6 +94,7 @@ impl CheckpointRunner {
             in_force,
             filter: TopicFilter::new(&self.flow)?,
             metrics: self.metrics.clone(),
+            failback: self.failback.clone().map(FailingBack::new),
         })
     }
 }
@@ -142,6 +144,8 @@ pub(super) struct Worker {
     pub(super) in_force: InForce,
     pub(super) filter: TopicFilter,
     pub(super) metrics: CheckpointMetrics,
+    /// With `spec.source.startFrom.afterFailover`: groups translate across the failover.
+    pub(super) failback: Option<FailingBack>,
 }
 
 impl Worker {
