@@ -6,7 +6,8 @@ use prometheus::{
     Opts, Registry,
 };
 
-/// Error kinds counted in `mirrorflow_worker_errors_total{kind}`.
+/// The stage an error happened in: the `kind` of `mirrorflow_worker_errors_total{kind,reason}`
+/// (its `reason` comes from the error itself, see [`Categorized`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorKind {
     /// The target refused a record for good (e.g. too large).
@@ -26,7 +27,7 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
-    /// All kinds, for pre-creating the series.
+    /// All kinds.
     pub const ALL: [ErrorKind; 7] = [
         ErrorKind::RecordRejected,
         ErrorKind::TargetRetriable,
@@ -51,6 +52,18 @@ impl ErrorKind {
     }
 }
 
+/// An error that names its own category (`Broker`, `Timeout`, `InvalidSpec`, ...): the
+/// `reason` label of `errors_total`, the same word conditions and Events use.
+pub trait Categorized {
+    /// The category, a PascalCase word.
+    fn reason(&self) -> &'static str;
+}
+
+/// The labels of `errors_total` for an error of `cause` during `kind`: `[kind, reason]`.
+pub fn error_labels(kind: ErrorKind, cause: &dyn Categorized) -> [&'static str; 2] {
+    [kind.as_str(), cause.reason()]
+}
+
 /// Prometheus metrics of one worker, registered in their own [`Registry`]. Every series is
 /// prefixed `mirrorflow_worker_`:
 ///
@@ -63,7 +76,7 @@ impl ErrorKind {
 /// | `offset_syncs_total` | — | offset syncs written |
 /// | `transactions_total` | outcome (commit, abort) | target transactions (ExactlyOnce) |
 /// | `batches_total` | outcome (committed, retried) | batches written |
-/// | `errors_total` | kind | errors by kind (see [`ErrorKind`]) |
+/// | `errors_total` | kind, reason | errors by stage (see [`ErrorKind`]) and by the error's category (see [`Categorized`]); a series appears at its first error |
 /// | `partitions_owned` | — | partitions this worker owns |
 /// | `partitions_failed` | — | owned partitions stopped by a failure |
 /// | `paused` | — | 1 while `spec.paused` is set |
@@ -93,7 +106,7 @@ pub struct WorkerMetrics {
     pub transactions: IntCounterVec,
     /// `batches_total{outcome}`.
     pub batches: IntCounterVec,
-    /// `errors_total{kind}`.
+    /// `errors_total{kind,reason}`.
     pub errors: IntCounterVec,
     /// `partitions_owned`.
     pub partitions_owned: IntGauge,
@@ -165,7 +178,13 @@ impl WorkerMetrics {
         )?;
         let batches =
             IntCounterVec::new(opts("batches_total", "Batches by outcome"), &["outcome"])?;
-        let errors = IntCounterVec::new(opts("errors_total", "Errors by kind"), &["kind"])?;
+        let errors = IntCounterVec::new(
+            opts(
+                "errors_total",
+                "Errors by stage (kind) and category (reason)",
+            ),
+            &["kind", "reason"],
+        )?;
         let partitions_owned =
             IntGauge::with_opts(opts("partitions_owned", "Partitions owned by this worker"))?;
         let partitions_failed = IntGauge::with_opts(opts(
@@ -267,9 +286,6 @@ impl WorkerMetrics {
 
     /// Zero series from the start, so rate() and alerts work before the first event.
     fn zero_series(&self) {
-        for kind in ErrorKind::ALL {
-            self.errors.with_label_values(&[kind.as_str()]);
-        }
         for outcome in ["commit", "abort"] {
             self.transactions.with_label_values(&[outcome]);
         }
@@ -281,9 +297,11 @@ impl WorkerMetrics {
         }
     }
 
-    /// Counts an error.
-    pub fn error(&self, kind: ErrorKind) {
-        self.errors.with_label_values(&[kind.as_str()]).inc();
+    /// Counts an error of `cause` during `kind`.
+    pub fn error(&self, kind: ErrorKind, cause: &dyn Categorized) {
+        self.errors
+            .with_label_values(&error_labels(kind, cause))
+            .inc();
     }
 
     /// Counts a config change applied to a target topic (`op`: set, delete).
@@ -324,6 +342,29 @@ pub fn encode_registry(registry: &Registry) -> String {
 mod tests {
     use super::*;
 
+    /// A cause naming a fixed category.
+    struct Cause(&'static str);
+
+    impl Categorized for Cause {
+        fn reason(&self) -> &'static str {
+            self.0
+        }
+    }
+
+    #[test]
+    fn labels_are_the_stage_and_the_cause_category() {
+        for (kind, cause, want) in [
+            (ErrorKind::Source, "Broker", ["source", "Broker"]),
+            (ErrorKind::Fatal, "InvalidSpec", ["fatal", "InvalidSpec"]),
+            (ErrorKind::Progress, "Timeout", ["progress", "Timeout"]),
+        ] {
+            assert_eq!(error_labels(kind, &Cause(cause)), want);
+        }
+        let names: Vec<&str> = ErrorKind::ALL.iter().map(|k| k.as_str()).collect();
+        assert_eq!(names.len(), 7);
+        assert!(names.contains(&"record_rejected") && names.contains(&"topic_sync"));
+    }
+
     /// The metrics registered are those [`WorkerMetrics`]' table documents, each once.
     #[test]
     fn registered_metrics_match_the_documented_table() {
@@ -352,14 +393,13 @@ mod tests {
         let m = WorkerMetrics::new().unwrap();
         m.records.with_label_values(&["orders"]).inc_by(3);
         m.lag_records.with_label_values(&["orders", "0"]).set(7);
-        m.error(ErrorKind::RecordRejected);
+        m.error(ErrorKind::RecordRejected, &Cause("Broker"));
         m.refreshed(std::time::Duration::from_millis(250));
         let text = m.encode();
         for needle in [
             "mirrorflow_worker_records_replicated_total{topic=\"orders\"} 3",
             "mirrorflow_worker_replication_lag_records{partition=\"0\",topic=\"orders\"} 7",
-            "mirrorflow_worker_errors_total{kind=\"record_rejected\"} 1",
-            "mirrorflow_worker_errors_total{kind=\"fatal\"} 0",
+            "mirrorflow_worker_errors_total{kind=\"record_rejected\",reason=\"Broker\"} 1",
             "mirrorflow_worker_transactions_total{outcome=\"abort\"} 0",
             "mirrorflow_worker_topic_config_changes_total{op=\"delete\"} 0",
             "mirrorflow_worker_topic_refresh_seconds 0.25",
@@ -367,6 +407,8 @@ mod tests {
         ] {
             assert!(text.contains(needle), "missing {needle} in\n{text}");
         }
+        // Series of errors appear at their first error, not before.
+        assert!(!text.contains("kind=\"fatal\""), "{text}");
         m.forget_partition("orders", 0);
         assert!(!m
             .encode()

@@ -111,6 +111,66 @@ impl<T, E: Into<Error>> Context<T> for Result<T, E> {
 mod tests {
     use super::*;
 
+    /// Stage + error -> the labels of `errors_total`: the kind is the stage, the reason the
+    /// error's own category.
+    #[test]
+    fn error_labels_are_the_stage_and_the_error_category() {
+        use crate::telemetry::metrics::{error_labels, ErrorKind::*};
+        use rdkafka::error::KafkaError;
+        use rdkafka::types::RDKafkaErrorCode as C;
+        let timeout = kafka::Error::Timeout(std::time::Duration::from_secs(1));
+        let cases: Vec<(_, Box<dyn crate::telemetry::metrics::Categorized>, _)> = vec![
+            (
+                Source,
+                Box::new(KafkaError::MessageConsumption(C::UnknownTopicOrPartition)),
+                ["source", "Broker"],
+            ),
+            (
+                OffsetValidation,
+                Box::new(KafkaError::MessageConsumption(C::OffsetOutOfRange)),
+                ["offset_validation", "Broker"],
+            ),
+            (
+                TargetRetriable,
+                Box::new(KafkaError::MessageProduction(C::RequestTimedOut)),
+                ["target_retriable", "Timeout"],
+            ),
+            (
+                TargetRetriable,
+                Box::new(KafkaError::Canceled),
+                ["target_retriable", "Client"],
+            ),
+            (
+                TopicSync,
+                Box::new(timeout.clone()),
+                ["topic_sync", "Timeout"],
+            ),
+            (
+                Progress,
+                Box::new(Error::from(timeout.clone()).context("progress topic p/0")),
+                ["progress", "Timeout"],
+            ),
+            (
+                Fatal,
+                Box::new(Error::Spec("spec.topics: bad".into())),
+                ["fatal", "InvalidSpec"],
+            ),
+            (
+                Fatal,
+                Box::new(Error::Refused("fenced".into())),
+                ["fatal", "Refused"],
+            ),
+            (
+                Fatal,
+                Box::new(Error::Record("encoding".into())),
+                ["fatal", "Record"],
+            ),
+        ];
+        for (kind, cause, want) in cases {
+            assert_eq!(error_labels(kind, &*cause), want, "{kind:?}");
+        }
+    }
+
     #[test]
     fn reasons_come_from_the_cause() {
         let e = Error::from(kafka::Error::Timeout(std::time::Duration::from_secs(1)))

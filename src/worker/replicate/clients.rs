@@ -13,6 +13,7 @@ use crate::kafka::config::{client_properties, ClientProperties};
 use crate::kafka::context::LogContext;
 use crate::kafka::health::FlowHealth;
 use crate::kafka::topics::{self, Admin, MetaClient};
+use crate::worker::error::Error as WorkerError;
 
 /// A worker's clients.
 pub struct Clients {
@@ -34,25 +35,24 @@ impl Clients {
         spec: &MirrorFlowSpec,
         health: &FlowHealth,
     ) -> Result<Self, EngineError> {
-        let fatal =
-            |what: &str, e: &dyn std::fmt::Display| EngineError::Fatal(format!("{what}: {e}"));
+        let fatal = |what: &str, e: WorkerError| EngineError::Fatal(e.context(what));
         let source_props = client_properties(&spec.source, &settings.secrets_dir)
-            .map_err(|e| fatal("spec.source", &e))?;
+            .map_err(|e| fatal("spec.source", e.into()))?;
         let target_props = client_properties(&spec.target, &settings.secrets_dir)
-            .map_err(|e| fatal("spec.target", &e))?;
+            .map_err(|e| fatal("spec.target", e.into()))?;
         info!(source = %source_props, target = %target_props, "client properties");
         // One context per client: each reports its own connection health.
         let (s, t) = (&health.source, &health.target);
         let consumer = create_consumer(settings, spec, &source_props, s.context())
-            .map_err(|e| fatal("source consumer", &e))?;
+            .map_err(|e| fatal("source consumer", crate::kafka::Error::from(e).into()))?;
         let source_meta = topics::meta_client(&source_props, s.context())
-            .map_err(|e| fatal("source client", &e))?;
+            .map_err(|e| fatal("source client", crate::kafka::Error::from(e).into()))?;
         let target_meta = topics::meta_client(&target_props, t.context())
-            .map_err(|e| fatal("target client", &e))?;
+            .map_err(|e| fatal("target client", crate::kafka::Error::from(e).into()))?;
         let source_admin = topics::admin_client(&source_props, s.context())
-            .map_err(|e| fatal("source admin client", &e))?;
+            .map_err(|e| fatal("source admin client", crate::kafka::Error::from(e).into()))?;
         let target_admin = topics::admin_client(&target_props, t.context())
-            .map_err(|e| fatal("target admin client", &e))?;
+            .map_err(|e| fatal("target admin client", crate::kafka::Error::from(e).into()))?;
         Ok(Self {
             source_props,
             target_props,

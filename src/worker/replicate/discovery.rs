@@ -494,7 +494,7 @@ impl Discovery {
         let target_rf = match topics::list_topics_with_replicas(&self.target_meta, timeout).await {
             Ok(t) => t,
             Err(e) => {
-                self.metrics.error(ErrorKind::TopicSync);
+                self.metrics.error(ErrorKind::TopicSync, &e);
                 warn!("target cluster {}: {e}", self.target_alias);
                 return plan;
             }
@@ -516,7 +516,7 @@ impl Discovery {
                     plan.ready.insert(t);
                 }
                 Err(e) => {
-                    self.metrics.error(ErrorKind::TopicSync);
+                    self.metrics.error(ErrorKind::TopicSync, &e);
                     warn!("target cluster {}: {e}", self.target_alias);
                     refused.insert(t, format!("target cluster {}: {e}", self.target_alias));
                 }
@@ -660,7 +660,7 @@ impl Discovery {
         match topics::list_topics(meta, self.io_timeout).await {
             Ok(t) => Some(t),
             Err(e) => {
-                self.metrics.error(ErrorKind::TopicSync);
+                self.metrics.error(ErrorKind::TopicSync, &e);
                 warn!("{side} cluster {alias}: {e}");
                 None
             }
@@ -726,7 +726,7 @@ impl Discovery {
                         if created {
                             info!(topic = %target, partitions, replication_factor = ?rf, ?configs, "created target topic");
                             if let Err(e) = self.record_created(target, input).await {
-                                self.metrics.error(ErrorKind::TopicSync);
+                                self.metrics.error(ErrorKind::TopicSync, &e);
                                 warn!("target topic {target} was created but could not be recorded as the flow's ({e}); its configs are not re-synced");
                             }
                         }
@@ -838,8 +838,8 @@ impl Discovery {
         input: &RefreshInput,
     ) -> Option<BTreeMap<String, String>> {
         let timeout = self.io_timeout;
-        let fail = |e: String| {
-            self.metrics.error(ErrorKind::TopicSync);
+        let fail = |e: Error| {
+            self.metrics.error(ErrorKind::TopicSync, &e);
             warn!("target cluster {}: {e}", self.target_alias);
             None
         };
@@ -853,7 +853,7 @@ impl Discovery {
         }
         let known = match self.created_topics().await {
             Ok(k) => k,
-            Err(e) => return fail(e.to_string()),
+            Err(e) => return fail(e),
         };
         let recorded: Vec<(&String, &String)> = mine
             .into_iter()
@@ -869,7 +869,7 @@ impl Discovery {
         } else {
             match io::topic_ids(&self.target_admin, with_id, timeout).await {
                 Ok(ids) => ids,
-                Err(e) => return fail(format!("topic ids: {e}")),
+                Err(e) => return fail(Error::from(e).context("topic ids")),
             }
         };
         let ours: Vec<(String, String)> = recorded
@@ -887,7 +887,7 @@ impl Discovery {
         let target_configs =
             match topics::describe_topic_configs(&self.target_admin, &targets, timeout).await {
                 Ok(c) => c,
-                Err(e) => return fail(e.to_string()),
+                Err(e) => return fail(e.into()),
             };
         let mut problems = BTreeMap::new();
         for t in &targets {
@@ -930,7 +930,7 @@ impl Discovery {
             match topics::describe_topic_configs(&self.source_admin, &sources, timeout).await {
                 Ok(c) => c,
                 Err(e) => {
-                    self.metrics.error(ErrorKind::TopicSync);
+                    self.metrics.error(ErrorKind::TopicSync, &e);
                     warn!("source cluster {}: {e}", self.source_alias);
                     return;
                 }
@@ -945,7 +945,7 @@ impl Discovery {
                     }
                 }
                 (Some(Err(e)), _) | (_, Some(Err(e))) => {
-                    self.metrics.error(ErrorKind::TopicSync);
+                    self.metrics.error(ErrorKind::TopicSync, e);
                     warn!("{e}");
                 }
                 _ => {}
@@ -958,7 +958,7 @@ impl Discovery {
             match topics::alter_topic_configs(&self.target_admin, changes.clone(), timeout).await {
                 Ok(r) => r,
                 Err(e) => {
-                    self.metrics.error(ErrorKind::TopicSync);
+                    self.metrics.error(ErrorKind::TopicSync, &e);
                     warn!("target cluster {}: {e}", self.target_alias);
                     return;
                 }
@@ -972,7 +972,7 @@ impl Discovery {
                     info!(topic = %t, changes = ?c, "synced target topic configs");
                 }
                 Err(e) => {
-                    self.metrics.error(ErrorKind::TopicSync);
+                    self.metrics.error(ErrorKind::TopicSync, &e);
                     warn!("target cluster {}: {e}", self.target_alias);
                 }
             }

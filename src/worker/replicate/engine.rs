@@ -50,11 +50,12 @@ use crate::kafka::events::ProducerEvents;
 use crate::kafka::secrets::FlowSecrets;
 use crate::kafka::topics;
 use crate::kafka::wire::{offset_syncs_topic, progress_topic};
-use crate::telemetry::metrics::ErrorKind;
+use crate::telemetry::metrics::{Categorized, ErrorKind};
 use crate::worker::topic_filter::TopicFilter;
 use crate::worker::validation::classify::{Detection, FlowRef, ReportedFailures};
 
 use super::settings::{live_spec, EngineError, EngineOutputs, EngineSettings};
+use crate::worker::error::Error as WorkerError;
 
 mod failback;
 mod publish;
@@ -88,7 +89,7 @@ pub struct Engine {
     internal_topics_ready: bool,
     out_of_range_seen: bool,
     started: bool,
-    fatal: Option<String>,
+    fatal: Option<WorkerError>,
     resets: Resets,
     /// Failures already logged (each is logged once at error level).
     reported: ReportedFailures,
@@ -116,8 +117,8 @@ impl Engine {
         out: EngineOutputs,
     ) -> Result<Self, EngineError> {
         let spec = flow_rx.borrow().clone();
-        let filter =
-            TopicFilter::new(&spec).map_err(|e| EngineError::Fatal(format!("spec.topics: {e}")))?;
+        let filter = TopicFilter::new(&spec)
+            .map_err(|e| EngineError::Fatal(WorkerError::Spec(format!("spec.topics: {e}"))))?;
         let clients = Clients::connect(&settings, &spec, &out.health)?;
         let (failures_total, register_error) = failure_counter(&out.metrics.registry);
         if let Some(e) = register_error {
@@ -204,11 +205,11 @@ impl Engine {
         if let Some(h) = self.refreshing.take() {
             h.abort();
         }
-        if let Err(EngineError::Fatal(msg)) = &result {
-            error!(worker = %worker_id(&self.settings.flow_name, self.settings.worker_index), "{msg}");
-            self.out.metrics.error(ErrorKind::Fatal);
-            self.fatal = Some(msg.clone());
-            self.out.readiness.set_not_ready(msg.clone());
+        if let Err(EngineError::Fatal(e)) = &result {
+            error!(worker = %worker_id(&self.settings.flow_name, self.settings.worker_index), "{e}");
+            self.out.metrics.error(ErrorKind::Fatal, e);
+            self.fatal = Some(e.clone());
+            self.out.readiness.set_not_ready(e.to_string());
         }
         self.out.metrics.ready.set(0.0);
         self.publish();
@@ -228,8 +229,8 @@ impl Engine {
             wake: Box::pin(tokio::time::sleep(Duration::ZERO)),
         };
         loop {
-            if let Some(msg) = &self.fatal {
-                return Err(EngineError::Fatal(msg.clone()));
+            if let Some(e) = &self.fatal {
+                return Err(EngineError::Fatal(e.clone()));
             }
             let v = self.view();
             if !v.has_writer && v.retry_due {
@@ -443,7 +444,7 @@ impl Engine {
         }
         if !self.settings.retired_workers.is_empty() {
             if let Err(e) = self.fence_retired().await {
-                self.start_problem(e.to_string());
+                self.start_problem(e.to_string(), &e);
                 return Ok(false);
             }
         }
@@ -465,7 +466,7 @@ impl Engine {
                 timeout,
             );
             if let Err(e) = r.await {
-                self.start_problem(e.to_string());
+                self.start_problem(e.to_string(), &e);
                 return Ok(false);
             }
             self.internal_topics_ready = true;
@@ -482,13 +483,13 @@ impl Engine {
                     self.progress_loaded = true;
                 }
                 Err(io::ProgressError::Corrupt(e)) => {
-                    return Err(EngineError::Fatal(format!(
+                    return Err(EngineError::Fatal(WorkerError::Record(format!(
                         "{e}. The progress topic holds a record this build cannot read; \
                          refusing to guess positions (that could skip records)"
-                    )));
+                    ))));
                 }
                 Err(io::ProgressError::Unavailable(e)) => {
-                    self.start_problem(e);
+                    self.start_problem(e.to_string(), &e);
                     return Ok(false);
                 }
             }
@@ -532,13 +533,14 @@ impl Engine {
                         names.join(", ")
                     )
                 };
-                self.start_problem(format!(
+                let none = crate::worker::error::Error::Spec(format!(
                     "spec.source.startFrom.mirrorMaker2: topic {topic} on target cluster {} \
                      holds no MirrorSourceConnector position of source cluster {alias}{found}; \
                      MM2's source alias must be spec.source.alias, and offsetsTopic its Connect \
                      offsets topic",
                     self.spec.target.alias
                 ));
+                self.start_problem(none.to_string(), &none);
                 Ok(false)
             }
             Ok(p) => {
@@ -551,12 +553,14 @@ impl Engine {
                 self.mm2_loaded = true;
                 Ok(true)
             }
-            Err(io::Mm2ReadError::Unreadable(e)) => Err(EngineError::Fatal(format!(
-                "spec.source.startFrom.mirrorMaker2: {e}; refusing to guess positions (that \
-                 could copy records again or skip them)"
-            ))),
+            Err(io::Mm2ReadError::Unreadable(e)) => {
+                Err(EngineError::Fatal(WorkerError::Record(format!(
+                    "spec.source.startFrom.mirrorMaker2: {e}; refusing to guess positions (that \
+                     could copy records again or skip them)"
+                ))))
+            }
             Err(io::Mm2ReadError::Unavailable(e)) => {
-                self.start_problem(format!("spec.source.startFrom.mirrorMaker2: {e}"));
+                self.start_problem(format!("spec.source.startFrom.mirrorMaker2: {e}"), &e);
                 Ok(false)
             }
         }
@@ -605,10 +609,12 @@ impl Engine {
                 self.on(Event::Reloaded);
                 Ok(())
             }
-            Err(io::ProgressError::Corrupt(e)) => Err(EngineError::Fatal(format!(
-                "{e}. The progress topic holds a record this build cannot read; refusing to \
-                 guess positions (that could skip records)"
-            ))),
+            Err(io::ProgressError::Corrupt(e)) => {
+                Err(EngineError::Fatal(WorkerError::Record(format!(
+                    "{e}. The progress topic holds a record this build cannot read; refusing \
+                     to guess positions (that could skip records)"
+                ))))
+            }
             Err(io::ProgressError::Unavailable(e)) => {
                 self.on(Event::Failed(&format_args!(
                     "reading positions back after a commit: {e}"
@@ -618,20 +624,21 @@ impl Engine {
         }
     }
 
-    fn start_problem(&mut self, msg: String) {
+    /// A start step failed with `cause` (`msg` says what it means); it is tried again.
+    fn start_problem(&mut self, msg: String, cause: &dyn Categorized) {
         warn!("{msg}; retrying");
-        self.out.metrics.error(ErrorKind::Progress);
+        self.out.metrics.error(ErrorKind::Progress, cause);
         self.out.readiness.set_not_ready(msg);
     }
 
     /// Creates the producer if missing; a transient failure leaves it missing (retry later).
     async fn ensure_writer(&mut self) -> Result<(), EngineError> {
-        if let Some(problem) = self
+        if let Some((problem, cause)) = self
             .pipeline
             .ensure_writer(&self.clients.target_props)
             .await?
         {
-            self.start_problem(problem);
+            self.start_problem(problem, &cause);
         }
         Ok(())
     }
@@ -785,12 +792,12 @@ impl Engine {
     fn on_consumer_error(&mut self, e: KafkaError) {
         match classify_consumer_error(&e) {
             ConsumerError::OutOfRange => {
-                self.out.metrics.error(ErrorKind::OffsetValidation);
+                self.out.metrics.error(ErrorKind::OffsetValidation, &e);
                 // librdkafka does not say which partition: check them all after this batch.
                 self.out_of_range_seen = true;
             }
             ConsumerError::Refused => {
-                self.out.metrics.error(ErrorKind::Source);
+                self.out.metrics.error(ErrorKind::Source, &e);
                 let why = report::refusal_reason(&self.spec.source.alias, &e);
                 if self.refused.is_none() {
                     warn!("{why}");
@@ -798,7 +805,7 @@ impl Engine {
                 self.refused = Some(report::Refusal::new(why, &self.table));
             }
             ConsumerError::Other => {
-                self.out.metrics.error(ErrorKind::Source);
+                self.out.metrics.error(ErrorKind::Source, &e);
                 debug!("source consumer: {e}");
             }
         }
@@ -867,7 +874,7 @@ impl Engine {
             self.clients.consumer.assign(&tpl)
         };
         if let Err(e) = r {
-            self.out.metrics.error(ErrorKind::Source);
+            self.out.metrics.error(ErrorKind::Source, &e);
             warn!("assigning source partitions failed: {e}");
             self.on(Event::AssignmentChanged);
         } else {

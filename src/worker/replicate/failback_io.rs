@@ -31,7 +31,21 @@ pub enum FailbackError {
     #[error("flow {0:?} is not NAMESPACE/NAME")]
     FlowRef(String),
     #[error("copying the diverged records to {topic}: {why}")]
-    Copy { topic: String, why: String },
+    Copy {
+        topic: String,
+        why: crate::kafka::Error,
+    },
+}
+
+impl crate::telemetry::metrics::Categorized for FailbackError {
+    fn reason(&self) -> &'static str {
+        match self {
+            Self::Io(StoreError::Kafka(e)) | Self::Copy { why: e, .. } => e.reason(),
+            Self::Io(StoreError::Json { .. }) => "Record",
+            Self::Io(StoreError::Join(_)) => "Internal",
+            Self::FlowRef(_) => "InvalidSpec",
+        }
+    }
 }
 
 impl From<KafkaError> for FailbackError {
@@ -253,7 +267,9 @@ impl FailbackIo {
                     match report {
                         Ok(_) => copied += 1,
                         Err(e) => {
-                            failed.get_or_insert_with(|| (topic.clone(), e.to_string()));
+                            failed.get_or_insert_with(|| {
+                                (topic.clone(), crate::kafka::Error::from(e))
+                            });
                         }
                     }
                 }

@@ -202,7 +202,7 @@ pub async fn newest_syncs(
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Mm2ReadError {
     /// The cluster could not be read (retry).
-    Unavailable(String),
+    Unavailable(Error),
     /// A record of MM2's source connector does not decode (do not guess).
     Unreadable(Mm2RecordError),
 }
@@ -218,7 +218,7 @@ pub async fn read_mm2_positions(
     let config = props.to_client_config();
     let (topic, cluster) = (topic.to_string(), cluster.to_string());
     let task = tokio::task::spawn_blocking(move || {
-        let unavailable = |e: Error| Mm2ReadError::Unavailable(e.to_string());
+        let unavailable = Mm2ReadError::Unavailable;
         let mut tail = TopicTail::new(&config, &topic, "target cluster").map_err(unavailable)?;
         let mut positions = Mm2Positions::new(&cluster);
         let mut bad = None;
@@ -247,14 +247,14 @@ pub async fn read_mm2_positions(
         }
     });
     task.await
-        .map_err(|e| Mm2ReadError::Unavailable(format!("blocking task failed: {e}")))?
+        .map_err(|e| Mm2ReadError::Unavailable(task_failed(e)))?
 }
 
 /// Why progress could not be read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProgressError {
     /// The cluster could not be read (retry).
-    Unavailable(String),
+    Unavailable(Error),
     /// A record does not decode (do not guess).
     Corrupt(String),
 }
@@ -296,19 +296,25 @@ pub async fn read_progress(
     let mut uncommitted_config = config.clone();
     uncommitted_config.set("isolation.level", "read_uncommitted");
     let task = tokio::task::spawn_blocking(move || {
-        let consumer: BaseConsumer<LogContext> = config
-            .create_with_context(ctx.clone())
-            .map_err(|e| Unavailable(format!("progress reader for {topic}: {e}")))?;
-        let uncommitted: BaseConsumer<LogContext> = uncommitted_config
-            .create_with_context(ctx)
-            .map_err(|e| Unavailable(format!("progress reader for {topic}: {e}")))?;
+        let consumer: BaseConsumer<LogContext> =
+            config.create_with_context(ctx.clone()).map_err(|e| {
+                Unavailable(Error::from(e).context(format!("progress reader for {topic}")))
+            })?;
+        let uncommitted: BaseConsumer<LogContext> =
+            uncommitted_config.create_with_context(ctx).map_err(|e| {
+                Unavailable(Error::from(e).context(format!("progress reader for {topic}")))
+            })?;
         let read = read_to_end(&consumer, &uncommitted, &topic, timeout);
         // Closing the clients joins their threads (0.1-0.2 s): not on the start's path.
         tokio::task::spawn_blocking(move || drop((consumer, uncommitted)));
         read
     });
-    task.await
-        .map_err(|e| Unavailable(format!("blocking task failed: {e}")))?
+    task.await.map_err(|e| Unavailable(task_failed(e)))?
+}
+
+/// A blocking read whose task failed (panicked or was cancelled).
+fn task_failed(e: tokio::task::JoinError) -> Error {
+    Error::Task(e.to_string()).context("blocking task failed")
 }
 
 /// Reads the progress topic with `consumer` (read_committed) to the end `uncommitted` finds
@@ -320,18 +326,19 @@ fn read_to_end(
     timeout: Duration,
 ) -> Result<HashMap<(String, i32), Progress>, ProgressError> {
     use ProgressError::{Corrupt, Unavailable};
-    let md = consumer
-        .fetch_metadata(None, timeout)
-        .map_err(|e| Unavailable(format!("metadata for progress topic {topic}: {e}")))?;
+    let md = consumer.fetch_metadata(None, timeout).map_err(|e| {
+        Unavailable(Error::from(e).context(format!("metadata for progress topic {topic}")))
+    })?;
     let Some(t) = md.topics().iter().find(|t| t.name() == topic) else {
         // Absent from a complete answer: a flow that never wrote progress. (A target that
         // still holds records of this flow stops those partitions: ProgressMissing.)
         return Ok(HashMap::new());
     };
     if let Some(e) = t.error() {
-        return Err(Unavailable(format!(
-            "progress topic {topic} is listed with an error ({e:?}); not reading it as empty"
-        )));
+        let listed = Error::code(rdkafka::types::RDKafkaErrorCode::from(e), format!("{e:?}"));
+        return Err(Unavailable(listed.context(format!(
+            "progress topic {topic} is listed with an error; not reading it as empty"
+        ))));
     }
     let partitions: Vec<i32> = t.partitions().iter().map(|p| p.id()).collect();
     // The end to reach: the high watermark now (read_uncommitted), so open transactions
@@ -345,19 +352,23 @@ fn read_to_end(
     let mut tpl = TopicPartitionList::new();
     for p in ends.keys() {
         tpl.add_partition_offset(topic, *p, Offset::Beginning)
-            .map_err(|e| Unavailable(format!("progress topic {topic}/{p}: {e}")))?;
+            .map_err(|e| {
+                Unavailable(Error::from(e).context(format!("progress topic {topic}/{p}")))
+            })?;
     }
     if !ends.is_empty() {
-        consumer
-            .assign(&tpl)
-            .map_err(|e| Unavailable(format!("assign progress topic {topic}: {e}")))?;
+        consumer.assign(&tpl).map_err(|e| {
+            Unavailable(Error::from(e).context(format!("assign progress topic {topic}")))
+        })?;
     }
     let mut reader = EndReader::new(&ends);
     let mut out = HashMap::new();
     let begin = Instant::now();
     while !reader.done() {
         if begin.elapsed() > timeout {
-            return Err(Unavailable(reader.late(topic, timeout)));
+            return Err(Unavailable(
+                Error::Timeout(timeout).context(reader.late(topic, timeout)),
+            ));
         }
         match consumer.poll(Duration::from_millis(100)) {
             None => {}
@@ -366,15 +377,25 @@ fn read_to_end(
                 let stable = consumer
                     .fetch_watermarks(topic, p, timeout)
                     .map(|(_, lso)| lso)
-                    .map_err(|e| Unavailable(format!("progress topic {topic}/{p}: {e}")))?;
+                    .map_err(|e| {
+                        Unavailable(Error::from(e).context(format!("progress topic {topic}/{p}")))
+                    })?;
                 if let EndStep::ReadAgainFrom(next) = reader.at_end(p, stable) {
                     // Read what the ended transactions committed, to the end again.
                     consumer
                         .seek(topic, p, Offset::Offset(next), timeout)
-                        .map_err(|e| Unavailable(format!("progress topic {topic}/{p}: {e}")))?;
+                        .map_err(|e| {
+                            Unavailable(
+                                Error::from(e).context(format!("progress topic {topic}/{p}")),
+                            )
+                        })?;
                 }
             }
-            Some(Err(e)) => return Err(Unavailable(format!("read progress topic {topic}: {e}"))),
+            Some(Err(e)) => {
+                return Err(Unavailable(
+                    Error::from(e).context(format!("read progress topic {topic}")),
+                ))
+            }
             Some(Ok(m)) => {
                 reader.consumed(m.partition(), m.offset());
                 let at = format!(
@@ -416,7 +437,11 @@ fn uncommitted_watermarks(
             client
                 .fetch_watermarks(topic, *p, timeout)
                 .map(|w| (*p, w))
-                .map_err(|e| ProgressError::Unavailable(format!("progress topic {topic}/{p}: {e}")))
+                .map_err(|e| {
+                    ProgressError::Unavailable(
+                        Error::from(e).context(format!("progress topic {topic}/{p}")),
+                    )
+                })
         })
         .collect()
 }

@@ -12,7 +12,7 @@ use crate::api::defaults;
 use crate::api::MirrorFlowSpec;
 use crate::kafka::health::FlowHealth;
 use crate::telemetry::http::Readiness;
-use crate::telemetry::metrics::WorkerMetrics;
+use crate::telemetry::metrics::{Categorized, WorkerMetrics};
 
 /// Knobs with safe defaults. The memory bound of a worker follows from them and
 /// `spec.workers.inFlightMiB` ([`WindowShares`]; `docs/PERFORMANCE.md`, the memory model).
@@ -216,7 +216,7 @@ pub enum EngineError {
     /// The worker cannot replicate: bad configuration, fenced, or the target cannot provide
     /// the requested delivery guarantee. The message says what to do.
     #[error("{0}")]
-    Fatal(String),
+    Fatal(crate::worker::error::Error),
 }
 
 /// Where the engine reports.
@@ -268,6 +268,26 @@ pub fn live_spec(running: &MirrorFlowSpec, new: MirrorFlowSpec) -> Option<LiveSp
         paused_changed,
         topics_changed,
     })
+}
+
+// The errors the worker counts in `errors_total` name their category (its `reason` label).
+impl Categorized for crate::worker::error::Error {
+    fn reason(&self) -> &'static str {
+        crate::worker::error::Error::reason(self)
+    }
+}
+
+impl Categorized for crate::kafka::Error {
+    fn reason(&self) -> &'static str {
+        crate::kafka::Error::reason(self)
+    }
+}
+
+/// librdkafka's own errors, categorised as [`crate::kafka::Error`] categorises them.
+impl Categorized for rdkafka::error::KafkaError {
+    fn reason(&self) -> &'static str {
+        crate::kafka::Error::Rdkafka(self.clone()).reason()
+    }
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use tracing::info;
 
 use super::Engine;
+use crate::worker::error::Error as WorkerError;
 use crate::worker::replicate::failback::starts;
 use crate::worker::replicate::failback_io::{FailbackIo, Prepared};
 
@@ -49,11 +50,13 @@ impl Engine {
                 Ok(true)
             }
             Ok(Prepared::Wait(why)) => {
-                self.start_problem(format!("spec.source.startFrom.afterFailover: {why}"));
+                // The spec names a failover that is not usable (yet).
+                let why = WorkerError::Spec(format!("spec.source.startFrom.afterFailover: {why}"));
+                self.start_problem(why.to_string(), &why);
                 Ok(false)
             }
             Err(e) => {
-                self.start_problem(format!("spec.source.startFrom.afterFailover: {e}"));
+                self.start_problem(format!("spec.source.startFrom.afterFailover: {e}"), &e);
                 Ok(false)
             }
         }

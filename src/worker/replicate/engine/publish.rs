@@ -19,10 +19,11 @@ impl Engine {
         );
         (self.refused, self.refused_shown) = report::refusal_now(self.refused.take(), &self.table);
         let problem = self.out.health.problems().into_iter().next();
+        let fatal = self.fatal.as_ref().map(ToString::to_string);
         report::update_readiness(
             &self.out.readiness,
             &self.out.metrics,
-            self.fatal.as_deref(),
+            fatal.as_deref(),
             self.started,
             problem.as_ref().map(|p| p.message.as_str()),
             self.stalled.as_deref(),
@@ -38,6 +39,7 @@ impl Engine {
     /// The status snapshot.
     pub(super) fn snapshot(&self) -> WorkerSnapshot {
         let not_ready = self.out.readiness.not_ready_reason();
+        let fatal = self.fatal.as_ref().map(ToString::to_string);
         let mut snap = report::snapshot(
             &self.table,
             &Lifecycle {
@@ -46,7 +48,7 @@ impl Engine {
                 index: self.settings.worker_index,
                 count: self.settings.worker_count,
                 delivery: self.spec.delivery,
-                fatal: self.fatal.as_deref(),
+                fatal: fatal.as_deref(),
                 started: self.started,
                 paused: self.spec.paused,
                 not_ready: not_ready.as_deref(),

@@ -11,8 +11,11 @@ use rdkafka::producer::BaseRecord;
 use tracing::{debug, error, info, warn};
 
 use super::send::{first_failure, send_waiting, Dispatched, MetaPending, Target};
-use super::verdict::{self, commit_error_action, CommitAction, CommitPlan, Judgement, Verdict};
+use super::verdict::{
+    self, commit_error_action, CommitAction, CommitPlan, Judgement, RecordFailure, Verdict,
+};
 use crate::kafka::delivery::GroupHandle;
+use crate::kafka::error::ErrorKind as KafkaKind;
 use crate::kafka::produce::TopicId;
 
 /// Commit attempts of one transaction before its outcome counts as unknown.
@@ -20,7 +23,8 @@ const MAX_COMMIT_ATTEMPTS: u32 = 5;
 use super::{Pipeline, WriteOutcome};
 use crate::api::TopicPartitionRef;
 use crate::kafka::wire::{OffsetSync, SYNC_SEQUENCE_HEADER};
-use crate::telemetry::metrics::ErrorKind;
+use crate::telemetry::metrics::{Categorized, ErrorKind};
+use crate::worker::error::Error as WorkerError;
 use crate::worker::replicate::batch::Batch;
 use crate::worker::replicate::partitions::PartitionTable;
 use crate::worker::replicate::report;
@@ -128,7 +132,7 @@ impl Pipeline {
                          and reading the positions back from the progress topic",
                         describe_error(&e)
                     );
-                    self.metrics.error(ErrorKind::TargetRetriable);
+                    self.metrics.error(ErrorKind::TargetRetriable, &e);
                     self.drop_writer(table);
                     table.restart_emitters(d.batch.partitions().iter().map(|p| &p.tp), fresh_epoch);
                     self.request_reassign();
@@ -164,12 +168,7 @@ impl Pipeline {
         let j = verdict::judge(&d.batch, &d.s.results, &d.s.careful, self.cfg.transactional);
         let recreate = match &j.verdict {
             Verdict::Fenced(m) => return Err(self.fenced(m)),
-            Verdict::Unsupported(m) => {
-                return Err(EngineError::Fatal(format!(
-                    "target {} cannot store the records: {m}",
-                    self.cfg.target_alias
-                )))
-            }
+            Verdict::Unsupported(m) => return Err(self.unsupported(m)),
             Verdict::Retry {
                 recreate_producer, ..
             } => *recreate_producer,
@@ -181,9 +180,12 @@ impl Pipeline {
         self.stop_refused(&j, &d.batch, &d.s.targets, table);
         match &j.verdict {
             Verdict::Retry { first_error, .. } => {
-                self.metrics.error(ErrorKind::TargetRetriable);
                 // A refused transaction purges its records: the refusal is its cause.
                 let cause = self.writer.as_ref().and_then(TargetWriter::abortable_cause);
+                let counted = cause
+                    .as_ref()
+                    .map_or(&**first_error as &dyn Categorized, |e| e);
+                self.metrics.error(ErrorKind::TargetRetriable, counted);
                 let refused = match &cause {
                     Some(e) => e.rdkafka_error_code().map(|c| (c, describe_error(e))),
                     None => verdict::refused_write(&d.s.results),
@@ -192,7 +194,7 @@ impl Pipeline {
                     refused.and_then(|(c, e)| report::write_refusal(&self.cfg.target_alias, c, &e));
                 let why = cause
                     .as_ref()
-                    .map_or_else(|| first_error.clone(), describe_error);
+                    .map_or_else(|| first_error.message.clone(), describe_error);
                 warn!(
                     "records were not delivered to target {}: {why}",
                     self.cfg.target_alias
@@ -319,7 +321,7 @@ impl Pipeline {
         }
         for (slot, offset, why) in &j.rejected {
             let tp = &batch.partitions()[*slot].tp;
-            self.metrics.error(ErrorKind::RecordRejected);
+            self.metrics.error(ErrorKind::RecordRejected, &**why);
             let target = targets[*slot].as_ref().map_or("?", |t| t.name.as_str());
             let flow = FlowRef {
                 namespace: &self.cfg.namespace,
@@ -330,8 +332,8 @@ impl Pipeline {
                 jiff::Timestamp::from_second(jiff::Timestamp::now().as_second()).expect("in range");
             // A status entry like DataLoss's: persisted with the position (the rejected
             // record's offset), so a restart keeps the partition stopped until a reset.
-            let failure =
-                record_rejected(tp.clone(), *offset, target, why).to_failure(flow, Time(now));
+            let failure = record_rejected(tp.clone(), *offset, target, &why.message)
+                .to_failure(flow, Time(now));
             let message = failure.message.clone().unwrap_or_default();
             error!(topic = %tp.topic, partition = tp.partition, offset, "{message}");
             self.failures_total
@@ -433,13 +435,23 @@ impl Pipeline {
         Ok(Some((meta_group, meta_sent)))
     }
 
+    /// The error that stops a worker whose target cannot store its records.
+    fn unsupported(&self, m: &str) -> EngineError {
+        // The target refuses what the flow asks of it, for good.
+        EngineError::Fatal(WorkerError::Refused(format!(
+            "target {} cannot store the records: {m}",
+            self.cfg.target_alias
+        )))
+    }
+
     /// The error that stops a fenced worker.
     fn fenced(&self, detail: &str) -> EngineError {
-        EngineError::Fatal(format!(
+        // The target refuses this worker's transactional id: another one holds it.
+        EngineError::Fatal(WorkerError::Refused(format!(
             "this worker was fenced on target {}: another worker took over transactional.id {} \
              ({detail}). Two workers with the same index were running; this one stops",
             self.cfg.target_alias, self.cfg.transactional_id
-        ))
+        )))
     }
 
     /// Fails if the producer is fenced (librdkafka then reports only "purged" deliveries):
@@ -492,7 +504,9 @@ impl Pipeline {
             self.request_reassign();
         }
         while let Some(m) = self.meta_in_flight.pop_front() {
-            self.meta_failed(m, "the producer was recreated", table);
+            // Its reports went with it: a loss in the client, not on the broker.
+            let lost = RecordFailure::unreported("the producer was recreated", KafkaKind::Client);
+            self.meta_failed(m, &lost, table);
         }
     }
 
@@ -504,13 +518,14 @@ impl Pipeline {
             return;
         };
         match first_failure(&m.group, m.sent) {
-            Some(f) => self.meta_failed(m, &f.message, table),
+            Some(f) => self.meta_failed(m, &f, table),
             None => self.last_ack = std::time::Instant::now(),
         }
     }
 
-    fn meta_failed(&mut self, m: MetaPending, message: &str, table: &mut PartitionTable) {
-        self.metrics.error(ErrorKind::Progress);
+    fn meta_failed(&mut self, m: MetaPending, f: &RecordFailure, table: &mut PartitionTable) {
+        self.metrics.error(ErrorKind::Progress, f);
+        let message = &f.message;
         warn!("offset syncs or progress not delivered: {message}; writing the positions again");
         for tp in &m.progress {
             table.mark_pending(tp);
@@ -537,7 +552,11 @@ impl Pipeline {
         {
             self.on_meta_delivered(table);
         } else if let Some(m) = self.meta_in_flight.pop_front() {
-            self.meta_failed(m, "no delivery report within the delivery timeout", table);
+            let late = RecordFailure::unreported(
+                "no delivery report within the delivery timeout",
+                KafkaKind::Timeout,
+            );
+            self.meta_failed(m, &late, table);
         }
     }
 
@@ -554,12 +573,12 @@ impl Pipeline {
             ErrorClass::ProducerBroken => {
                 warn!("{what}: {detail}; recreating the producer");
                 self.drop_writer(table);
-                self.metrics.error(ErrorKind::TargetRetriable);
+                self.metrics.error(ErrorKind::TargetRetriable, e);
                 Ok(WriteOutcome::Retry)
             }
             _ => {
                 warn!("{what}: {detail}");
-                self.metrics.error(ErrorKind::TargetRetriable);
+                self.metrics.error(ErrorKind::TargetRetriable, e);
                 Ok(WriteOutcome::Retry)
             }
         }
@@ -584,6 +603,8 @@ fn encoded<E: std::fmt::Display>(
 ) -> Result<(Vec<u8>, Vec<u8>), EngineError> {
     match (key, value) {
         (Ok(k), Ok(v)) => Ok((k, v)),
-        (Err(e), _) | (_, Err(e)) => Err(EngineError::Fatal(format!("encoding {what}: {e}"))),
+        (Err(e), _) | (_, Err(e)) => Err(EngineError::Fatal(WorkerError::Record(format!(
+            "encoding {what}: {e}"
+        )))),
     }
 }

@@ -44,6 +44,7 @@ use crate::kafka::produce::target_record;
 use crate::kafka::producer::{Refused, ToSend};
 use crate::kafka::wire::{offset_syncs_topic, progress_topic};
 use crate::telemetry::metrics::{ErrorKind, WorkerMetrics};
+use crate::worker::error::Error as WorkerError;
 use send::{flush, head_delivered, meta_delivered, send_waiting};
 pub use send::{Dispatched, MetaPending, Sending};
 
@@ -374,12 +375,12 @@ impl Pipeline {
         }
     }
 
-    /// Creates the producer if missing: `Ok(Some(problem))` when it failed for now (retry
-    /// later); a target that can never provide the transactions asked for is fatal.
+    /// Creates the producer if missing: `Ok(Some((problem, cause)))` when it failed for now
+    /// (retry later); a target that can never provide the transactions asked for is fatal.
     pub async fn ensure_writer(
         &mut self,
         props: &ClientProperties,
-    ) -> Result<Option<String>, EngineError> {
+    ) -> Result<Option<(String, KafkaError)>, EngineError> {
         if self.writer.is_some() {
             return Ok(None);
         }
@@ -412,22 +413,27 @@ impl Pipeline {
                         | ErrorClass::Rejected
                         | ErrorClass::ProducerBroken,
                         Some(tid),
-                    ) => Err(EngineError::Fatal(transactions_unsupported_message(
-                        &self.cfg.target_alias,
-                        &self.cfg.target_bootstrap,
-                        &tid,
-                        &detail,
+                        // The target refuses the transactions the flow asks for (the text says
+                        // what to choose instead).
+                    ) => Err(EngineError::Fatal(WorkerError::Refused(
+                        transactions_unsupported_message(
+                            &self.cfg.target_alias,
+                            &self.cfg.target_bootstrap,
+                            &tid,
+                            &detail,
+                        ),
                     ))),
                     (_, tid) => {
-                        self.metrics.error(ErrorKind::TargetRetriable);
-                        Ok(Some(producer_problem(
+                        self.metrics.error(ErrorKind::TargetRetriable, &e);
+                        let problem = producer_problem(
                             &self.cfg.target_alias,
                             &self.cfg.target_bootstrap,
                             tid.as_deref(),
                             e.rdkafka_error_code(),
                             self.cfg.tuning.producer.transaction_timeout,
                             &detail,
-                        )))
+                        );
+                        Ok(Some((problem, e)))
                     }
                 }
             }

@@ -37,6 +37,14 @@ pub struct RecordFailure {
     pub size_related: bool,
     /// The error code, when there is one.
     pub code: Option<RDKafkaErrorCode>,
+    /// Its category (the `reason` of `errors_total`).
+    pub kind: crate::kafka::error::ErrorKind,
+}
+
+impl crate::telemetry::metrics::Categorized for RecordFailure {
+    fn reason(&self) -> &'static str {
+        self.kind.as_str()
+    }
 }
 
 impl RecordFailure {
@@ -52,17 +60,29 @@ impl RecordFailure {
             at_enqueue,
             size_related,
             code: e.rdkafka_error_code(),
+            kind: crate::kafka::Error::Rdkafka(e.clone()).kind(),
         }
     }
 
     /// A record whose delivery report never came.
     pub fn no_report() -> Self {
+        // The report did not come within the delivery timeout.
+        Self::unreported(
+            "no delivery report for the record",
+            crate::kafka::error::ErrorKind::Timeout,
+        )
+    }
+
+    /// A record whose delivery report will not come: `why` says why, `kind` is its category
+    /// (no client error names one).
+    pub fn unreported(why: &str, kind: crate::kafka::error::ErrorKind) -> Self {
         Self {
             class: ErrorClass::Retriable,
-            message: "no delivery report for the record".into(),
+            message: why.into(),
             at_enqueue: false,
             size_related: false,
             code: None,
+            kind,
         }
     }
 }
@@ -140,7 +160,7 @@ pub enum Verdict {
     /// Rewind and retry after a backoff; recreate the producer first if it broke.
     Retry {
         recreate_producer: bool,
-        first_error: String,
+        first_error: Box<RecordFailure>,
     },
     /// A record the broker refused inside the transaction poisoned it: abort, and replay
     /// the other partitions at once (the refused one is stopped or careful).
@@ -156,7 +176,7 @@ pub struct Judgement {
     /// Per partition of the batch (slot order).
     pub outcomes: Vec<PartitionOutcome<Box<RecordFailure>>>,
     /// Partitions whose record the target refused for good: `(slot, source offset, why)`.
-    pub rejected: Vec<(usize, i64, String)>,
+    pub rejected: Vec<(usize, i64, Box<RecordFailure>)>,
     /// Partitions to retry one record per request: `(slot, source offset)`.
     pub careful: Vec<(usize, i64)>,
 }
@@ -197,7 +217,7 @@ pub fn judge(
         if f.size_related && !f.at_enqueue && !careful.get(slot).copied().unwrap_or(false) {
             to_careful.push((slot, *offset));
         } else {
-            rejected.push((slot, *offset, f.message.clone()));
+            rejected.push((slot, *offset, f.clone()));
         }
     }
     let verdict = if retry {
@@ -207,8 +227,9 @@ pub fn judge(
                 .iter()
                 .flatten()
                 .find_map(|r| r.as_ref().err())
-                .map(|f| f.message.clone())
-                .unwrap_or_default(),
+                .cloned()
+                // Unreachable: `retry` is set by a failure.
+                .unwrap_or_else(|| Box::new(RecordFailure::no_report())),
         }
     } else if abort_needed && transactional {
         Verdict::Replay
@@ -364,6 +385,7 @@ mod tests {
             at_enqueue,
             size_related,
             code: None,
+            kind: crate::kafka::error::ErrorKind::Broker,
         })))
     }
 
@@ -440,22 +462,22 @@ mod tests {
     #[test]
     fn verdicts() {
         let b = batch(&[("a", 0, 10), ("a", 0, 11), ("b", 0, 5)]);
-        let retry = |e: &str, recreate| Verdict::Retry {
+        let retry = |e: Option<RecordResult>, recreate| Verdict::Retry {
             recreate_producer: recreate,
-            first_error: e.into(),
+            first_error: e.unwrap().unwrap_err(),
         };
         #[rustfmt::skip]
         let cases: Vec<(&str, Results, bool, Verdict)> = vec![
             ("all delivered", vec![ok(0), ok(1), ok(0)], false, Verdict::Commit),
-            ("a record never reported", vec![ok(0), Some(Err(Box::new(RecordFailure::no_report()))), ok(0)], false, retry("no delivery report for the record", false)),
-            ("retriable", vec![ok(0), fail(Retriable, false, false), ok(0)], false, retry("Retriable", false)),
-            ("broken producer", vec![fail(ProducerBroken, false, false), ok(1), ok(0)], true, retry("ProducerBroken", true)),
+            ("a record never reported", vec![ok(0), Some(Err(Box::new(RecordFailure::no_report()))), ok(0)], false, retry(Some(Err(Box::new(RecordFailure::no_report()))), false)),
+            ("retriable", vec![ok(0), fail(Retriable, false, false), ok(0)], false, retry(fail(Retriable, false, false), false)),
+            ("broken producer", vec![fail(ProducerBroken, false, false), ok(1), ok(0)], true, retry(fail(ProducerBroken, false, false), true)),
             ("fenced wins", vec![fail(Retriable, false, false), fail(Fenced, false, false), ok(0)], true, Verdict::Fenced("Fenced".into())),
             ("unsupported stops", vec![ok(0), ok(1), fail(Unsupported, false, false)], false, Verdict::Unsupported("Unsupported".into())),
             ("refused by the broker, transactional", vec![ok(0), fail(Rejected, false, false), ok(0)], true, Verdict::Replay),
             ("refused by the broker, idempotent", vec![ok(0), fail(Rejected, false, false), ok(0)], false, Verdict::Commit),
             ("refused at enqueue, transactional", vec![ok(0), fail(Rejected, true, false), ok(0)], true, Verdict::Commit),
-            ("retry beats replay", vec![fail(Rejected, false, false), ok(1), fail(Retriable, false, false)], true, retry("Rejected", false)),
+            ("retry beats replay", vec![fail(Rejected, false, false), ok(1), fail(Retriable, false, false)], true, retry(fail(Rejected, false, false), false)),
         ];
         for (name, results, transactional, want) in cases {
             let j = judge(&b, &results, &[false, false], transactional);
@@ -507,7 +529,12 @@ mod tests {
         ];
         for (name, results, careful, rejected, to_careful) in cases {
             let j = judge(&b, &results, &careful, false);
-            assert_eq!((j.rejected, j.careful), (rejected, to_careful), "{name}");
+            let got: Vec<(usize, i64, String)> = j
+                .rejected
+                .into_iter()
+                .map(|(slot, offset, f)| (slot, offset, f.message))
+                .collect();
+            assert_eq!((got, j.careful), (rejected, to_careful), "{name}");
         }
     }
 
