@@ -614,9 +614,7 @@ async fn too_large_record(tag: &str, delivery: Delivery, broker_side: bool, tail
     );
     assert!(
         w.metrics
-            .errors
-            .with_label_values(&["record_rejected"])
-            .get()
+            .errors_of(mirrorflow::telemetry::metrics::ErrorKind::RecordRejected)
             >= 1
     );
     assert_eq!(w.metrics.partitions_failed.get(), 1);

@@ -309,7 +309,9 @@ async fn refused_replication_factor_is_reported() {
     );
     assert!(
         w.metrics.topics_unwritable.get() == 1
-            && w.metrics.errors.with_label_values(&["topic_sync"]).get() >= 1
+            && w.metrics
+                .errors_of(mirrorflow::telemetry::metrics::ErrorKind::TopicSync)
+                >= 1
     );
     assert!(
         !topic_configs_exist(&tb, &copy).await,

@@ -304,6 +304,22 @@ impl WorkerMetrics {
             .inc();
     }
 
+    /// Errors counted during `kind`, over every `reason`.
+    pub fn errors_of(&self, kind: ErrorKind) -> u64 {
+        use prometheus::core::Collector;
+        self.errors
+            .collect()
+            .iter()
+            .flat_map(|family| family.get_metric())
+            .filter(|m| {
+                m.get_label()
+                    .iter()
+                    .any(|l| l.name() == "kind" && l.value() == kind.as_str())
+            })
+            .map(|m| m.get_counter().get_value() as u64)
+            .sum()
+    }
+
     /// Counts a config change applied to a target topic (`op`: set, delete).
     pub fn topic_config_change(&self, op: &str) {
         self.topic_config_changes.with_label_values(&[op]).inc();
@@ -341,6 +357,25 @@ pub fn encode_registry(registry: &Registry) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn errors_of_a_kind_sum_over_reasons() {
+        struct Cause(&'static str);
+        impl Categorized for Cause {
+            fn reason(&self) -> &'static str {
+                self.0
+            }
+        }
+        let m = WorkerMetrics::new().unwrap();
+        assert_eq!(m.errors_of(ErrorKind::RecordRejected), 0, "no series yet");
+        m.error(ErrorKind::RecordRejected, &Cause("Broker"));
+        m.error(ErrorKind::RecordRejected, &Cause("Broker"));
+        m.error(ErrorKind::RecordRejected, &Cause("Record"));
+        m.error(ErrorKind::TopicSync, &Cause("Timeout"));
+        assert_eq!(m.errors_of(ErrorKind::RecordRejected), 3);
+        assert_eq!(m.errors_of(ErrorKind::TopicSync), 1);
+        assert_eq!(m.errors_of(ErrorKind::Fatal), 0);
+    }
 
     /// A cause naming a fixed category.
     struct Cause(&'static str);
