@@ -519,15 +519,18 @@ async fn recreated_shorter_topic_then_restart_from_earliest() {
         let m = f.message.unwrap();
         assert_contains(
             &m,
-            &[
-                format!("TopicReset on source topic \"{topic}\"").as_str(),
-                "high watermark 3",
-            ],
+            &[format!("TopicReset on source topic \"{topic}\"").as_str()],
+        );
+        // The worker may see the new topic before or after the test's 3 records reach it:
+        // the message gives the high watermark of that moment.
+        assert!(
+            m.contains("high watermark 3") || m.contains("high watermark 0"),
+            "{m}"
         );
         // Whichever sees it first: the periodic check names both ids; the consumer's
         // OFFSET_OUT_OF_RANGE (first on Apache Kafka, whose fetch answers at once) only
         // knows that the id changed.
-        if m.contains("is past the high watermark 3") {
+        if m.contains("is past the high watermark") {
             let (a, b) = (old_id.as_ref().unwrap(), new_id.as_ref().unwrap());
             assert_contains(&m, &[&format!("the topic id changed from {a} to {b}")]);
         } else {
