@@ -141,13 +141,8 @@ fn metric(w: &Worker, series: &str) -> f64 {
 /// Out-of-range errors of the source consumer: `errors_total{kind="offset_validation"}` over
 /// every `reason` (a series appears at its first error: none is 0).
 fn consumer_out_of_range(w: &Worker) -> f64 {
-    let prefix = "mirrorflow_worker_errors_total{kind=\"offset_validation\",";
     w.metrics
-        .encode()
-        .lines()
-        .filter(|l| l.starts_with(prefix))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+        .errors_of(mirrorflow::telemetry::metrics::ErrorKind::OffsetValidation) as f64
 }
 
 fn failures_total(t: &str) -> String {

@@ -89,6 +89,15 @@ struct State {
     unsupported: Option<String>,
 }
 
+impl State {
+    /// Reserves `n` correlation ids; the first of them.
+    fn ids(&mut self, n: usize) -> i32 {
+        let first = self.correlation;
+        self.correlation = first.wrapping_add(n as i32);
+        first
+    }
+}
+
 /// One cluster's many-group client.
 pub struct GroupClient {
     bootstrap: Vec<String>,
@@ -447,15 +456,13 @@ impl GroupClient {
         }
         let share = bodies.len().div_ceil(conns.len().max(1));
         let chunks: Vec<&[Vec<u8>]> = bodies.chunks(share).collect();
-        let flexible = p::is_flexible(api_key, version);
         let mut work = Vec::with_capacity(conns.len());
         for (i, (lane, conn)) in conns.into_iter().enumerate() {
             let Some(chunk) = chunks.get(i).copied() else {
                 st.conns.insert((addr.clone(), lane), conn);
                 continue;
             };
-            let first = st.correlation;
-            st.correlation = st.correlation.wrapping_add(chunk.len() as i32);
+            let first = st.ids(chunk.len());
             work.push((lane, conn, chunk, first));
         }
         let client_id = self.client_id.as_str();
@@ -472,7 +479,6 @@ impl GroupClient {
                             first,
                             client_id,
                             chunk,
-                            flexible,
                             deadline,
                         );
                         (lane, conn, chunk.len(), r)
@@ -537,9 +543,7 @@ impl GroupClient {
     ) -> Result<Vec<Vec<u8>>, Unavailable> {
         self.ensure_conn(st, addr, lane, api_key, version)?;
         let key = (addr.to_string(), lane);
-        let first = st.correlation;
-        st.correlation = st.correlation.wrapping_add(bodies.len() as i32);
-        let flexible = p::is_flexible(api_key, version);
+        let first = st.ids(bodies.len());
         let deadline = self.deadline(st);
         let conn = st.conns.get_mut(&key).expect("opened above");
         let result = pipeline(
@@ -549,7 +553,6 @@ impl GroupClient {
             first,
             &self.client_id,
             bodies,
-            flexible,
             deadline,
         );
         if result.is_err() {
@@ -572,9 +575,7 @@ impl GroupClient {
         version: i16,
         body: Vec<u8>,
     ) -> Result<Vec<u8>, Error> {
-        let id = st.correlation;
-        st.correlation = st.correlation.wrapping_add(1);
-        let flexible = p::is_flexible(api_key, version);
+        let id = st.ids(1);
         let deadline = self.deadline(st);
         let mut answers = pipeline(
             stream,
@@ -583,7 +584,6 @@ impl GroupClient {
             id,
             &self.client_id,
             &[body],
-            flexible,
             deadline,
         )?;
         Ok(answers.pop().unwrap_or_default())
@@ -694,7 +694,6 @@ const WINDOW: usize = 64;
 
 /// Writes the frames, a window at a time, reading that window's answers (in order) before
 /// the next.
-#[allow(clippy::too_many_arguments)]
 fn pipeline(
     stream: &mut Stream,
     api_key: i16,
@@ -702,9 +701,9 @@ fn pipeline(
     first_id: i32,
     client_id: &str,
     bodies: &[Vec<u8>],
-    flexible: bool,
     deadline: Deadline,
 ) -> Result<Vec<Vec<u8>>, Error> {
+    let flexible = p::is_flexible(api_key, version);
     let mut out = Vec::with_capacity(bodies.len());
     for (w, window) in bodies.chunks(WINDOW).enumerate() {
         let base = first_id.wrapping_add((w * WINDOW) as i32);

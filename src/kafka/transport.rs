@@ -288,18 +288,15 @@ impl Stream {
             Err(_) => ServerName::try_from(host.to_string())
                 .map_err(|e| Error::Client(format!("TLS server name {host:?}: {e}")))?,
         };
-        let conn = ClientConnection::new(tls.clone(), name)
+        let mut conn = ClientConnection::new(tls.clone(), name)
             .map_err(|e| Error::Client(format!("TLS: {e}")))?;
-        let mut stream = Self::Tls(Box::new(StreamOwned::new(conn, tcp)));
-        if let Self::Tls(s) = &mut stream {
-            while s.conn.is_handshaking() {
-                bound(&s.sock, deadline)?;
-                s.conn
-                    .complete_io(&mut s.sock)
-                    .map_err(|e| Error::Client(format!("TLS handshake: {e}")))?;
-            }
+        let mut tcp = tcp;
+        while conn.is_handshaking() {
+            bound(&tcp, deadline)?;
+            conn.complete_io(&mut tcp)
+                .map_err(|e| Error::Client(format!("TLS handshake: {e}")))?;
         }
-        Ok(stream)
+        Ok(Self::Tls(Box::new(StreamOwned::new(conn, tcp))))
     }
 
     /// The TCP connection underneath.
